@@ -1,0 +1,38 @@
+# The two commands: `make run` and `make test`. Both work on a fresh machine with only Python 3.11:
+# without DATABASE_URL / REDIS_URL they start embedded PostgreSQL and Redis themselves.
+SHELL := /bin/bash
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+BENCH ?=
+PYTEST_ARGS ?=
+
+.PHONY: run test lint bench install clean
+
+$(STAMP): requirements.txt requirements-dev.txt
+	@command -v $(PY) >/dev/null || { echo "need $(PY) on PATH (or make PY=/path/to/python3.11)"; exit 1; }
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check -U pip
+	$(BIN)/pip install -q --disable-pip-version-check -r requirements-dev.txt
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# Web on 127.0.0.1:$${PORT:-8000}, worker, beat, writer and Flower; Ctrl-C stops them all.
+run: $(STAMP)
+	$(BIN)/python -m scrapejobs.embedded exec --dir .run/dev -- $(BIN)/python -m scrapejobs.supervise
+
+test: $(STAMP)
+	$(BIN)/python -m scrapejobs.embedded exec --dir .run/test -- $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy .
+
+bench: $(STAMP)
+	$(BIN)/python -m scrapejobs.embedded exec --dir .run/bench -- $(BIN)/python -m bench $(BENCH)
+
+clean:
+	rm -rf .run

@@ -1,0 +1,173 @@
+"""The jobs ledger: one row per job, one row per attempt. Everything else rests on these."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+from apps.jobs.ids import uuid7
+
+
+class JobStatus(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+FINAL_STATUSES = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
+
+
+class Priority(models.TextChoices):
+    HIGH = "high"
+    NORMAL = "normal"
+    LOW = "low"
+
+
+class Method(models.TextChoices):
+    GET = "GET"
+    HEAD = "HEAD"
+    POST = "POST"
+
+
+class AttemptOutcome(models.TextChoices):
+    SUCCEEDED = "succeeded"
+    # A failure another attempt may cure (timeout, connection error, 429, 5xx...).
+    TEMPORARY = "failed_temporary"
+    # A failure another attempt would repeat (404, 401, refused address, body too large...).
+    PERMANENT = "failed_permanent"
+    CANCELLED = "cancelled"
+    # The worker vanished (killed, lease expired); recorded by the sweeper.
+    LOST = "lost"
+
+
+class Job(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.PROTECT, related_name="jobs")
+
+    # The request.
+    method = models.CharField(max_length=8, choices=Method.choices, default=Method.GET)
+    url = models.TextField()
+    headers = models.JSONField(default=dict, blank=True)
+    body = models.TextField(null=True, blank=True)
+    domain = models.CharField(max_length=255, db_index=True)
+    priority = models.CharField(max_length=8, choices=Priority.choices, default=Priority.NORMAL)
+    callback_url = models.TextField(null=True, blank=True)
+    timeout_s = models.PositiveIntegerField(default=30)
+    max_age_s = models.PositiveIntegerField(default=0)
+    # The attempt limit. A requeue from the dead letters raises it by `attempt_budget` (what the
+    # caller asked for), so attempt numbers keep growing and history stays unique.
+    max_attempts = models.PositiveSmallIntegerField(default=5)
+    attempt_budget = models.PositiveSmallIntegerField(default=5)
+
+    # Idempotency: the key is unique per tenant; the fingerprint is the SHA-256 of the canonical
+    # request body, so a replay with another body is told apart (422).
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+    idempotency_fingerprint = models.CharField(max_length=64, null=True, blank=True)
+
+    # State.
+    status = models.CharField(max_length=16, choices=JobStatus.choices, default=JobStatus.QUEUED)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    last_error = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True, blank=True)  # first attempt
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    # A retry waits in the database, not in a worker or the broker: not published before this.
+    not_before = models.DateTimeField(null=True, blank=True)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+
+    # Lease of the running attempt; the attempt number (`attempts`) is the fencing token.
+    lease_owner = models.CharField(max_length=200, null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+
+    # Outbox: empty means "to be sent to the broker" (contract 3.2).
+    published_at = models.DateTimeField(null=True, blank=True)
+    # Second outbox, for the end of a job (seed 002 step 15): set to null in the same write that
+    # makes the job final; the publisher turns it into webhook deliveries and stamps it.
+    final_published_at = models.DateTimeField(null=True, blank=True)
+
+    # Result metadata; the body itself is in object storage.
+    result_key = models.CharField(max_length=512, null=True, blank=True)
+    result_size = models.BigIntegerField(null=True, blank=True)
+    result_sha256 = models.CharField(max_length=64, null=True, blank=True)
+    result_content_type = models.CharField(max_length=255, null=True, blank=True)
+    result_http_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    result_stored_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="jobs_unique_idempotency_key_per_tenant",
+            ),
+            models.CheckConstraint(
+                condition=Q(attempts__lte=models.F("max_attempts")),
+                name="jobs_attempts_within_limit",
+            ),
+        ]
+        indexes = [
+            # outbox_publish_batch (apps/publishing/services.py): queued rows not yet sent.
+            models.Index(
+                fields=["not_before", "created_at"],
+                condition=Q(status="queued", published_at__isnull=True),
+                name="jobs_outbox_unpublished",
+            ),
+            # jobs_sweep_expired_leases (apps/scheduling/services.py): running rows by lease.
+            models.Index(
+                fields=["lease_expires_at"],
+                condition=Q(status="running"),
+                name="jobs_running_by_lease",
+            ),
+            # jobs_sweep_unclaimed (apps/scheduling/services.py): published but never taken.
+            models.Index(
+                fields=["published_at"],
+                condition=Q(status="queued", published_at__isnull=False),
+                name="jobs_published_untaken",
+            ),
+            # outbox_publish_final (apps/publishing/services.py): final jobs whose end is not
+            # yet announced (webhooks).
+            models.Index(
+                fields=["finished_at"],
+                condition=Q(status__in=["succeeded", "failed", "cancelled"], final_published_at__isnull=True),
+                name="jobs_final_unannounced",
+            ),
+            # job_list (apps/query/selectors.py): a tenant's jobs newest first, optionally by status.
+            models.Index(fields=["tenant", "-id"], name="jobs_tenant_newest"),
+            models.Index(fields=["tenant", "status", "-id"], name="jobs_tenant_status_newest"),
+            models.Index(fields=["tenant", "priority", "-id"], name="jobs_tenant_priority_newest"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.id} {self.method} {self.url} [{self.status}]"
+
+    @property
+    def is_final(self) -> bool:
+        return self.status in FINAL_STATUSES
+
+
+class Attempt(models.Model):
+    """One try at fetching a job's URL, numbered from 1, kept forever with the job."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempt_set")
+    number = models.PositiveSmallIntegerField()
+    worker = models.CharField(max_length=200, blank=True, default="")
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=20, choices=AttemptOutcome.choices, null=True, blank=True)
+    http_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    error_class = models.CharField(max_length=64, null=True, blank=True)
+    error = models.TextField(null=True, blank=True)
+    duration_ms = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            # The natural key: a replayed receipt for the same attempt can change nothing.
+            models.UniqueConstraint(fields=["job", "number"], name="attempts_unique_job_number"),
+        ]
+        ordering = ["job", "number"]
+
+    def __str__(self) -> str:
+        return f"{self.job_id}#{self.number} {self.outcome or 'running'}"

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class OperatorsConfig(AppConfig):
+    name = "apps.operators"
+    label = "operators"

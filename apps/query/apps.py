@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class QueryConfig(AppConfig):
+    name = "apps.query"
+    label = "query"

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class WriterConfig(AppConfig):
+    name = "apps.writer"
+    label = "writer"

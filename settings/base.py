@@ -1,0 +1,268 @@
+"""The one settings module. Every value comes from the environment (django-environ); production
+differs from development only by environment. Each variable is listed, with its default, in the
+README's "Settings" table: change both together.
+
+``<repo>/.run/dev/env`` (written by ``make run`` while embedded servers are up) is read for any
+variable not already set, so ``python manage.py`` in a second terminal reaches the same servers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env()
+for _envfile in (BASE_DIR / ".env", BASE_DIR / ".run" / "dev" / "env"):
+    if _envfile.exists():
+        # read_env never overrides a variable that is already set.
+        environ.Env.read_env(str(_envfile), overwrite=False)
+
+
+def _bounded_int(name: str, default: int, low: int, high: int) -> int:
+    """Read an int setting and fail loudly at start-up when it is out of its range."""
+    value = env.int(name, default=default)
+    if not low <= value <= high:
+        raise environ.ImproperlyConfigured(f"{name}={value} is outside {low}..{high}")
+    return value
+
+
+def _positive_float(name: str, default: float) -> float:
+    value = env.float(name, default=default)
+    if value <= 0:
+        raise environ.ImproperlyConfigured(f"{name}={value} must be > 0")
+    return value
+
+
+# --- Django core -------------------------------------------------------------------------
+DEBUG = env.bool("DJANGO_DEBUG", default=False)
+SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="dev-only-insecure-secret-key-change-me")
+ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "testserver"])
+CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
+# Absolute base URL used to build links in API answers when there is no request at hand (webhooks,
+# signed result links made by workers). Empty: built from the request.
+PUBLIC_BASE_URL = env.str("SCRAPEJOBS_PUBLIC_BASE_URL", default="").rstrip("/")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "apps.jobs",
+    "apps.tenants",
+    "apps.intake",
+    "apps.query",
+    "apps.publishing",
+    "apps.scraping",
+    "apps.results",
+    "apps.writer",
+    "apps.scheduling",
+    "apps.webhooks",
+    "apps.operators",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "scrapejobs.urls"
+WSGI_APPLICATION = "scrapejobs.wsgi.application"
+ASGI_APPLICATION = "scrapejobs.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+# --- PostgreSQL --------------------------------------------------------------------------
+# psycopg 3 with Django's connection pool: persistent connections matter (5.6x on intake, see
+# machine notes) and a pool keeps a threaded worker from opening one connection per thread.
+DATABASES = {"default": env.db_url("DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/scrapejobs")}
+DATABASES["default"]["ENGINE"] = "django.db.backends.postgresql"
+DATABASES["default"]["CONN_MAX_AGE"] = 0
+_pool_max = _bounded_int("SCRAPEJOBS_DB_POOL_MAX_SIZE", 20, 1, 1000)
+if env.bool("SCRAPEJOBS_DB_POOL", default=True):
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 1,
+        "max_size": _pool_max,
+        "timeout": 30,
+    }
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Redis / Celery ----------------------------------------------------------------------
+REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
+
+
+def _next_redis_db(url: str) -> str:
+    """The broker's default: the same Redis server as REDIS_URL, the next database number, so
+    that flushing the broker (or losing its messages) never touches the service's own state."""
+    from urllib.parse import urlsplit, urlunsplit  # noqa: PLC0415
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis", "rediss"):
+        return url
+    db = int(parts.path.strip("/") or 0)
+    return urlunsplit(parts._replace(path=f"/{(db + 1) % 16}"))
+
+
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=_next_redis_db(REDIS_URL))
+CELERY_RESULT_BACKEND = None  # results live in PostgreSQL and object storage, not in Celery
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_SERIALIZER = "json"
+CELERY_TIMEZONE = "UTC"
+# A message is acknowledged after the task ran, and given back if the worker is lost: together
+# with the conditional claim this is at-least-once delivery with duplicates made harmless.
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Redis visibility timeout: an unacknowledged message is redelivered after this long. It must be
+# longer than the longest task; the sweeper, not redelivery, is what recovers lost work.
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": _bounded_int("SCRAPEJOBS_BROKER_VISIBILITY_TIMEOUT_S", 3600, 60, 86400),
+}
+CELERY_WORKER_SEND_TASK_EVENTS = True  # Flower shows tasks live
+CELERY_TASK_SEND_SENT_EVENT = True
+
+# --- The service -------------------------------------------------------------------------
+SCRAPEJOBS_ALLOW_PRIVATE_TARGETS = env.bool("SCRAPEJOBS_ALLOW_PRIVATE_TARGETS", default=False)
+# Requests per second per API token (token bucket, burst = 2x); 0 disables the limit.
+SCRAPEJOBS_RATE_LIMIT_PER_SECOND = _bounded_int("SCRAPEJOBS_RATE_LIMIT_PER_SECOND", 50, 0, 100000)
+SCRAPEJOBS_RATE_LIMIT_BURST = _bounded_int("SCRAPEJOBS_RATE_LIMIT_BURST", 100, 1, 1000000)
+SCRAPEJOBS_MAX_REQUEST_BYTES = _bounded_int("SCRAPEJOBS_MAX_REQUEST_BYTES", 1_048_576, 1024, 1 << 30)
+SCRAPEJOBS_IDEMPOTENCY_TTL_HOURS = _bounded_int("SCRAPEJOBS_IDEMPOTENCY_TTL_HOURS", 24, 24, 24 * 365)
+
+# Worker: how many fetches one worker process holds at once (threads; a fetch mostly waits).
+SCRAPEJOBS_WORKER_CONCURRENCY = _bounded_int("SCRAPEJOBS_WORKER_CONCURRENCY", 100, 1, 2000)
+# Fetch limits (a job may lower timeout_s; the byte cap and redirect limit are operator-wide).
+SCRAPEJOBS_FETCH_CONNECT_TIMEOUT_S = _positive_float("SCRAPEJOBS_FETCH_CONNECT_TIMEOUT_S", 10.0)
+SCRAPEJOBS_FETCH_MAX_BYTES = _bounded_int("SCRAPEJOBS_FETCH_MAX_BYTES", 50 * 1024 * 1024, 1, 1 << 40)
+SCRAPEJOBS_FETCH_MAX_REDIRECTS = _bounded_int("SCRAPEJOBS_FETCH_MAX_REDIRECTS", 5, 0, 30)
+SCRAPEJOBS_FETCH_USER_AGENT = env.str("SCRAPEJOBS_FETCH_USER_AGENT", default="scrapejobs/1.0")
+
+# Leases: a running job's worker renews its lease every LEASE_S / 3.
+SCRAPEJOBS_LEASE_SECONDS = _bounded_int("SCRAPEJOBS_LEASE_SECONDS", 60, 2, 3600)
+# Publisher and sweeper cadences (beat).
+SCRAPEJOBS_PUBLISH_INTERVAL_S = _positive_float("SCRAPEJOBS_PUBLISH_INTERVAL_S", 1.0)
+SCRAPEJOBS_PUBLISH_BATCH_SIZE = _bounded_int("SCRAPEJOBS_PUBLISH_BATCH_SIZE", 500, 1, 10000)
+SCRAPEJOBS_SWEEP_INTERVAL_S = _positive_float("SCRAPEJOBS_SWEEP_INTERVAL_S", 60.0)
+# A job published but not taken within this long is published again (lost broker messages).
+SCRAPEJOBS_REPUBLISH_AFTER_S = _bounded_int("SCRAPEJOBS_REPUBLISH_AFTER_S", 300, 1, 86400)
+# Retry backoff: full jitter, uniform(0, min(cap, base * 2**(attempt-1))).
+SCRAPEJOBS_RETRY_BASE_S = _positive_float("SCRAPEJOBS_RETRY_BASE_S", 2.0)
+SCRAPEJOBS_RETRY_CAP_S = _positive_float("SCRAPEJOBS_RETRY_CAP_S", 600.0)
+
+# Results: signed links.
+SCRAPEJOBS_RESULT_LINK_TTL_S = _bounded_int("SCRAPEJOBS_RESULT_LINK_TTL_S", 3600, 1, 7 * 86400)
+
+# --- Write path (contract section 5, seed 000) -------------------------------------------
+SCRAPEJOBS_DATABASE_WRITER_CONCURRENCY = _bounded_int("SCRAPEJOBS_DATABASE_WRITER_CONCURRENCY", 4, 1, 64)
+SCRAPEJOBS_DATABASE_WRITER_BATCH_SIZE = _bounded_int("SCRAPEJOBS_DATABASE_WRITER_BATCH_SIZE", 100, 1, 10000)
+SCRAPEJOBS_DATABASE_WRITER_MAX_ATTEMPTS = _bounded_int("SCRAPEJOBS_DATABASE_WRITER_MAX_ATTEMPTS", 8, 1, 100)
+SCRAPEJOBS_DATABASE_WRITER_RETRY_DELAY_SECONDS = _positive_float(
+    "SCRAPEJOBS_DATABASE_WRITER_RETRY_DELAY_SECONDS", 5.0
+)
+SCRAPEJOBS_DATABASE_WRITER_RECLAIM_IDLE_MS = _bounded_int(
+    "SCRAPEJOBS_DATABASE_WRITER_RECLAIM_IDLE_MS", 30000, 1, 86_400_000
+)
+SCRAPEJOBS_DATABASE_WRITER_DEAD_LETTER_MAXLEN = _bounded_int(
+    "SCRAPEJOBS_DATABASE_WRITER_DEAD_LETTER_MAXLEN", 10000, 1, 10_000_000
+)
+SCRAPEJOBS_DATABASE_WRITE_TIMEOUT_SECONDS = _positive_float(
+    "SCRAPEJOBS_DATABASE_WRITE_TIMEOUT_SECONDS", 900.0
+)
+
+# --- Storage -----------------------------------------------------------------------------
+# "local" (default): files under SCRAPEJOBS_RESULTS_DIR served through signed links by the web
+# process. "s3": django-storages against AWS or any S3-compatible endpoint, presigned links.
+SCRAPEJOBS_STORAGE = env.str("SCRAPEJOBS_STORAGE", default="local")
+if SCRAPEJOBS_STORAGE not in ("local", "s3"):
+    raise environ.ImproperlyConfigured("SCRAPEJOBS_STORAGE must be 'local' or 's3'")
+SCRAPEJOBS_RESULTS_DIR = Path(env.str("SCRAPEJOBS_RESULTS_DIR", default=str(BASE_DIR / ".run" / "results")))
+if SCRAPEJOBS_STORAGE == "s3":
+    _results_backend: dict = {
+        "BACKEND": "storages.backends.s3.S3Storage",
+        "OPTIONS": {
+            "bucket_name": env.str("SCRAPEJOBS_S3_BUCKET"),
+            "endpoint_url": env.str("SCRAPEJOBS_S3_ENDPOINT_URL", default="") or None,
+            "region_name": env.str("SCRAPEJOBS_S3_REGION", default="us-east-1"),
+            "access_key": env.str("AWS_ACCESS_KEY_ID", default="") or None,
+            "secret_key": env.str("AWS_SECRET_ACCESS_KEY", default="") or None,
+            "signature_version": "s3v4",
+            "addressing_style": env.str("SCRAPEJOBS_S3_ADDRESSING_STYLE", default="path"),
+            "querystring_expire": SCRAPEJOBS_RESULT_LINK_TTL_S,
+            "file_overwrite": True,
+            "default_acl": None,
+        },
+    }
+else:
+    _results_backend = {
+        "BACKEND": "django.core.files.storage.FileSystemStorage",
+        "OPTIONS": {"location": str(SCRAPEJOBS_RESULTS_DIR)},
+    }
+STORAGES = {
+    "default": _results_backend,
+    "results": _results_backend,
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / ".run" / "static"
+
+# --- API ---------------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["apps.tenants.authentication.BearerTokenAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_THROTTLE_CLASSES": ["apps.tenants.throttling.TokenRateThrottle"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "apps.intake.errors.api_exception_handler",
+    "UNAUTHENTICATED_USER": None,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "scrapejobs API",
+    "DESCRIPTION": "Submit scrape jobs, follow them, and fetch their results through signed links.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "SCHEMA_PATH_PREFIX": "/api/v1",
+}
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env.str("SCRAPEJOBS_LOG_LEVEL", default="INFO")},
+}

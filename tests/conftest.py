@@ -1,0 +1,111 @@
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+
+import pytest
+import redis
+from django.conf import settings
+from rest_framework.test import APIClient
+
+from scrapejobs import processes
+from tests.support.procs import Proc, service_env, wait_for
+from tests.support.target import TargetServer
+
+_names = itertools.count(1)
+
+
+@pytest.fixture(autouse=True)
+def _clean_redis() -> Iterator[None]:
+    """Each test starts with empty service state and an empty broker (both are real Redis)."""
+    for url in {settings.REDIS_URL, settings.CELERY_BROKER_URL}:
+        redis.Redis.from_url(url).flushdb()
+    from apps.jobs.redis import state_redis
+
+    state_redis.cache_clear()
+    yield
+
+
+@pytest.fixture
+def make_tenant(db: None) -> Callable[..., tuple[object, str, APIClient]]:
+    """Create a tenant; returns (tenant, token, an API client authenticated with the token)."""
+    from apps.tenants.services import tenant_create
+
+    def make(name: str | None = None, **kw: object) -> tuple[object, str, APIClient]:
+        created = tenant_create(name=name or f"tenant-{next(_names)}", **kw)  # type: ignore[arg-type]
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {created.token}")
+        return created.tenant, created.token, client
+
+    return make
+
+
+@pytest.fixture
+def api(make_tenant: Callable[..., tuple[object, str, APIClient]]) -> APIClient:
+    return make_tenant()[2]
+
+
+@pytest.fixture
+def target() -> Iterator[TargetServer]:
+    server = TargetServer().start()
+    yield server
+    server.stop()
+
+
+class Services:
+    """The real processes of the service, started against the test database."""
+
+    def __init__(self, env: dict[str, str]):
+        self.env = env
+        self.procs: list[Proc] = []
+
+    def start(self, kind: str, **kw: object) -> Proc:
+        argv = getattr(processes, kind)(**kw)
+        if kind == "beat":
+            argv = processes.beat(schedule_file=f"/tmp/sj-beat-{next(_names)}")
+        proc = Proc(kind, argv, self.env).start()
+        self.procs.append(proc)
+        return proc
+
+    def start_all(self, *, worker_concurrency: int = 20) -> Services:
+        self.start("writer")
+        self.start("beat")
+        self.start("worker", concurrency=worker_concurrency)
+        return self
+
+    def stop(self) -> None:
+        for p in reversed(self.procs):
+            p.stop()
+
+    def logs(self) -> str:
+        return "\n".join(f"----- {p.name} ({p.log})\n{p.tail()}" for p in self.procs)
+
+
+@pytest.fixture
+def services(transactional_db: None, request: pytest.FixtureRequest) -> Iterator[Callable[..., Services]]:
+    """Factory: ``services(**env_overrides).start_all()``; everything is stopped after the test and
+    the processes' last log lines are printed when the test failed."""
+    started: list[Services] = []
+
+    def make(**overrides: str) -> Services:
+        s = Services(service_env(**overrides))
+        started.append(s)
+        return s
+
+    yield make
+    for s in started:
+        s.stop()
+    rep = getattr(request.node, "rep_call", None)
+    if rep is not None and rep.failed:
+        for s in started:
+            print(s.logs())
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    rep = yield
+    setattr(item, "rep_" + rep.when, rep)
+    return rep
+
+
+__all__ = ["wait_for"]

@@ -1,0 +1,145 @@
+"""A local HTTP target for tests: a real threaded server on 127.0.0.1 with programmable answers.
+
+Routes (all deterministic, so results can be compared byte for byte):
+- ``/bytes/N``           N bytes of a fixed pseudo-random pattern (``body_for(N)``), streamed
+- ``/status/C``          answers status C with a short body
+- ``/slow?delay=S``      waits S seconds before answering (a target that never answers: big S)
+- ``/drip?n=N&delay=S``  sends N bytes one chunk at a time, S seconds apart (a long download)
+- ``/flaky/KEY?fail=K&code=C``  answers C for the first K requests of KEY, then 200
+- ``/retry-after/KEY?fail=K&after=S``  429 with Retry-After: S for the first K requests, then 200
+- ``/redirect/N``        N redirects, then 200
+- ``/echo``              echoes method, headers and body as JSON
+Every request is logged with its arrival time (``requests_for(path_prefix)``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections import defaultdict
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+
+def body_for(n: int) -> bytes:
+    """The exact body ``/bytes/N`` answers with."""
+    return _pattern(n)
+
+
+def _pattern(n: int) -> bytes:
+    block = hashlib.sha256(str(n).encode()).digest() * 2048  # 64 KiB, depends on n
+    reps, rest = divmod(n, len(block))
+    return block * reps + block[:rest]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: TargetServer  # type: ignore[assignment]
+
+    def log_message(self, *args: object) -> None:  # quiet
+        pass
+
+    def _send(self, code: int, body: bytes = b"", headers: dict[str, str] | None = None) -> None:
+        self.send_response(code)
+        hdrs = {"Content-Type": "application/octet-stream", "Content-Length": str(len(body))}
+        hdrs.update(headers or {})
+        for k, v in hdrs.items():
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _handle(self) -> None:
+        parts = urlsplit(self.path)
+        q = {k: v[0] for k, v in parse_qs(parts.query).items()}
+        path = parts.path
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        self.server.log(path, self.command, dict(self.headers), body)
+        seg = path.strip("/").split("/")
+        try:
+            if seg[0] == "bytes":
+                n = int(seg[1])
+                self._send(200, _pattern(n))
+            elif seg[0] == "status":
+                self._send(int(seg[1]), f"status {seg[1]}".encode(), {"Content-Type": "text/plain"})
+            elif seg[0] == "slow":
+                time.sleep(float(q.get("delay", "60")))
+                self._send(200, b"finally")
+            elif seg[0] == "drip":
+                n, delay = int(q.get("n", "10")), float(q.get("delay", "1"))
+                self.send_response(200)
+                self.send_header("Content-Length", str(n))
+                self.end_headers()
+                for _ in range(n):
+                    self.wfile.write(b"x")
+                    self.wfile.flush()
+                    time.sleep(delay)
+            elif seg[0] == "flaky":
+                k = self.server.count(path)
+                if k <= int(q.get("fail", "1")):
+                    self._send(int(q.get("code", "503")), b"try again")
+                else:
+                    self._send(200, b"ok after " + str(k - 1).encode() + b" failures")
+            elif seg[0] == "retry-after":
+                k = self.server.count(path)
+                if k <= int(q.get("fail", "1")):
+                    self._send(429, b"slow down", {"Retry-After": q.get("after", "1")})
+                else:
+                    self._send(200, b"ok")
+            elif seg[0] == "redirect":
+                n = int(seg[1])
+                if n > 0:
+                    self._send(302, b"", {"Location": f"/redirect/{n - 1}"})
+                else:
+                    self._send(200, b"landed")
+            elif seg[0] == "echo":
+                payload = {"method": self.command, "headers": dict(self.headers), "body": body.decode()}
+                self._send(200, json.dumps(payload).encode(), {"Content-Type": "application/json"})
+            else:
+                self._send(404, b"no such route")
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    do_GET = do_POST = do_HEAD = _handle
+
+
+class TargetServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self._lock = threading.Lock()
+        self._counts: dict[str, int] = defaultdict(int)
+        self.requests: list[tuple[float, str, str, dict, bytes]] = []
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def url(self, path: str) -> str:
+        return self.base_url + path
+
+    def count(self, path: str) -> int:
+        with self._lock:
+            self._counts[path] += 1
+            return self._counts[path]
+
+    def log(self, path: str, method: str, headers: dict, body: bytes) -> None:
+        with self._lock:
+            self.requests.append((time.time(), path, method, headers, body))
+
+    def requests_for(self, prefix: str) -> list[tuple[float, str, str, dict, bytes]]:
+        with self._lock:
+            return [r for r in self.requests if r[1].startswith(prefix)]
+
+    def start(self) -> TargetServer:
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self.shutdown()
+        self.server_close()
