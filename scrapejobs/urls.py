@@ -8,3 +8,7 @@ urlpatterns = [
     path("api/v1/", include("apps.query.urls")),  # GET /jobs, /jobs/{id}, attempts, result
     path("results/", include("apps.results.urls")),  # signed local result links
 ]
+
+# JSON errors for /api/ paths no view answered (Django's pages elsewhere); see apps/intake/errors.py.
+handler404 = "apps.intake.errors.page_not_found"
+handler500 = "apps.intake.errors.server_error"

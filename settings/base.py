@@ -70,6 +70,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Serves /static/ (admin, API docs) from gunicorn itself: no separate file server to run.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -175,6 +177,26 @@ SCRAPEJOBS_REPUBLISH_AFTER_S = _bounded_int("SCRAPEJOBS_REPUBLISH_AFTER_S", 300,
 # Retry backoff: full jitter, uniform(0, min(cap, base * 2**(attempt-1))).
 SCRAPEJOBS_RETRY_BASE_S = _positive_float("SCRAPEJOBS_RETRY_BASE_S", 2.0)
 SCRAPEJOBS_RETRY_CAP_S = _positive_float("SCRAPEJOBS_RETRY_CAP_S", 600.0)
+# Graceful stop: a worker told to stop (SIGTERM) finishes what it runs for this long, then gives
+# the jobs it still holds back to the queue (attempt recorded as lost) and exits. Keep it below
+# the supervisor's kill timeout (Kubernetes: terminationGracePeriodSeconds, 30 s by default).
+SCRAPEJOBS_WORKER_SHUTDOWN_GRACE_S = _positive_float("SCRAPEJOBS_WORKER_SHUTDOWN_GRACE_S", 25.0)
+
+# Webhooks (contract 2): delays before each retry of a callback answering non-2xx, +-20% jitter.
+# The default is 10 attempts over about 16 hours; after the last one the delivery is failed.
+_WEBHOOK_RETRY_DEFAULT = ["10", "30", "120", "600", "1800", "3600", "7200", "14400", "28800"]
+SCRAPEJOBS_WEBHOOK_RETRY_SCHEDULE_S = [
+    float(x) for x in env.list("SCRAPEJOBS_WEBHOOK_RETRY_SCHEDULE_S", default=_WEBHOOK_RETRY_DEFAULT)
+]
+if any(x <= 0 for x in SCRAPEJOBS_WEBHOOK_RETRY_SCHEDULE_S):
+    raise environ.ImproperlyConfigured("SCRAPEJOBS_WEBHOOK_RETRY_SCHEDULE_S must list delays > 0")
+SCRAPEJOBS_WEBHOOK_CONNECT_TIMEOUT_S = _positive_float("SCRAPEJOBS_WEBHOOK_CONNECT_TIMEOUT_S", 3.0)
+# Hard bound on one delivery (connect, send, answer): a slow callback costs at most this.
+SCRAPEJOBS_WEBHOOK_TIMEOUT_S = _positive_float("SCRAPEJOBS_WEBHOOK_TIMEOUT_S", 10.0)
+# Deliveries in flight at once per deliverer run (threads of the `webhooks` task, not workers).
+SCRAPEJOBS_WEBHOOK_CONCURRENCY = _bounded_int("SCRAPEJOBS_WEBHOOK_CONCURRENCY", 16, 1, 256)
+# Beat cadence of the end-of-job outbox (final jobs -> deliveries) and of the deliverer.
+SCRAPEJOBS_WEBHOOK_INTERVAL_S = _positive_float("SCRAPEJOBS_WEBHOOK_INTERVAL_S", 1.0)
 
 # Results: signed links.
 SCRAPEJOBS_RESULT_LINK_TTL_S = _bounded_int("SCRAPEJOBS_RESULT_LINK_TTL_S", 3600, 1, 7 * 86400)
@@ -195,6 +217,11 @@ SCRAPEJOBS_DATABASE_WRITER_DEAD_LETTER_MAXLEN = _bounded_int(
 SCRAPEJOBS_DATABASE_WRITE_TIMEOUT_SECONDS = _positive_float(
     "SCRAPEJOBS_DATABASE_WRITE_TIMEOUT_SECONDS", 900.0
 )
+# Beat runs the writer flush this often; one flush drains for at most 0.8x this long.
+SCRAPEJOBS_WRITER_FLUSH_INTERVAL_S = _positive_float("SCRAPEJOBS_WRITER_FLUSH_INTERVAL_S", 1.0)
+# The writer lease lapses this long after its holder's last renewal (a dead writer's successor
+# waits at most this long; the holder renews every third of it).
+SCRAPEJOBS_WRITER_LEASE_TTL_S = _positive_float("SCRAPEJOBS_WRITER_LEASE_TTL_S", 10.0)
 
 # --- Storage -----------------------------------------------------------------------------
 # "local" (default): files under SCRAPEJOBS_RESULTS_DIR served through signed links by the web
@@ -202,6 +229,10 @@ SCRAPEJOBS_DATABASE_WRITE_TIMEOUT_SECONDS = _positive_float(
 SCRAPEJOBS_STORAGE = env.str("SCRAPEJOBS_STORAGE", default="local")
 if SCRAPEJOBS_STORAGE not in ("local", "s3"):
     raise environ.ImproperlyConfigured("SCRAPEJOBS_STORAGE must be 'local' or 's3'")
+# Results are stored under <prefix>/<yyyy>/<mm>/<dd>/<job_id>/<attempt> (a shared bucket stays tidy).
+SCRAPEJOBS_RESULT_KEY_PREFIX = (
+    env.str("SCRAPEJOBS_RESULT_KEY_PREFIX", default="results").strip("/") or "results"
+)
 SCRAPEJOBS_RESULTS_DIR = Path(env.str("SCRAPEJOBS_RESULTS_DIR", default=str(BASE_DIR / ".run" / "results")))
 if SCRAPEJOBS_STORAGE == "s3":
     _results_backend: dict = {
@@ -222,7 +253,8 @@ if SCRAPEJOBS_STORAGE == "s3":
 else:
     _results_backend = {
         "BACKEND": "django.core.files.storage.FileSystemStorage",
-        "OPTIONS": {"location": str(SCRAPEJOBS_RESULTS_DIR)},
+        # A retried store of the same attempt replaces its file instead of adding a suffix.
+        "OPTIONS": {"location": str(SCRAPEJOBS_RESULTS_DIR), "allow_overwrite": True},
     }
 STORAGES = {
     "default": _results_backend,

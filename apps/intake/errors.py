@@ -1,3 +1,144 @@
-from rest_framework.views import exception_handler as api_exception_handler  # placeholder
+"""Every API error is one JSON shape (contract section 2, "Errors"):
 
-__all__ = ["api_exception_handler"]
+    {"type": "<category>", "code": "<machine-readable reason>", "detail": "<human text>",
+     "fields": {"<field>": ["<message>", ...]}}      # "fields" only on validation errors
+
+``type`` is the broad category a client branches on; ``code`` the precise reason. The table of
+(status, type, code) is ``ERRORS`` below; the README and the OpenAPI document repeat it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views import defaults
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+from rest_framework.views import set_rollback
+
+logger = logging.getLogger(__name__)
+
+
+class ApiError(exceptions.APIException):
+    """An error a view raises on purpose, with its place in the error table."""
+
+    def __init__(self, *, status_code: int, type: str, code: str, detail: str):
+        super().__init__(detail=detail, code=code)
+        self.status_code = status_code
+        self.type = type
+        self.code = code
+
+
+def not_found(detail: str = "No such job.") -> ApiError:
+    # Another tenant's job is indistinguishable from a missing one (contract: tenants isolated).
+    return ApiError(status_code=404, type="not_found", code="not_found", detail=detail)
+
+
+# DRF's own exceptions → (type, code). Anything else DRF knows falls back to its own code.
+_DRF_TYPES: dict[type[exceptions.APIException], tuple[str, str]] = {
+    exceptions.ParseError: ("invalid_request", "parse_error"),
+    exceptions.NotAuthenticated: ("authentication_error", "not_authenticated"),
+    exceptions.AuthenticationFailed: ("authentication_error", "authentication_failed"),
+    exceptions.PermissionDenied: ("permission_error", "permission_denied"),
+    exceptions.NotFound: ("not_found", "not_found"),
+    exceptions.MethodNotAllowed: ("invalid_request", "method_not_allowed"),
+    exceptions.NotAcceptable: ("invalid_request", "not_acceptable"),
+    exceptions.UnsupportedMediaType: ("invalid_request", "unsupported_media_type"),
+    exceptions.Throttled: ("rate_limited", "rate_limited"),
+}
+
+# status, type, code: the complete list, for the docs and the schema.
+ERRORS: list[tuple[int, str, str]] = [
+    (400, "validation_error", "invalid"),
+    (400, "invalid_request", "parse_error"),
+    (401, "authentication_error", "not_authenticated"),
+    (401, "authentication_error", "authentication_failed"),
+    (404, "not_found", "not_found"),
+    (405, "invalid_request", "method_not_allowed"),
+    (409, "conflict", "job_not_succeeded"),
+    (409, "conflict", "job_final"),
+    (410, "gone", "result_expired"),
+    (413, "invalid_request", "payload_too_large"),
+    (415, "invalid_request", "unsupported_media_type"),
+    (422, "idempotency_error", "idempotency_key_reused"),
+    (429, "rate_limited", "rate_limited"),
+    (500, "server_error", "internal_error"),
+]
+
+
+def error_body(*, type: str, code: str, detail: str, fields: dict[str, list[str]] | None = None) -> dict:
+    body: dict[str, Any] = {"type": type, "code": code, "detail": detail}
+    if fields is not None:
+        body["fields"] = fields
+    return body
+
+
+def _flatten(detail: Any) -> list[str]:
+    if isinstance(detail, dict):
+        return [f"{k}: {m}" for k, v in detail.items() for m in _flatten(v)]
+    if isinstance(detail, list):
+        return [m for item in detail for m in _flatten(item)]
+    return [str(detail)]
+
+
+def _validation_fields(detail: Any) -> dict[str, list[str]]:
+    """DRF's nested error detail → {field: [messages]}; nested fields are flattened
+    (``headers: {"Host": [...]}`` becomes ``{"headers": ["Host: ..."]}``)."""
+    if not isinstance(detail, dict):
+        return {"non_field_errors": _flatten(detail)}
+    return {str(name): _flatten(messages) for name, messages in detail.items()}
+
+
+def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """REST_FRAMEWORK["EXCEPTION_HANDLER"]: DRF's handler (it sets WWW-Authenticate and
+    Retry-After and rolls back), then our body. Unexpected exceptions become a JSON 500."""
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        logger.exception("unhandled error in %s", context.get("view").__class__.__name__, exc_info=exc)
+        set_rollback()
+        body = error_body(type="server_error", code="internal_error", detail="Internal server error.")
+        return Response(body, status=status.HTTP_500_INTERNAL_SERVER_ERROR)
+    if isinstance(exc, ApiError):
+        response.data = error_body(type=exc.type, code=exc.code, detail=str(exc.detail))
+    elif isinstance(exc, exceptions.ValidationError):
+        fields = _validation_fields(exc.detail)
+        response.data = error_body(
+            type="validation_error", code="invalid", detail="The request is invalid.", fields=fields
+        )
+    else:
+        assert isinstance(exc, exceptions.APIException)
+        kind, code = next(
+            (v for k, v in _DRF_TYPES.items() if isinstance(exc, k)),
+            ("invalid_request", str(exc.default_code)),
+        )
+        response.data = error_body(type=kind, code=code, detail=str(exc.detail))
+    return response
+
+
+# --- Django's own error views, for URLs no API view answered -----------------------------
+
+
+def _is_api(request: HttpRequest) -> bool:
+    return request.path.startswith("/api/")
+
+
+def page_not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """handler404: JSON under /api/, Django's page elsewhere."""
+    if _is_api(request):
+        return JsonResponse(
+            error_body(type="not_found", code="not_found", detail="No such resource."), status=404
+        )
+    return defaults.page_not_found(request, exception)  # type: ignore[arg-type]
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """handler500: JSON under /api/, Django's page elsewhere."""
+    if _is_api(request):
+        return JsonResponse(
+            error_body(type="server_error", code="internal_error", detail="Internal server error."),
+            status=500,
+        )
+    return defaults.server_error(request)

@@ -1,3 +1,9 @@
-from django.urls import path  # noqa: F401
+from django.urls import path
 
-urlpatterns: list = []
+from apps.results import views
+
+app_name = "results"
+
+urlpatterns = [
+    path("<str:token>", views.result_download, name="download"),
+]

@@ -1,0 +1,202 @@
+"""Input validation for POST /jobs (contract section 2, "Field bounds").
+
+Strict on purpose: a JSON string is never taken for a number or the reverse, unknown fields are
+refused, and every refusal names its field. The worker checks addresses again at connect time;
+intake only refuses what it can see without DNS (literal private addresses, ``localhost``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from rest_framework import serializers
+
+from apps.jobs.models import Method, Priority
+from apps.scraping.addresses import is_public_address
+
+MAX_URL_LENGTH = 8192
+MAX_HOSTNAME = 253  # DNS limit; jobs.domain holds it
+MAX_HEADERS = 50
+MAX_HEADER_NAME = 256
+MAX_HEADER_VALUE = 8192
+MAX_IDEMPOTENCY_KEY = 255
+
+# RFC 9110 token characters: what a header name may be made of.
+_HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+# Headers the fetcher owns: framing and connection management (a caller-set Content-Length or
+# Transfer-Encoding could desynchronise the request; Host must match the URL we checked).
+FORBIDDEN_HEADERS = frozenset(
+    {
+        "host",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "proxy-authorization",
+        "proxy-authenticate",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "upgrade",
+    }
+)
+
+
+def host_is_refused(host: str) -> bool:
+    """A host we can tell is not public without resolving it: a literal loopback, private,
+    link-local (metadata 169.254.169.254 included), reserved or unspecified address, or
+    ``localhost``. Names are checked by the worker on the address it actually connects to."""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return not is_public_address(ip)
+
+
+def hostname_of(url: str) -> str:
+    """The job's domain: the lowercase hostname, IDNA-encoded (``bücher.de`` → ``xn--bcher-kva.de``)."""
+    host = urlsplit(url).hostname or ""
+    return host.encode("idna").decode("ascii").lower()
+
+
+class StrictCharField(serializers.CharField):
+    """A JSON string, and only a string (DRF's CharField would take 5 or 5.0)."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """A JSON integer, and only an integer (DRF's IntegerField would take "5", 5.0 and true)."""
+
+    default_error_messages = {"invalid": "A whole number is required."}
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+def _http_url(value: str, *, what: str) -> str:
+    if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+        raise serializers.ValidationError(f"{what} must not contain whitespace or control characters.")
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError on a port outside 0..65535 or not a number
+    except ValueError as exc:
+        raise serializers.ValidationError(f"{what} is not a valid URL ({exc}).") from None
+    if parts.scheme.lower() not in ("http", "https"):
+        raise serializers.ValidationError(f"{what} must be an http or https URL.")
+    if not parts.hostname:
+        raise serializers.ValidationError(f"{what} must have a host.")
+    try:
+        domain = hostname_of(value)
+    except UnicodeError:
+        raise serializers.ValidationError(f"{what} has a host name that is not valid IDNA.") from None
+    if len(domain) > MAX_HOSTNAME:
+        raise serializers.ValidationError(f"{what} has a host name longer than {MAX_HOSTNAME} characters.")
+    if not settings.SCRAPEJOBS_ALLOW_PRIVATE_TARGETS and host_is_refused(parts.hostname):
+        raise serializers.ValidationError(
+            f"{what} points at a private, loopback, link-local or reserved address; refused."
+        )
+    return value
+
+
+class JobCreateInput(serializers.Serializer):
+    url = StrictCharField(max_length=MAX_URL_LENGTH, trim_whitespace=False)
+    method = serializers.ChoiceField(choices=Method.choices, default=Method.GET)
+    headers = serializers.DictField(
+        child=StrictCharField(max_length=MAX_HEADER_VALUE, allow_blank=True, trim_whitespace=False),
+        default=dict,
+        help_text=f"Request headers, name → string value; at most {MAX_HEADERS}. Host, Content-Length, "
+        "Transfer-Encoding and connection-management headers are refused (the fetcher sets them).",
+    )
+    body = StrictCharField(
+        required=False, allow_null=True, allow_blank=True, trim_whitespace=False, help_text="POST only."
+    )
+    priority = serializers.ChoiceField(choices=Priority.choices, default=Priority.NORMAL)
+    callback_url = StrictCharField(
+        required=False, allow_null=True, max_length=MAX_URL_LENGTH, trim_whitespace=False
+    )
+    max_attempts = StrictIntegerField(min_value=1, max_value=20, default=5)
+    timeout_s = StrictIntegerField(min_value=1, max_value=300, default=30)
+    max_age_s = StrictIntegerField(
+        min_value=0,
+        max_value=2_592_000,
+        default=0,
+        help_text="Reuse an identical fetch finished at most this many seconds ago; 0: never.",
+    )
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        if not isinstance(data, Mapping):
+            raise serializers.ValidationError(
+                {"non_field_errors": [f"Expected a JSON object, got {type(data).__name__}."]}
+            )
+        unknown = sorted(set(data) - set(self.fields))
+        if unknown:
+            raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
+        return super().to_internal_value(data)
+
+    def validate_url(self, value: str) -> str:
+        return _http_url(value, what="url")
+
+    def validate_callback_url(self, value: str | None) -> str | None:
+        return None if value is None else _http_url(value, what="callback_url")
+
+    def validate_headers(self, value: dict[str, str]) -> dict[str, str]:
+        if len(value) > MAX_HEADERS:
+            raise serializers.ValidationError(f"At most {MAX_HEADERS} headers.")
+        for name, header_value in value.items():
+            if len(name) > MAX_HEADER_NAME or not _HEADER_NAME.match(name):
+                raise serializers.ValidationError(f"{name!r} is not a valid header name.")
+            if name.lower() in FORBIDDEN_HEADERS:
+                raise serializers.ValidationError(f"{name} is set by the fetcher and cannot be given.")
+            if any(c in header_value for c in "\r\n\0"):
+                raise serializers.ValidationError(f"The value of {name} contains a line break or NUL.")
+        return value
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs.get("body") is not None and attrs["method"] != Method.POST:
+            raise serializers.ValidationError({"body": ["A body is only allowed with method POST."]})
+        attrs.setdefault("body", None)
+        attrs.setdefault("callback_url", None)
+        return attrs
+
+
+def request_fingerprint(validated: Mapping[str, Any]) -> str:
+    """SHA-256 of the canonical JSON of the validated request (defaults filled, keys sorted): the
+    same request written with other key order or explicit defaults has the same fingerprint."""
+    canonical = json.dumps(validated, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def idempotency_key_validate(raw: str | None) -> str | None:
+    if raw is None:
+        return None
+    if not 1 <= len(raw) <= MAX_IDEMPOTENCY_KEY or not raw.isprintable():
+        raise serializers.ValidationError(
+            {"Idempotency-Key": [f"Must be 1 to {MAX_IDEMPOTENCY_KEY} printable characters."]}
+        )
+    return raw
+
+
+class LinksOutput(serializers.Serializer):
+    self = serializers.URLField()  # type: ignore[assignment]
+    result = serializers.URLField()
+
+
+class JobCreatedOutput(serializers.Serializer):
+    id = serializers.UUIDField()
+    status = serializers.CharField(help_text='"queued" for a new job; a replay shows the current status.')
+    links = LinksOutput()

@@ -1,0 +1,61 @@
+"""Reads about stored results: the time-limited link to a job's body (contract section 2)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from django.conf import settings
+from django.core.files.storage import FileSystemStorage
+from django.http import HttpRequest
+from django.urls import reverse
+
+from apps.jobs.models import Job
+from apps.results.links import link_token_make
+from apps.results.storage import results_storage
+
+# Contract: result links expire, by default after 1 h, at most after 7 days.
+MAX_LINK_TTL_S = 7 * 86400
+
+
+class ResultGone(Exception):
+    """The job succeeded but its stored body is no longer there (retention removed it): 410."""
+
+
+@dataclass(frozen=True)
+class ResultLink:
+    url: str
+    expires_at: datetime
+
+
+def result_link(*, job: Job, request: HttpRequest | None = None, ttl_s: int | None = None) -> ResultLink:
+    """A signed, expiring link to a succeeded job's body; the caller checks the job succeeded.
+
+    Local storage: ``/results/<token>`` made absolute with ``SCRAPEJOBS_PUBLIC_BASE_URL`` when
+    set (the address clients use, behind a proxy), else from ``request``. S3: a presigned URL.
+    Raises ``ResultGone`` when the job has no stored body or the object was removed."""
+    if not job.result_key:
+        raise ResultGone(f"job {job.id} has no stored result")
+    ttl = min(max(int(ttl_s or settings.SCRAPEJOBS_RESULT_LINK_TTL_S), 1), MAX_LINK_TTL_S)
+    storage = results_storage()
+    # One cheap existence check (a stat, or a HEAD to S3) so a removed body answers 410, not a
+    # link that fails later.
+    if not storage.exists(job.result_key):
+        raise ResultGone(f"the result of job {job.id} was removed")
+    expires = time.time() + ttl
+    if isinstance(storage, FileSystemStorage):
+        token = link_token_make(key=job.result_key, content_type=job.result_content_type, expires_at=expires)
+        url = _absolute(reverse("results:download", kwargs={"token": token}), request)
+    else:
+        # django-storages' S3Storage.url(name, parameters=None, expire=None, http_method=None).
+        url = storage.url(job.result_key, expire=ttl)  # type: ignore[call-arg]
+    return ResultLink(url=url, expires_at=datetime.fromtimestamp(int(expires), tz=UTC))
+
+
+def _absolute(path: str, request: HttpRequest | None) -> str:
+    if settings.PUBLIC_BASE_URL:
+        return settings.PUBLIC_BASE_URL + path
+    if request is not None:
+        return request.build_absolute_uri(path)
+    return path

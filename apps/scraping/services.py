@@ -1,0 +1,139 @@
+"""One attempt at a job, from claim to receipt (contract 3.2-3.5).
+
+``job_run_attempt`` claims the job with a conditional update (a duplicate message gets None and
+does nothing), then, outside any transaction, fetches the URL through the guarded fetcher and
+streams the body into storage while the lease keeper renews the lease; between chunks it stops
+on a cancel (Redis flag) or a lost lease. Whatever happens it hands exactly one ``AttemptFinished``
+receipt to ``receipt_submit``; ``succeeded`` only once the body is stored, with size and SHA-256.
+Whether a failure is retried is the fold's decision (apps.jobs.lifecycle.plan_after_attempt):
+temporary failures go back to ``queued`` while attempts remain.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from apps.jobs.models import AttemptOutcome
+from apps.jobs.receipts import AttemptFinished
+from apps.jobs.redis import cancel_flag_key, state_redis
+from apps.jobs.services import ClaimedJob, job_claim
+from apps.results.storage import ResultStoreFailed, result_store
+from apps.scraping.fetch import FetchError, FetchRequest, fetch_open
+from apps.scraping.leases import LeaseHandle, lease_keeper
+from apps.writer.api import receipt_submit
+
+logger = logging.getLogger(__name__)
+
+# How often, at most, the fetch loop asks Redis whether the job was cancelled.
+CANCEL_CHECK_INTERVAL_S = 0.25
+
+
+class AttemptStopped(Exception):
+    """The attempt was stopped from outside: ``cancelled`` or ``lease_lost``."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def job_run_attempt(*, job_id: uuid.UUID | str, worker: str) -> AttemptFinished | None:
+    """Claim ``job_id`` and run one attempt; None when the claim is not ours (duplicate message,
+    job final or cancelled, or its retry time not yet come)."""
+    claimed = job_claim(job_id=job_id, worker=worker)
+    if claimed is None:
+        logger.info("job %s not claimable (duplicate message or not queued): skipped", job_id)
+        return None
+    receipt = attempt_run(claimed=claimed, worker=worker)
+    receipt_submit(receipt)
+    return receipt
+
+
+def attempt_run(*, claimed: ClaimedJob, worker: str) -> AttemptFinished:
+    """Fetch and store; never raises: every outcome, a bug included, becomes the receipt."""
+    started = time.monotonic()
+
+    def finished(outcome: str, **kw: Any) -> AttemptFinished:
+        return AttemptFinished(
+            job_id=str(claimed.id),
+            attempt=claimed.attempt,
+            outcome=outcome,
+            finished_at=time.time(),
+            duration_ms=int((time.monotonic() - started) * 1000),
+            worker=worker,
+            **kw,
+        )
+
+    request = FetchRequest(
+        method=claimed.method,
+        url=claimed.url,
+        headers=dict(claimed.headers),
+        body=claimed.body,
+        timeout_s=float(claimed.timeout_s),
+    )
+    try:
+        with lease_keeper().hold(job_id=claimed.id, attempt=claimed.attempt, worker=worker) as lease:
+            check = _stop_check(job_id=str(claimed.id), lease=lease)
+            with fetch_open(request=request, check=check) as fetched:
+                stored = result_store(
+                    job_id=claimed.id,
+                    attempt=claimed.attempt,
+                    chunks=fetched.chunks(),
+                    content_type=fetched.content_type,
+                    http_status=fetched.status,
+                )
+        return finished(AttemptOutcome.SUCCEEDED, http_status=stored.http_status, result=stored)
+    except FetchError as e:
+        return finished(
+            AttemptOutcome.PERMANENT if e.permanent else AttemptOutcome.TEMPORARY,
+            error_class=e.error_class,
+            error=e.message,
+            http_status=e.http_status,
+            retry_after_s=e.retry_after_s,
+        )
+    except AttemptStopped as e:
+        if e.reason == "cancelled":
+            return finished(
+                AttemptOutcome.CANCELLED, error_class="cancelled", error="cancelled while running"
+            )
+        return finished(
+            AttemptOutcome.TEMPORARY,
+            error_class="lease_lost",
+            error="the lease expired and the job was taken again; this attempt stopped",
+        )
+    except ResultStoreFailed as e:
+        logger.warning("storing the result of job %s failed", claimed.id, exc_info=True)
+        return finished(AttemptOutcome.TEMPORARY, error_class="storage_error", error=str(e))
+    except Exception as e:  # noqa: BLE001 - a bug must still end the attempt with a receipt
+        logger.exception("attempt %s of job %s crashed", claimed.attempt, claimed.id)
+        return finished(
+            AttemptOutcome.TEMPORARY, error_class="internal_error", error=f"{type(e).__name__}: {e}"
+        )
+
+
+def _stop_check(*, job_id: str, lease: LeaseHandle) -> Callable[[], None]:
+    """The check the fetch calls before each hop and chunk: raises ``AttemptStopped`` once the
+    lease is lost or the job's cancel flag is set (Redis, polled at most every 0.25 s)."""
+    next_poll = 0.0
+    key = cancel_flag_key(job_id)
+
+    def check() -> None:
+        nonlocal next_poll
+        if lease.lost.is_set():
+            raise AttemptStopped("lease_lost")
+        now = time.monotonic()
+        if now < next_poll:
+            return
+        next_poll = now + CANCEL_CHECK_INTERVAL_S
+        try:
+            cancelled = state_redis().exists(key)
+        except Exception:  # noqa: BLE001 - Redis down: keep fetching, the cancel is seen later
+            logger.warning("cancel check for job %s failed", job_id, exc_info=True)
+            return
+        if cancelled:
+            raise AttemptStopped("cancelled")
+
+    return check

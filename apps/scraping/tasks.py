@@ -1,0 +1,38 @@
+"""The scrape task: one message per job, on the queue of its priority (``jobs.<priority>``).
+
+Thin: the message carries the job id only; ``job_run_attempt`` re-reads the job through its claim
+and does nothing for a duplicate. ``acks_late``: a message whose worker died is redelivered, and
+the claim makes that harmless.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from typing import Any
+
+from celery import shared_task
+
+from apps.scraping.services import job_run_attempt
+
+# A job's timeout is at most 300 s (contract 2) and bounds the whole fetch; storing the body
+# comes on top. Note: Celery's threads pool does not enforce time limits; the fetch's own
+# deadline does. They matter when the task runs in a prefork pool.
+SOFT_TIME_LIMIT_S = 300 + 60
+HARD_TIME_LIMIT_S = 300 + 120
+
+
+@shared_task(
+    bind=True,
+    name="apps.scraping.tasks.scrape_job",
+    acks_late=True,
+    ignore_result=True,
+    soft_time_limit=SOFT_TIME_LIMIT_S,
+    time_limit=HARD_TIME_LIMIT_S,
+)
+def scrape_job(self: Any, job_id: str) -> None:
+    # The lease owner starts with the Celery hostname: a stopping worker gives back exactly the
+    # jobs leased under its name (apps.scheduling.shutdown).
+    host = self.request.hostname or socket.gethostname()
+    job_run_attempt(job_id=job_id, worker=f"{host}:{os.getpid()}:{threading.get_ident()}")

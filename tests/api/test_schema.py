@@ -1,0 +1,104 @@
+"""GET /api/v1/schema and /api/v1/docs: the OpenAPI document is valid, matches what the API
+answers, and the docs page is served without any network (FR-1 (submit), FR-2 (status),
+FR-3 (list), FR-4 (history), FR-5 (result), FR-6 (cancel))."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.contrib.staticfiles import finders
+from drf_spectacular.validation import validate_schema
+from rest_framework.test import APIClient
+
+from tests.query import helpers
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def schema() -> dict:
+    r = APIClient().get("/api/v1/schema", {"format": "json"})
+    assert r.status_code == 200
+    return r.json()
+
+
+def test_the_schema_is_served_without_a_token_and_is_valid_openapi_3(schema):
+    assert schema["openapi"].startswith("3.")
+    validate_schema(schema)  # raises on an invalid document
+    from openapi_spec_validator import validate
+
+    validate(schema)
+
+
+def test_the_schema_describes_every_job_operation_with_its_status_codes(schema):
+    paths = schema["paths"]
+    expected = {
+        ("/api/v1/jobs", "post"): {"202", "400", "401", "413", "415", "422", "429"},
+        ("/api/v1/jobs", "get"): {"200", "400", "401", "429"},
+        ("/api/v1/jobs/{job_id}", "get"): {"200", "400", "401", "404", "429"},
+        ("/api/v1/jobs/{job_id}/attempts", "get"): {"200", "401", "404", "429"},
+        ("/api/v1/jobs/{job_id}/result", "get"): {"200", "401", "404", "409", "410", "429"},
+        ("/api/v1/jobs/{job_id}/cancel", "post"): {"200", "202", "401", "404", "409", "429"},
+    }
+    for (path, method), codes in expected.items():
+        op = paths[path][method]
+        assert set(op["responses"]) == codes, (path, method)
+        assert op["security"] == [{"bearerToken": []}]
+    post = paths["/api/v1/jobs"]["post"]
+    assert [p["name"] for p in post["parameters"]] == ["Idempotency-Key"]
+    assert set(post["responses"]["202"]["headers"]) == {"Location", "Idempotent-Replayed"}
+    assert schema["components"]["securitySchemes"]["bearerToken"]["scheme"] == "bearer"
+
+
+def test_the_submit_body_in_the_schema_is_exactly_the_accepted_fields(schema):
+    body = schema["components"]["schemas"]["JobCreateInput"]
+    assert set(body["properties"]) == {
+        "url",
+        "method",
+        "headers",
+        "body",
+        "priority",
+        "callback_url",
+        "max_attempts",
+        "timeout_s",
+        "max_age_s",
+    }
+    assert body["required"] == ["url"]
+    assert (body["properties"]["max_attempts"]["minimum"], body["properties"]["max_attempts"]["maximum"]) == (
+        1,
+        20,
+    )
+    assert body["properties"]["timeout_s"]["maximum"] == 300
+    assert body["properties"]["max_age_s"]["maximum"] == 2_592_000
+
+
+def test_answers_have_exactly_the_fields_the_schema_names(schema, make_tenant):
+    tenant, _, api = make_tenant()
+    job = helpers.failed(tenant)
+    components = schema["components"]["schemas"]
+    detail = api.get(f"/api/v1/jobs/{job.id}").json()
+    assert set(detail) == set(components["JobOutput"]["properties"])
+    assert set(detail["links"]) == set(components["JobLinksOutput"]["properties"])
+    assert set(detail["last_error"]) == set(components["LastErrorOutput"]["properties"])
+    page = api.get("/api/v1/jobs").json()
+    assert set(page) == set(components["JobPageOutput"]["properties"])
+    [attempt] = api.get(f"/api/v1/jobs/{job.id}/attempts").json()["items"]
+    assert set(attempt) == set(components["AttemptOutput"]["properties"])
+    created = api.post("/api/v1/jobs", {"url": "http://a.example/"}, format="json").json()
+    assert set(created) == set(components["JobCreatedOutput"]["properties"])
+    error = api.get("/api/v1/jobs", {"limit": "0"}).json()
+    assert set(error) == set(components["ErrorOutput"]["properties"])
+
+
+def test_the_docs_page_renders_and_loads_only_local_assets():
+    r = APIClient().get("/api/v1/docs")
+    assert r.status_code == 200
+    html = r.content.decode()
+    assert "swagger-ui" in html.lower()
+    assert "/api/v1/schema" in html
+    assert not re.search(r"""(src|href)=["']https?://""", html), "the page must not reach the network"
+    assets = re.findall(r"""(?:src|href)=["']/static/([^"'?]+)""", html)
+    assert assets, html
+    for asset in assets:
+        assert finders.find(asset), asset

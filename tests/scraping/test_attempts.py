@@ -1,0 +1,166 @@
+"""One attempt end to end in this process: claim, fetch, store, receipt, and the job's next state."""
+
+import hashlib
+import threading
+import time
+
+import pytest
+from django.db import connections
+from django.test import override_settings
+
+from apps.jobs.models import Attempt, Job
+from apps.jobs.redis import cancel_flag_key, state_redis
+from apps.jobs.services import attempts_apply_finished, job_cancel, job_claim, job_create
+from apps.results.storage import results_storage
+from apps.scraping.leases import LeaseKeeper
+from apps.scraping.services import job_run_attempt
+from tests.support.procs import wait_for
+from tests.support.target import body_for
+
+
+def _attempt(job_id, worker="w:1:1"):
+    """Run one attempt, then fold its receipt as the writer would (the writer process is not
+    running here; the receipt also went to the Redis stream, flushed after each test)."""
+    receipt = job_run_attempt(job_id=job_id, worker=worker)
+    if receipt is not None:
+        attempts_apply_finished([receipt])
+    return receipt
+
+
+def _job(tenant, url, **kw) -> Job:
+    return job_create(tenant_id=tenant.id, url=url, domain="127.0.0.1", **kw)[0]
+
+
+@pytest.fixture
+def tenant(make_tenant):
+    return make_tenant()[0]
+
+
+@pytest.mark.django_db
+def test_a_successful_attempt_stores_the_body_before_the_job_succeeds(tenant, target):
+    job = _job(tenant, target.url("/bytes/123456"))
+    receipt = _attempt(job.id)
+    job.refresh_from_db()
+    assert receipt.outcome == "succeeded" and job.status == "succeeded"
+    assert job.result_size == 123456 and job.result_sha256 == hashlib.sha256(body_for(123456)).hexdigest()
+    assert job.result_http_status == 200 and job.result_content_type == "application/octet-stream"
+    with results_storage().open(job.result_key, "rb") as fh:
+        assert fh.read() == body_for(123456)
+    attempt = Attempt.objects.get(job=job)
+    assert (attempt.number, attempt.outcome, attempt.worker) == (1, "succeeded", "w:1:1")
+
+
+@pytest.mark.django_db
+def test_a_duplicate_message_does_nothing(tenant, target):
+    job = _job(tenant, target.url("/bytes/10"))
+    assert _attempt(job.id) is not None
+    assert _attempt(job.id, "w:1:2") is None
+    assert len(target.requests_for("/bytes")) == 1
+
+
+@pytest.mark.django_db
+def test_a_404_fails_the_job_at_once(tenant, target):
+    job = _job(tenant, target.url("/status/404"), max_attempts=5)
+    _attempt(job.id)
+    job.refresh_from_db()
+    assert (job.status, job.attempts, job.result_key) == ("failed", 1, None)
+    assert job.last_error == {
+        "class": "http_404",
+        "message": "target answered 404 Not Found",
+        "http_status": 404,
+    }
+    assert Attempt.objects.get(job=job).outcome == "failed_permanent"
+
+
+@pytest.mark.django_db
+def test_a_temporary_failure_goes_back_to_the_queue_while_attempts_remain(tenant, target):
+    job = _job(tenant, target.url("/retry-after/x?fail=5&after=30"), max_attempts=2)
+    _attempt(job.id)
+    job.refresh_from_db()
+    assert (job.status, job.attempts, job.published_at) == ("queued", 1, None)
+    assert 25 <= (job.not_before - Attempt.objects.get(job=job).finished_at).total_seconds() <= 31
+    assert job.last_error["class"] == "http_429"
+
+
+@pytest.mark.django_db
+def test_the_last_temporary_failure_fails_the_job(tenant, target):
+    job = _job(tenant, target.url("/status/503"), max_attempts=1)
+    _attempt(job.id)
+    job.refresh_from_db()
+    assert (job.status, job.last_error["class"]) == ("failed", "http_503")
+    assert Attempt.objects.get(job=job).outcome == "failed_temporary"
+
+
+@pytest.mark.django_db
+@override_settings(SCRAPEJOBS_ALLOW_PRIVATE_TARGETS=False)
+def test_a_private_target_fails_permanently_without_being_contacted(tenant, target):
+    job = _job(tenant, target.url("/bytes/10"))
+    _attempt(job.id)
+    job.refresh_from_db()
+    assert (job.status, job.last_error["class"]) == ("failed", "address_refused")
+    assert target.requests == []
+
+
+@pytest.mark.django_db
+def test_a_storage_failure_is_a_temporary_failure(tenant, target, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    backend = {
+        "BACKEND": "django.core.files.storage.FileSystemStorage",
+        "OPTIONS": {"location": str(blocker)},
+    }
+    job = _job(tenant, target.url("/bytes/10"), max_attempts=3)
+    with override_settings(STORAGES={"default": backend, "results": backend}):
+        receipt = _attempt(job.id)
+    job.refresh_from_db()
+    assert (receipt.outcome, receipt.error_class, job.status) == (
+        "failed_temporary",
+        "storage_error",
+        "queued",
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_running_attempt_stops_soon_after_a_cancel(tenant, target):
+    job = _job(tenant, target.url("/drip?n=200&delay=0.05"))
+    receipts = []
+
+    def run() -> None:
+        try:
+            receipts.append(_attempt(job.id))
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    wait_for(lambda: target.requests_for("/drip"), 10, what="the fetch to start")
+    assert job_cancel(job_id=job.id) == "cancel_requested"
+    asked = time.monotonic()
+    thread.join(10)
+    assert time.monotonic() - asked < 2  # the drip alone would take 10 s
+    job.refresh_from_db()
+    assert receipts[0].outcome == "cancelled" and job.status == "cancelled"
+    assert Attempt.objects.get(job=job).outcome == "cancelled"
+
+
+@pytest.mark.django_db
+def test_a_cancel_flag_set_before_the_fetch_stops_it_before_the_target_is_asked(tenant, target):
+    job = _job(tenant, target.url("/bytes/10"))
+    state_redis().set(cancel_flag_key(str(job.id)), "1")
+    assert _attempt(job.id).outcome == "cancelled"
+    assert target.requests == []
+
+
+@pytest.mark.django_db
+def test_the_lease_keeper_renews_held_leases_and_flags_a_lost_one(tenant):
+    job = _job(tenant, "http://example.test/")
+    claimed = job_claim(job_id=job.id, worker="w:1:1")
+    keeper = LeaseKeeper(interval_s=3600)  # driven by hand below
+    with keeper.hold(job_id=claimed.id, attempt=claimed.attempt, worker="w:1:1") as lease:
+        before = Job.objects.get(id=job.id).lease_expires_at
+        keeper.renew_all()
+        assert Job.objects.get(id=job.id).lease_expires_at > before and not lease.lost.is_set()
+        # The sweeper gave the job to someone else (a newer attempt): our renewal must fail.
+        Job.objects.filter(id=job.id).update(attempts=2, lease_owner="other")
+        keeper.renew_all()
+        assert lease.lost.is_set()
