@@ -1,7 +1,7 @@
 # The two commands: `make run` and `make test`. Both work on a fresh machine with only Python 3.11:
 # without DATABASE_URL / REDIS_URL they start embedded PostgreSQL and Redis themselves.
 SHELL := /bin/bash
-PY ?= python3.11
+PY ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 .PHONY: run test lint bench install clean
 
 $(STAMP): requirements.txt requirements-dev.txt
-	@command -v $(PY) >/dev/null || { echo "need $(PY) on PATH (or make PY=/path/to/python3.11)"; exit 1; }
+	@$(PY) -c "import sys; assert sys.version_info[:2] == (3, 11), sys.version" || { echo "need Python 3.11 (make PY=/path/to/python3.11)"; exit 1; }
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check -U pip
 	$(BIN)/pip install -q --disable-pip-version-check -r requirements-dev.txt

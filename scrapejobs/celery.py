@@ -32,6 +32,14 @@ def _beat_schedule() -> dict:
     from django.conf import settings  # noqa: PLC0415 - settings are read once Django is set up
 
     return {
+        # Leased receipts writer (apps/writer), every SCRAPEJOBS_WRITER_FLUSH_INTERVAL_S. If it stops:
+        # workers' receipts pile up in the Redis stream sj:receipts and jobs stay `running` (lag
+        # grows in `manage.py writer_status`); nothing is lost, they are applied once it runs again.
+        "writer-flush": {
+            "task": "apps.writer.tasks.writer_flush",
+            "schedule": settings.SCRAPEJOBS_WRITER_FLUSH_INTERVAL_S,
+            "options": {"queue": CONTROL_QUEUE, "expires": max(settings.SCRAPEJOBS_WRITER_FLUSH_INTERVAL_S * 2, 2)},
+        },
         # Outbox publisher. If it stops: accepted jobs are never sent to workers (intake still
         # answers 202, jobs sit in `queued` with an empty published_at; age of oldest job grows).
         "outbox-publish": {
@@ -44,7 +52,27 @@ def _beat_schedule() -> dict:
         "stuck-sweep": {
             "task": "apps.scheduling.tasks.sweep_stuck_jobs",
             "schedule": settings.SCRAPEJOBS_SWEEP_INTERVAL_S,
-            "options": {"expires": max(settings.SCRAPEJOBS_SWEEP_INTERVAL_S * 2, 10)},
+            "options": {"queue": CONTROL_QUEUE, "expires": max(settings.SCRAPEJOBS_SWEEP_INTERVAL_S * 2, 10)},
+        },
+        # End-of-job outbox. If it stops: jobs that became final are never announced (no webhook
+        # deliveries are created; final jobs pile up with an empty final_published_at).
+        "webhooks-enqueue-final": {
+            "task": "apps.webhooks.tasks.webhooks_enqueue_final",
+            "schedule": settings.SCRAPEJOBS_WEBHOOK_INTERVAL_S,
+            "options": {
+                "queue": CONTROL_QUEUE,
+                "expires": max(settings.SCRAPEJOBS_WEBHOOK_INTERVAL_S * 5, 5),
+            },
+        },
+        # Webhook deliverer (queue `webhooks`). If it stops: deliveries stay pending, callbacks
+        # are not called (polling still shows every final state).
+        "webhooks-deliver-due": {
+            "task": "apps.webhooks.tasks.webhooks_deliver_due",
+            "schedule": settings.SCRAPEJOBS_WEBHOOK_INTERVAL_S,
+            "options": {
+                "queue": WEBHOOK_QUEUE,
+                "expires": max(settings.SCRAPEJOBS_WEBHOOK_INTERVAL_S * 5, 5),
+            },
         },
     }
 

@@ -38,6 +38,7 @@ def plan_after_attempt(
     now: datetime,
     base: float,
     cap: float,
+    rng: random.Random | None = None,
 ) -> NextState:
     """The job's state after attempt ``attempt`` ended with ``outcome``.
 
@@ -53,7 +54,7 @@ def plan_after_attempt(
         return NextState(JobStatus.CANCELLED)
     if outcome == AttemptOutcome.PERMANENT or attempt >= max_attempts:
         return NextState(JobStatus.FAILED)
-    delay = backoff_seconds(attempt=attempt, base=base, cap=cap)
+    delay = backoff_seconds(attempt=attempt, base=base, cap=cap, rng=rng)
     if retry_after_s is not None:
         delay = max(delay, retry_after_s)
     return NextState(JobStatus.QUEUED, now + timedelta(seconds=delay))

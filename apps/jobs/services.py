@@ -6,6 +6,7 @@ there first"); no network I/O happens inside any transaction here.
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from collections.abc import Iterable, Sequence
@@ -13,13 +14,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import psycopg
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from apps.jobs.lifecycle import plan_after_attempt
-from apps.jobs.models import FINAL_STATUSES, Attempt, AttemptOutcome, Job, JobStatus
+from apps.jobs.models import FINAL_STATUSES, AttemptOutcome, Job, JobStatus
 from apps.jobs.receipts import AttemptFinished
 from apps.jobs.redis import cancel_flag_key, state_redis
 
@@ -243,76 +245,185 @@ def _ts(unix: float) -> datetime:
 
 @dataclass
 class ApplyStats:
-    applied: int = 0
-    stale: int = 0
+    applied: int = 0  # receipts that moved their job
+    stale: int = 0  # receipts that moved nothing (duplicates, older attempts, final jobs)
 
 
-def attempts_apply_finished(receipts: Sequence[AttemptFinished]) -> ApplyStats:
-    """Fold finished-attempt receipts into the ledger, in one transaction.
+def attempts_apply_finished(
+    receipts: Sequence[AttemptFinished], *, timeout_s: float | None = None
+) -> ApplyStats:
+    """Fold finished-attempt receipts into the ledger, in one transaction of four statements
+    whatever the number of receipts (the leased writer calls it once per batch).
 
     The rule for replays and stale receipts (contract section 5, FR-W2 in REQUIREMENTS.md):
+    - receipts are keyed by ``(job_id, attempt)``; within one call the first receipt of a key
+      wins and later ones are ignored;
     - the attempt row is written only while it is still open (``finished_at IS NULL``), so a
       replay changes nothing;
     - the job moves only if it is still ``running`` with ``attempts`` equal to the receipt's
       attempt (the fencing token). A receipt for an older attempt, or for a job that is already
       final, leaves the job alone: the first final state wins.
+
+    ``timeout_s`` bounds the transaction (statement and idle-in-transaction timeouts, SET LOCAL).
     """
+    unique: dict[tuple[str, int], AttemptFinished] = {}
+    for r in receipts:
+        unique.setdefault((str(r.job_id), int(r.attempt)), r)
+    batch = list(unique.values())
     stats = ApplyStats()
-    finals: list[str] = []
+    if not batch:
+        return stats
     with transaction.atomic():
-        for r in receipts:
-            finished = _ts(r.finished_at)
-            Attempt.objects.filter(job_id=r.job_id, number=r.attempt, finished_at__isnull=True).update(
-                finished_at=finished,
-                outcome=r.outcome,
-                http_status=r.http_status,
-                error_class=r.error_class,
-                error=(r.error or None) and r.error[:2000],
-                duration_ms=r.duration_ms,
-            )
-            job = (
-                Job.objects.select_for_update()
-                .filter(id=r.job_id, status=JobStatus.RUNNING, attempts=r.attempt)
-                .only("id", "max_attempts", "cancel_requested_at")
-                .first()
-            )
-            if job is None:
-                stats.stale += 1
-                continue
-            nxt = plan_after_attempt(
-                outcome=r.outcome,
-                attempt=r.attempt,
-                max_attempts=job.max_attempts,
-                cancel_requested=job.cancel_requested_at is not None,
-                retry_after_s=r.retry_after_s,
-                now=finished,
-                base=settings.SCRAPEJOBS_RETRY_BASE_S,
-                cap=settings.SCRAPEJOBS_RETRY_CAP_S,
-            )
-            changes: dict[str, Any] = {
-                "status": nxt.status,
-                "lease_owner": None,
-                "lease_expires_at": None,
-                "last_error": _last_error(r),
-            }
-            if r.result is not None and nxt.status == JobStatus.SUCCEEDED:
-                changes.update(
-                    result_key=r.result.key,
-                    result_size=r.result.size,
-                    result_sha256=r.result.sha256,
-                    result_content_type=r.result.content_type,
-                    result_http_status=r.result.http_status,
-                    result_stored_at=finished,
+        connection.ensure_connection()
+        # A plain psycopg cursor binds parameters server-side; Django's cursor binds them
+        # client-side, quoting every array element in Python (more costly than the statements).
+        cur = psycopg.Cursor(connection.connection)
+        # Pipeline mode: the first three statements go in one round trip, the job UPDATE (with
+        # its NOTIFY) in a second one, then COMMIT.
+        with connection.connection.pipeline():
+            if timeout_s is not None:
+                ms = str(max(1, int(timeout_s * 1000)))
+                cur.execute(
+                    "SELECT set_config('statement_timeout', %s, true),"
+                    " set_config('idle_in_transaction_session_timeout', %s, true)",
+                    [ms, ms],
                 )
-            if nxt.status in FINAL_STATUSES:
-                changes.update(finished_at=finished, final_published_at=None, not_before=None)
-                finals.append(str(r.job_id))
-            else:  # back to the queue: republish once not_before has passed
-                changes.update(not_before=nxt.not_before, published_at=None)
-            Job.objects.filter(id=r.job_id, status=JobStatus.RUNNING, attempts=r.attempt).update(**changes)
-            stats.applied += 1
-        _notify_final(finals)
+            _attempts_close(cur, batch)
+            # Lock the batch's running jobs in id order (claims and cancels lock single rows, so
+            # a consistent order here is all that keeps two batches from deadlocking).
+            cur.execute(
+                "SELECT id::text, attempts, max_attempts, cancel_requested_at IS NOT NULL FROM jobs_job"
+                " WHERE id = ANY(%b::uuid[]) AND status = 'running' ORDER BY id FOR UPDATE",
+                [sorted({r.job_id for r in batch})],
+            )
+            running = {row[0]: row[1:] for row in cur.fetchall()}
+        moves = [
+            _job_move(r, max_attempts=row[1], cancel_requested=row[2])
+            for r in batch
+            if (row := running.get(str(r.job_id))) is not None and row[0] == r.attempt
+        ]
+        _jobs_move(cur, moves)
+        cur.close()
+        stats.applied = len(moves)
+        stats.stale = len(receipts) - stats.applied
     return stats
+
+
+def _attempts_close(cur: Any, batch: Sequence[AttemptFinished]) -> None:
+    """Close the batch's attempt rows: one multi-row UPDATE, open rows only (replays no-op)."""
+    cur.execute(
+        """
+        UPDATE jobs_attempt AS a
+           SET finished_at = v.finished_at, outcome = v.outcome, http_status = v.http_status,
+               error_class = v.error_class, error = v.error, duration_ms = v.duration_ms
+          FROM unnest(%b::uuid[], %b::int[], %b::timestamptz[], %b::text[], %b::int[], %b::text[],
+                      %b::text[], %b::bigint[])
+               AS v(job_id, number, finished_at, outcome, http_status, error_class, error, duration_ms)
+         WHERE a.job_id = v.job_id AND a.number = v.number AND a.finished_at IS NULL
+        """,
+        [
+            [str(r.job_id) for r in batch],
+            [r.attempt for r in batch],
+            [_ts(r.finished_at) for r in batch],
+            [r.outcome for r in batch],
+            [r.http_status for r in batch],
+            [r.error_class for r in batch],
+            [(r.error or None) and r.error[:2000] for r in batch],
+            [r.duration_ms for r in batch],
+        ],
+    )
+
+
+@dataclass(frozen=True)
+class _Move:
+    receipt: AttemptFinished
+    status: str
+    final: bool
+    not_before: datetime | None
+    last_error: str | None  # JSON text
+
+
+def _job_move(r: AttemptFinished, *, max_attempts: int, cancel_requested: bool) -> _Move:
+    finished = _ts(r.finished_at)
+    nxt = plan_after_attempt(
+        outcome=r.outcome,
+        attempt=r.attempt,
+        max_attempts=max_attempts,
+        cancel_requested=cancel_requested,
+        retry_after_s=r.retry_after_s,
+        now=finished,
+        base=settings.SCRAPEJOBS_RETRY_BASE_S,
+        cap=settings.SCRAPEJOBS_RETRY_CAP_S,
+    )
+    final = nxt.status in FINAL_STATUSES
+    err = _last_error(r)
+    return _Move(
+        receipt=r,
+        status=nxt.status,
+        final=final,
+        # Final: no retry wait. Back to the queue: republished once not_before has passed.
+        not_before=None if final else nxt.not_before,
+        last_error=None if err is None else json.dumps(err),
+    )
+
+
+def _jobs_move(cur: Any, moves: Sequence[_Move]) -> list[str]:
+    """Apply the planned moves in one multi-row UPDATE, fenced again by status and attempt, and
+    NOTIFY (delivered on commit) the jobs that became final; returns their ids."""
+    if not moves:
+        return []
+
+    def result(m: _Move, attr: str) -> Any:
+        r = m.receipt.result
+        return getattr(r, attr) if r is not None and m.status == JobStatus.SUCCEEDED else None
+
+    cur.execute(
+        """
+        WITH moved AS (
+        UPDATE jobs_job AS j
+           SET status = v.status, lease_owner = NULL, lease_expires_at = NULL,
+               last_error = v.last_error::jsonb,
+               result_key = CASE WHEN v.has_result THEN v.result_key ELSE j.result_key END,
+               result_size = CASE WHEN v.has_result THEN v.result_size ELSE j.result_size END,
+               result_sha256 = CASE WHEN v.has_result THEN v.result_sha256 ELSE j.result_sha256 END,
+               result_content_type = CASE WHEN v.has_result THEN v.result_content_type
+                                          ELSE j.result_content_type END,
+               result_http_status = CASE WHEN v.has_result THEN v.result_http_status
+                                         ELSE j.result_http_status END,
+               result_stored_at = CASE WHEN v.has_result THEN v.finished_at ELSE j.result_stored_at END,
+               finished_at = CASE WHEN v.final THEN v.finished_at ELSE j.finished_at END,
+               final_published_at = CASE WHEN v.final THEN NULL ELSE j.final_published_at END,
+               published_at = CASE WHEN v.final THEN j.published_at ELSE NULL END,
+               not_before = v.not_before,
+               updated_at = now()
+          FROM unnest(%b::uuid[], %b::int[], %b::text[], %b::bool[], %b::timestamptz[], %b::text[],
+                      %b::timestamptz[], %b::bool[], %b::text[], %b::bigint[], %b::text[], %b::text[],
+                      %b::int[])
+               AS v(id, attempt, status, final, not_before, last_error, finished_at, has_result,
+                    result_key, result_size, result_sha256, result_content_type, result_http_status)
+         WHERE j.id = v.id AND j.status = 'running' AND j.attempts = v.attempt
+     RETURNING j.id::text AS id, v.final AS final
+        )
+        SELECT id, final, CASE WHEN final THEN pg_notify(%b, id) END FROM moved
+        """,
+        [
+            [str(m.receipt.job_id) for m in moves],
+            [m.receipt.attempt for m in moves],
+            [str(m.status) for m in moves],
+            [m.final for m in moves],
+            [m.not_before for m in moves],
+            [m.last_error for m in moves],
+            [_ts(m.receipt.finished_at) for m in moves],
+            [result(m, "key") is not None for m in moves],
+            [result(m, "key") for m in moves],
+            [result(m, "size") for m in moves],
+            [result(m, "sha256") for m in moves],
+            [result(m, "content_type") for m in moves],
+            [result(m, "http_status") for m in moves],
+            JOB_FINAL_CHANNEL,
+        ],
+    )
+    return [job_id for job_id, final, _ in cur.fetchall() if final]
 
 
 def _last_error(r: AttemptFinished) -> dict[str, Any] | None:

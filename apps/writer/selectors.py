@@ -1,0 +1,120 @@
+"""Reads of the writer's state in Redis, for the admin page and ``manage.py writer_status``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from apps.writer.services import (
+    BATCHES,
+    DEAD_LETTERS,
+    FIELD,
+    GROUP,
+    LEASE_KEY,
+    RETRY_AT,
+    STREAM,
+    TOTALS,
+    writer_redis,
+)
+
+
+@dataclass(frozen=True)
+class WriterStatus:
+    lag_ms: int  # age of the oldest receipt not yet applied (0: none)
+    stream_length: int  # receipts not yet applied (applied ones are deleted from the stream)
+    pending: int  # read by a writer, not yet acknowledged (in flight, or waiting for a retry)
+    unread: int  # not yet read by any writer
+    waiting_retry: int  # failed at least once, waiting for their backoff
+    dead_letters: int
+    lease_holder: str | None
+    lease_ttl_ms: int | None
+    last_batches: list[dict[str, Any]] = field(default_factory=list)  # newest first
+    totals: dict[str, int] = field(default_factory=dict)
+
+    def lines(self) -> list[tuple[str, object]]:
+        sizes = [b["size"] for b in self.last_batches]
+        return [
+            ("lag_ms", self.lag_ms),
+            ("stream_length", self.stream_length),
+            ("pending", self.pending),
+            ("unread", self.unread),
+            ("waiting_retry", self.waiting_retry),
+            ("dead_letters", self.dead_letters),
+            ("lease_holder", self.lease_holder or "-"),
+            ("lease_ttl_ms", self.lease_ttl_ms if self.lease_ttl_ms is not None else "-"),
+            ("last_batch_sizes", " ".join(map(str, sizes)) or "-"),
+            ("mean_batch_size", round(sum(sizes) / len(sizes), 1) if sizes else "-"),
+            *((f"total_{k}", v) for k, v in sorted(self.totals.items())),
+        ]
+
+
+def writer_status() -> WriterStatus:
+    r = writer_redis()
+    pipe = r.pipeline(transaction=False)
+    pipe.time()
+    pipe.xlen(STREAM)
+    pipe.xrange(STREAM, count=1)
+    pipe.zcard(RETRY_AT)
+    pipe.xlen(DEAD_LETTERS)
+    pipe.get(LEASE_KEY)
+    pipe.pttl(LEASE_KEY)
+    pipe.lrange(BATCHES, 0, 19)
+    pipe.hgetall(TOTALS)
+    (secs, micros), length, first, waiting, dead, holder, ttl, batches, totals = pipe.execute()
+    pending = 0
+    try:
+        pending = int(r.xpending(STREAM, GROUP)["pending"])
+    except redis.ResponseError:  # no group yet: no writer ever ran
+        pass
+    now_ms = secs * 1000 + micros // 1000
+    # Ids are "<ms>-<seq>" and applied receipts are deleted, so the first id dates the oldest one.
+    lag = max(0, now_ms - int(first[0][0].split("-")[0])) if first else 0
+    return WriterStatus(
+        lag_ms=lag,
+        stream_length=length,
+        pending=pending,
+        unread=max(0, length - pending),
+        waiting_retry=waiting,
+        dead_letters=dead,
+        lease_holder=holder,
+        lease_ttl_ms=ttl if ttl and ttl > 0 else None,
+        last_batches=[json.loads(b) for b in batches],
+        totals={k: int(v) for k, v in totals.items()},
+    )
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    id: str
+    receipt: dict[str, Any] | None  # None: the receipt could not be decoded (see raw)
+    raw: str
+    error: str
+    attempts: int
+    failed_at: str
+    stream_id: str
+
+
+def dead_letters_list(*, limit: int = 200) -> list[DeadLetter]:
+    """The newest dead letters first."""
+    out = []
+    for entry_id, fields in writer_redis().xrevrange(DEAD_LETTERS, count=limit):
+        raw = fields.get(FIELD, "")
+        try:
+            receipt = json.loads(raw)
+        except ValueError:
+            receipt = None
+        out.append(
+            DeadLetter(
+                id=entry_id,
+                receipt=receipt if isinstance(receipt, dict) else None,
+                raw=raw,
+                error=fields.get("error", ""),
+                attempts=int(fields.get("attempts", 0)),
+                failed_at=fields.get("failed_at", ""),
+                stream_id=fields.get("stream_id", ""),
+            )
+        )
+    return out

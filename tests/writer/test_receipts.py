@@ -1,0 +1,145 @@
+"""FR-W1 (receipts go to Redis, not to the database) and FR-W2 (the fold is idempotent and the
+first final state wins), through the stream and the writer's flush."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from django.core.management import call_command
+
+from apps.jobs.models import Attempt, Job, JobStatus
+from apps.jobs.services import job_claim, job_create
+from apps.writer.api import receipt_submit
+from apps.writer.services import FIELD, STREAM, writer_flush_once
+from apps.writer.services import writer_redis as state_redis
+from tests.writer.helpers import RunningJob, new_id, receipt, running_jobs_create
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _claimed_job(make_tenant) -> str:  # type: ignore[no-untyped-def]
+    tenant, _, _ = make_tenant()
+    job, _ = job_create(tenant_id=tenant.id, url="http://target.test/a", domain="target.test")
+    assert job_claim(job_id=job.id, worker="w1") is not None
+    return str(job.id)
+
+
+def test_submitting_a_receipt_appends_it_to_the_stream_without_touching_the_database(
+    make_tenant, django_assert_num_queries
+) -> None:
+    """FR-W1: one XADD carrying the natural key; the job changes only when the writer runs."""
+    job_id = _claimed_job(make_tenant)
+    with django_assert_num_queries(0):
+        entry_id = receipt_submit(receipt(job_id, 1))
+    [(got_id, fields)] = state_redis().xrange(STREAM)
+    assert got_id == entry_id
+    body = json.loads(fields[FIELD])
+    assert (body["job_id"], body["attempt"], body["kind"]) == (job_id, 1, "attempt_finished")
+    assert Job.objects.get(id=job_id).status == JobStatus.RUNNING
+
+    stats = writer_flush_once()
+    assert (stats.held, stats.acked, stats.applied) == (True, 1, 1)
+    assert Job.objects.get(id=job_id).status == JobStatus.SUCCEEDED
+    assert state_redis().xlen(STREAM) == 0  # applied receipts leave the stream
+
+
+def test_a_stale_attempt_receipt_cannot_move_a_finished_job(make_tenant) -> None:
+    """FR-W2: after attempt 1 succeeded, a later receipt for attempt 1 saying it failed changes
+    neither the job nor the attempt row (the first final state wins)."""
+    job_id = _claimed_job(make_tenant)
+    receipt_submit(receipt(job_id, 1, "succeeded"))
+    writer_flush_once()
+    before = Job.objects.values().get(id=job_id)
+    receipt_submit(receipt(job_id, 1, "failed_permanent", finished_at=time.time()))
+    stats = writer_flush_once()
+    assert (stats.acked, stats.applied, stats.stale) == (1, 0, 1)
+    assert Job.objects.values().get(id=job_id) == before
+    assert Attempt.objects.get(job_id=job_id, number=1).outcome == "succeeded"
+
+
+def test_a_receipt_for_an_older_attempt_cannot_move_the_job_of_a_newer_one() -> None:
+    """FR-W2: the attempt number is the fencing token. The late receipt of an abandoned attempt
+    closes its own row but leaves the job, now on attempt 2, alone."""
+    spec = RunningJob(id=new_id(), attempt=2, max_attempts=5, open_earlier=(1,))
+    running_jobs_create([spec])
+    receipt_submit(receipt(spec.id, 1, "failed_permanent"))
+    assert writer_flush_once().stale == 1
+    job = Job.objects.get(id=spec.id)
+    assert (job.status, job.attempts, job.lease_owner) == (JobStatus.RUNNING, 2, "w")
+    assert Attempt.objects.get(job_id=spec.id, number=1).outcome == "failed_permanent"
+    assert Attempt.objects.get(job_id=spec.id, number=2).outcome is None
+
+    receipt_submit(receipt(spec.id, 2, "succeeded"))
+    assert writer_flush_once().applied == 1
+    assert Job.objects.get(id=spec.id).status == JobStatus.SUCCEEDED
+
+
+def test_within_one_batch_the_first_receipt_of_a_natural_key_wins(settings) -> None:
+    """FR-W2: a success and a contradicting receipt for the same attempt in one batch: one is
+    applied (the first), the other is acknowledged with it."""
+    settings.SCRAPEJOBS_DATABASE_WRITER_CONCURRENCY = 1
+    spec = RunningJob(id=new_id(), attempt=1, max_attempts=5)
+    running_jobs_create([spec])
+    receipt_submit(receipt(spec.id, 1, "succeeded"))
+    receipt_submit(receipt(spec.id, 1, "failed_permanent"))
+    receipt_submit(receipt(spec.id, 1, "succeeded"))
+    stats = writer_flush_once()
+    assert (stats.read, stats.acked, stats.applied, stats.transactions) == (3, 3, 1, 1)
+    assert Job.objects.get(id=spec.id).status == JobStatus.SUCCEEDED
+    assert Attempt.objects.get(job_id=spec.id, number=1).outcome == "succeeded"
+
+
+def test_receipts_are_applied_in_batches_of_at_most_batch_size_split_by_job(settings) -> None:
+    """The writer applies BATCH_SIZE receipts per transaction over CONCURRENCY connections."""
+    settings.SCRAPEJOBS_DATABASE_WRITER_BATCH_SIZE = 25
+    settings.SCRAPEJOBS_DATABASE_WRITER_CONCURRENCY = 3
+    specs = [RunningJob(id=new_id(), attempt=1, max_attempts=5) for _ in range(300)]
+    running_jobs_create(specs)
+    for s in specs:
+        receipt_submit(receipt(s.id, 1))
+    stats = writer_flush_once()
+    assert (stats.acked, stats.applied) == (300, 300)
+    assert 12 <= stats.transactions <= 12 + 3 * 4  # 300/25, plus partial batches per connection
+    assert Job.objects.filter(status=JobStatus.SUCCEEDED).count() == 300
+
+
+def test_writer_status_reports_lag_backlog_and_batches(capsys) -> None:
+    """Visibility: `manage.py writer_status` shows the lag of unapplied receipts, then the
+    batch sizes once the writer ran."""
+    specs = [RunningJob(id=new_id(), attempt=1, max_attempts=5) for _ in range(3)]
+    running_jobs_create(specs)
+    for s in specs:
+        receipt_submit(receipt(s.id, 1))
+    time.sleep(0.05)
+    call_command("writer_status")
+    out = dict(line.split(": ", 1) for line in capsys.readouterr().out.splitlines())
+    assert (out["stream_length"], out["unread"], out["dead_letters"]) == ("3", "3", "0")
+    assert int(out["lag_ms"]) >= 50
+
+    writer_flush_once()
+    call_command("writer_status")
+    out = dict(line.split(": ", 1) for line in capsys.readouterr().out.splitlines())
+    assert (out["stream_length"], out["lag_ms"], out["last_batch_sizes"]) == ("0", "0", "3")
+
+
+def test_jobs_made_final_by_the_writer_are_announced_on_commit() -> None:
+    """FR-W2: the batch transaction NOTIFYs `scrapejobs_job_final` for each job it made final
+    (what `?wait=` listens to), and not for a job sent back to the queue."""
+    import psycopg
+    from django.db import connection
+
+    final, retried = (RunningJob(id=new_id(), attempt=1, max_attempts=5) for _ in range(2))
+    running_jobs_create([final, retried])
+    s = connection.settings_dict
+    with psycopg.connect(
+        host=s["HOST"] or None, port=s["PORT"] or None, user=s["USER"], dbname=s["NAME"], autocommit=True
+    ) as listener:
+        listener.execute("LISTEN scrapejobs_job_final")
+        receipt_submit(receipt(final.id, 1, "failed_permanent"))
+        receipt_submit(receipt(retried.id, 1, "failed_temporary"))
+        assert writer_flush_once().applied == 2
+        heard = [n.payload for n in listener.notifies(timeout=2, stop_after=2)]
+    assert heard == [final.id]
+    assert Job.objects.get(id=retried.id).status == JobStatus.QUEUED
