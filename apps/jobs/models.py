@@ -127,7 +127,7 @@ class Job(models.Model):
                 condition=Q(status="queued", published_at__isnull=False),
                 name="jobs_published_untaken",
             ),
-            # outbox_publish_final (apps/publishing/services.py): final jobs whose end is not
+            # webhooks_enqueue_final (apps/webhooks/services.py): final jobs whose end is not
             # yet announced (webhooks).
             models.Index(
                 fields=["finished_at"],

@@ -1,0 +1,262 @@
+"""Webhook deliveries (contract 2, "Webhook"; FR-7; seed 002 step 15).
+
+The flow, each step a short transaction and no network I/O inside any of them:
+
+1. ``webhooks_enqueue_final``: the end-of-job outbox. Whatever made a job final set its
+   ``final_published_at`` to NULL in the same write; this turns such jobs into delivery rows (for
+   those with a ``callback_url``) and stamps them, in one transaction.
+2. ``webhook_deliveries_claim_due``: a deliverer claims due deliveries (SKIP LOCKED) and pushes
+   their due time out by a short lease, so a deliverer that dies mid-call only delays them.
+3. ``webhook_post`` (apps/webhooks/sending.py) makes the call, outside any transaction.
+4. ``webhook_attempt_record`` logs the attempt and plans the next one, fenced on the attempt
+   number: a deliverer whose claim lease ran out cannot overwrite a newer attempt.
+
+Retry schedule (``SCRAPEJOBS_WEBHOOK_RETRY_SCHEDULE_S``, each delay +-20% jitter): 10 s, 30 s,
+2 min, 10 min, 30 min, 1 h, 2 h, 4 h, 8 h, so 10 attempts over about 15 h 45 min; then the
+delivery is ``failed`` and an operator can redeliver it from the admin.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from apps.webhooks.models import DeliveryStatus, WebhookAttempt, WebhookDelivery
+from apps.webhooks.sending import PostOutcome, webhook_post
+from apps.webhooks.signing import SIGNATURE_HEADER, signature_header
+
+logger = logging.getLogger(__name__)
+
+ENQUEUE_BATCH_SIZE = 500
+# How long a claimed delivery stays invisible to other deliverers: one call's bound plus margin.
+CLAIM_MARGIN_S = 30.0
+JITTER = 0.2
+
+
+def webhook_body(*, job_id: uuid.UUID | str, status: str, finished_at: datetime | None) -> str:
+    """The event: ``{id, status, finished_at}`` (contract 2), compact JSON."""
+    payload = {
+        "id": str(job_id),
+        "status": status,
+        "finished_at": finished_at.isoformat().replace("+00:00", "Z") if finished_at else None,
+    }
+    return json.dumps(payload, separators=(",", ":"))
+
+
+def webhooks_enqueue_final(*, batch_size: int = ENQUEUE_BATCH_SIZE) -> int:
+    """Turn jobs that became final into deliveries; returns how many deliveries were created.
+
+    A job that is requeued and ends again is final again with ``final_published_at`` NULL, and
+    gets a second delivery announcing its new final state."""
+    created = 0
+    while True:
+        with transaction.atomic(), connection.cursor() as cur:
+            # Uses the partial index jobs_final_unannounced. SKIP LOCKED: two runs split the rows,
+            # and a row locked for a requeue right now waits for the next tick.
+            cur.execute(
+                """
+                SELECT id, status, finished_at, callback_url
+                  FROM jobs_job
+                 WHERE status IN ('succeeded', 'failed', 'cancelled') AND final_published_at IS NULL
+                 ORDER BY finished_at
+                 LIMIT %s
+                   FOR UPDATE SKIP LOCKED
+                """,
+                [batch_size],
+            )
+            rows = cur.fetchall()
+            if not rows:
+                return created
+            now = timezone.now()
+            deliveries = [
+                WebhookDelivery(
+                    job_id=job_id,
+                    event=status,
+                    url=callback_url,
+                    body=webhook_body(job_id=job_id, status=status, finished_at=finished_at),
+                    created_at=now,
+                    next_attempt_at=now,
+                )
+                for job_id, status, finished_at, callback_url in rows
+                if callback_url
+            ]
+            WebhookDelivery.objects.bulk_create(deliveries)
+            cur.execute(
+                "UPDATE jobs_job SET final_published_at = %s WHERE id = ANY(%s::uuid[])",
+                [now, [str(r[0]) for r in rows]],
+            )
+            created += len(deliveries)
+        if len(rows) < batch_size:
+            return created
+
+
+@dataclass(frozen=True)
+class ClaimedDelivery:
+    id: int
+    attempt: int
+    url: str
+    body: str
+    secret: str
+
+
+def webhook_deliveries_claim_due(*, limit: int, now: datetime | None = None) -> list[ClaimedDelivery]:
+    """Claim up to ``limit`` due deliveries: attempt + 1 and the due time pushed out by the
+    claim lease, in one statement. Returns what is needed to make the call."""
+    now = now or timezone.now()
+    lease_until = now + timedelta(seconds=settings.SCRAPEJOBS_WEBHOOK_TIMEOUT_S + CLAIM_MARGIN_S)
+    with connection.cursor() as cur:
+        # Uses the partial index webhooks_pending_by_due.
+        cur.execute(
+            """
+            WITH due AS (
+                SELECT id FROM webhooks_webhookdelivery
+                 WHERE status = 'pending' AND next_attempt_at <= %s
+                 ORDER BY next_attempt_at
+                 LIMIT %s
+                   FOR UPDATE SKIP LOCKED
+            )
+            UPDATE webhooks_webhookdelivery AS d
+               SET attempts = d.attempts + 1, next_attempt_at = %s
+              FROM due, jobs_job AS j, tenants_tenant AS t
+             WHERE d.id = due.id AND j.id = d.job_id AND t.id = j.tenant_id
+         RETURNING d.id, d.attempts, d.url, d.body, t.webhook_secret
+            """,
+            [now, limit, lease_until],
+        )
+        return [ClaimedDelivery(*row) for row in cur.fetchall()]
+
+
+def _retry_delay(*, retry_index: int, rng: random.Random | None = None) -> float | None:
+    """Seconds before the retry after attempt ``retry_index + 1`` of a round; None when the
+    schedule is used up."""
+    schedule = settings.SCRAPEJOBS_WEBHOOK_RETRY_SCHEDULE_S
+    if retry_index >= len(schedule):
+        return None
+    return schedule[retry_index] * (rng or random).uniform(1 - JITTER, 1 + JITTER)
+
+
+def webhook_attempt_record(
+    *,
+    delivery_id: int,
+    attempt: int,
+    started_at: datetime,
+    outcome: PostOutcome,
+    rng: random.Random | None = None,
+) -> str | None:
+    """Log one attempt and move the delivery on: ``delivered`` on a 2xx, ``failed`` when the
+    error is permanent or the retry schedule is used up, else due again after the next delay.
+    Returns the delivery's new status, or None when the attempt was stale (a newer one exists)."""
+    now = timezone.now()
+    with transaction.atomic():
+        WebhookAttempt.objects.bulk_create(
+            [
+                WebhookAttempt(
+                    delivery_id=delivery_id,
+                    number=attempt,
+                    started_at=started_at,
+                    duration_ms=outcome.duration_ms,
+                    status_code=outcome.status_code,
+                    error=(outcome.error or None) and outcome.error[:2000],
+                )
+            ],
+            ignore_conflicts=True,
+        )
+        delivery = (
+            WebhookDelivery.objects.select_for_update()
+            .filter(id=delivery_id, attempts=attempt, status=DeliveryStatus.PENDING)
+            .only("id", "retry_from")
+            .first()
+        )
+        if delivery is None:
+            return None
+        changes: dict[str, object] = {
+            "last_status_code": outcome.status_code,
+            "last_duration_ms": outcome.duration_ms,
+            "last_error": (outcome.error or None) and outcome.error[:2000],
+        }
+        delay = (
+            None
+            if outcome.ok or outcome.permanent
+            else _retry_delay(retry_index=attempt - delivery.retry_from - 1, rng=rng)
+        )
+        if outcome.ok:
+            changes.update(status=DeliveryStatus.DELIVERED, delivered_at=now, next_attempt_at=None)
+        elif delay is None:
+            changes.update(status=DeliveryStatus.FAILED, next_attempt_at=None)
+        else:
+            changes.update(next_attempt_at=now + timedelta(seconds=delay))
+        WebhookDelivery.objects.filter(id=delivery_id, attempts=attempt).update(**changes)
+        return str(changes.get("status", DeliveryStatus.PENDING))
+
+
+def _post(claimed: ClaimedDelivery) -> PostOutcome:
+    body = claimed.body.encode()
+    headers = {
+        SIGNATURE_HEADER: signature_header(secret=claimed.secret, body=body),
+        "Scrapejobs-Delivery": str(claimed.id),
+    }
+    return webhook_post(url=claimed.url, body=body, headers=headers)
+
+
+def webhooks_deliver_due(
+    *, budget_s: float = 20.0, concurrency: int | None = None, should_stop: Callable[[], bool] | None = None
+) -> int:
+    """Deliver due webhooks for up to about ``budget_s`` seconds; returns attempts made.
+
+    Calls run ``concurrency`` at a time in threads that do only the HTTP call; this thread claims
+    and records, so database connections stay with the task's thread. A call that overruns its
+    bound is recorded as timed out and its thread's late answer is dropped."""
+    conc = concurrency or settings.SCRAPEJOBS_WEBHOOK_CONCURRENCY
+    bound = settings.SCRAPEJOBS_WEBHOOK_TIMEOUT_S + 2
+    deadline = time.monotonic() + budget_s
+    made = 0
+    pool = ThreadPoolExecutor(max_workers=conc, thread_name_prefix="webhook")
+    try:
+        while time.monotonic() < deadline and not (should_stop and should_stop()):
+            claimed = webhook_deliveries_claim_due(limit=conc)
+            if not claimed:
+                break
+            started_at = timezone.now()
+            futures = {pool.submit(_post, c): c for c in claimed}
+            done, _ = wait(futures, timeout=bound)
+            for future, c in futures.items():
+                outcome = (
+                    future.result()
+                    if future in done
+                    else PostOutcome(None, int(bound * 1000), f"timed out after {bound:g}s")
+                )
+                webhook_attempt_record(
+                    delivery_id=c.id, attempt=c.attempt, started_at=started_at, outcome=outcome
+                )
+                made += 1
+    finally:
+        # Do not wait for an overrunning call's thread: its socket is shut by its own timer.
+        pool.shutdown(wait=False, cancel_futures=True)
+    return made
+
+
+def webhook_deliveries_redeliver(*, delivery_ids: Iterable[int]) -> int:
+    """Send deliveries again now, whatever their status, with a fresh retry schedule; their
+    attempt log continues (numbers keep growing)."""
+    ids = list(delivery_ids)
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            UPDATE webhooks_webhookdelivery
+               SET status = 'pending', next_attempt_at = %s, retry_from = attempts, delivered_at = NULL
+             WHERE id = ANY(%s)
+            """,
+            [timezone.now(), ids],
+        )
+        return cur.rowcount

@@ -1,0 +1,64 @@
+"""Shared pieces of the fault and chaos tests: submitting jobs and waiting for them."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from apps.jobs.models import FINAL_STATUSES, Attempt, Job, JobStatus
+from apps.jobs.services import job_create
+
+# Short leases and cadences for real processes (never mocked time): a lost worker's job is back
+# in the queue about LEASE + SWEEP seconds after its last renewal.
+FAST = {
+    "SCRAPEJOBS_LEASE_SECONDS": "3",
+    "SCRAPEJOBS_SWEEP_INTERVAL_S": "1",
+    "SCRAPEJOBS_REPUBLISH_AFTER_S": "3",
+    "SCRAPEJOBS_PUBLISH_INTERVAL_S": "0.5",
+    "SCRAPEJOBS_WEBHOOK_INTERVAL_S": "0.5",
+    "SCRAPEJOBS_WORKER_SHUTDOWN_GRACE_S": "2",
+}
+
+
+def fast_env(results_dir: Path, **overrides: str) -> dict[str, str]:
+    return {**FAST, "SCRAPEJOBS_RESULTS_DIR": str(results_dir), **overrides}
+
+
+def submit(tenant: Any, url: str, **kw: Any) -> Job:
+    job, created = job_create(tenant_id=tenant.id, url=url, domain=urlsplit(url).hostname or "", **kw)
+    assert created
+    return job
+
+
+def final_count(ids: Iterable[Any]) -> int:
+    return Job.objects.filter(id__in=list(ids), status__in=FINAL_STATUSES).count()
+
+
+def wait_all_final(ids: list[Any], timeout: float, what: str = "jobs") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if final_count(ids) == len(ids):
+            return
+        time.sleep(0.25)
+    counts = Counter(Job.objects.filter(id__in=ids).values_list("status", flat=True))
+    raise AssertionError(f"{what}: {final_count(ids)}/{len(ids)} final after {timeout}s {counts}")
+
+
+def attempt_history(job: Job) -> list[tuple[int, str | None, str | None]]:
+    return list(
+        Attempt.objects.filter(job=job).order_by("number").values_list("number", "outcome", "error_class")
+    )
+
+
+def stored_body(results_dir: Path, job: Job) -> bytes:
+    assert job.status == JobStatus.SUCCEEDED and job.result_key
+    return (results_dir / job.result_key).read_bytes()
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
