@@ -38,7 +38,10 @@ def _beat_schedule() -> dict:
         "writer-flush": {
             "task": "apps.writer.tasks.writer_flush",
             "schedule": settings.SCRAPEJOBS_WRITER_FLUSH_INTERVAL_S,
-            "options": {"queue": CONTROL_QUEUE, "expires": max(settings.SCRAPEJOBS_WRITER_FLUSH_INTERVAL_S * 2, 2)},
+            "options": {
+                "queue": CONTROL_QUEUE,
+                "expires": max(settings.SCRAPEJOBS_WRITER_FLUSH_INTERVAL_S * 2, 2),
+            },
         },
         # Outbox publisher. If it stops: accepted jobs are never sent to workers (intake still
         # answers 202, jobs sit in `queued` with an empty published_at; age of oldest job grows).

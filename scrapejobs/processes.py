@@ -8,15 +8,21 @@ the same components with these argv lists; the README shows them for running on 
 - writer  Celery worker on the control queue: outbox publisher, sweeper, receipt writer, webhooks
 - beat    Celery beat: the periodic tasks of scrapejobs/celery.py
 - flower  Celery's monitoring UI
+- migrate database migrations (run once per deploy, before the others)
+
+``python -m scrapejobs.processes <component>`` runs one of them with its sizes from the
+environment (``from_env``); docker/start.sh uses it.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 BIN = Path(sys.executable).parent
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _celery() -> list[str]:
@@ -39,6 +45,9 @@ def web(*, host: str = "127.0.0.1", port: int = 8000, workers: int = 2, threads:
         "-",
         "--graceful-timeout",
         "20",
+        # gunicorn 27's control socket has one default path per user: two servers on one machine
+        # (make run next to a bench or a test) would fight over it, and nothing here uses it.
+        "--no-control-socket",
     ]
 
 
@@ -88,3 +97,62 @@ def beat(*, schedule_file: str = ".run/celerybeat-schedule") -> list[str]:
 
 def flower(*, host: str = "127.0.0.1", port: int = 5555) -> list[str]:
     return [*_celery(), "flower", f"--address={host}", f"--port={port}"]
+
+
+def migrate() -> list[str]:
+    """Schema migrations; run once per deploy before the other components start."""
+    return [sys.executable, str(ROOT / "manage.py"), "migrate", "--noinput"]
+
+
+COMPONENTS = ("web", "worker", "writer", "beat", "flower", "migrate")
+
+
+def from_env(component: str, environ: Mapping[str, str] | None = None) -> list[str]:
+    """The argv of ``component`` with its host, port and sizes taken from the environment.
+
+    These are process-level settings (read before Django starts), documented in the README next
+    to the Django settings: PORT, SCRAPEJOBS_WEB_HOST, SCRAPEJOBS_WEB_WORKERS,
+    SCRAPEJOBS_WEB_THREADS, SCRAPEJOBS_WORKER_CONCURRENCY, SCRAPEJOBS_WRITER_CONCURRENCY,
+    SCRAPEJOBS_BEAT_SCHEDULE, FLOWER_ADDRESS, FLOWER_PORT.
+    """
+    e = os.environ if environ is None else environ
+    if component == "web":
+        return web(
+            host=e.get("SCRAPEJOBS_WEB_HOST", "127.0.0.1"),
+            port=int(e.get("PORT", "8000")),
+            workers=int(e.get("SCRAPEJOBS_WEB_WORKERS", "2")),
+            threads=int(e.get("SCRAPEJOBS_WEB_THREADS", "16")),
+        )
+    if component == "worker":
+        return worker(concurrency=int(e.get("SCRAPEJOBS_WORKER_CONCURRENCY", "100")))
+    if component == "writer":
+        return writer(concurrency=int(e.get("SCRAPEJOBS_WRITER_CONCURRENCY", "8")))
+    if component == "beat":
+        return beat(schedule_file=e.get("SCRAPEJOBS_BEAT_SCHEDULE", ".run/celerybeat-schedule"))
+    if component == "flower":
+        return flower(host=e.get("FLOWER_ADDRESS", "127.0.0.1"), port=int(e.get("FLOWER_PORT", "5555")))
+    if component == "migrate":
+        return migrate()
+    raise ValueError(f"unknown component {component!r}; one of {', '.join(COMPONENTS)}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m scrapejobs.processes <component> [--print]``: replace this process with the
+    component (docker/start.sh calls this, so containers and ``make run`` share one source)."""
+    import argparse  # noqa: PLC0415
+    import shlex  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(prog="python -m scrapejobs.processes")
+    parser.add_argument("component", choices=COMPONENTS)
+    parser.add_argument("--print", action="store_true", help="print the command line instead of running it")
+    args = parser.parse_args(argv)
+    os.chdir(ROOT)  # relative paths (the beat schedule) are the project's
+    command = from_env(args.component)
+    if args.print:
+        print(shlex.join(command))
+        return
+    os.execv(command[0], command)
+
+
+if __name__ == "__main__":
+    main()

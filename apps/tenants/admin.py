@@ -1,0 +1,72 @@
+"""Tenants and their API tokens in the Django admin (FR-9).
+
+Creating a tenant goes through ``tenant_create`` and a new token through ``token_create``, the same
+services ``manage.py create_tenant`` uses. Tokens are stored hashed: the raw token is shown once,
+in the message after the action, and never again. Tokens are read-only here (only their prefix is
+known), and the webhook secret is never part of a form.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from apps.tenants.models import ApiToken, Tenant
+from apps.tenants.services import tenant_create, token_create
+
+
+class ApiTokenInline(admin.TabularInline):
+    model = ApiToken
+    extra = 0
+    can_delete = False
+    fields = ("name", "prefix", "created_at", "revoked_at")
+    readonly_fields = fields
+    verbose_name = "API token (only its first characters are known)"
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # the "Create a new API token" action makes tokens, and shows them once
+
+
+@admin.register(Tenant)
+class TenantAdmin(admin.ModelAdmin):
+    list_display = ("name", "id", "is_active", "rate_limit_per_second", "token_count", "created_at")
+    list_filter = ("is_active",)
+    search_fields = ("name", "=id")
+    fields = ("name", "rate_limit_per_second", "is_active", "id", "created_at")
+    readonly_fields = ("id", "created_at")
+    inlines = (ApiTokenInline,)
+    actions = ("create_token",)
+
+    @admin.display(description="tokens")
+    def token_count(self, obj: Tenant) -> int:
+        return obj.tokens.filter(revoked_at__isnull=True).count()
+
+    def save_model(self, request: HttpRequest, obj: Tenant, form: Any, change: bool) -> None:
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        created = tenant_create(name=obj.name, rate_limit_per_second=obj.rate_limit_per_second)
+        if not obj.is_active:
+            Tenant.objects.filter(pk=created.tenant.pk).update(is_active=False)
+        # The admin goes on with `obj` (log entry, redirect): make it the row the service made.
+        obj.pk = created.tenant.pk
+        obj.webhook_secret = created.webhook_secret
+        obj.created_at = created.tenant.created_at
+        obj._state.adding = False
+        obj._state.db = created.tenant._state.db
+        messages.warning(
+            request,
+            f"Tenant {obj.name!r} created. Copy these now, they are not shown again: "
+            f"token: {created.token}   webhook_secret: {created.webhook_secret}",
+        )
+
+    @admin.action(description="Create a new API token (shown once)", permissions=["change"])
+    def create_token(self, request: HttpRequest, queryset: QuerySet[Tenant]) -> None:
+        for tenant in queryset:
+            token = token_create(tenant=tenant, name=f"admin:{request.user.get_username()}")
+            messages.warning(
+                request, f"New token for {tenant.name!r} (copy it now, it is not shown again): {token}"
+            )

@@ -1,0 +1,41 @@
+"""``python -m bench [name]``: run one benchmark, or all of them, each printing ``name: figure``
+lines. ``make bench`` (``make bench BENCH=intake``) runs this with DATABASE_URL and REDIS_URL set
+(embedded servers when none are given).
+
+Benchmarks: intake (POST /jobs against a bare Django view), e2e (2,000 jobs through the whole
+service against a bare Celery task doing requests.get), writer (receipts through the leased writer
+against one transaction per receipt), each ``bench/<name>.py:run()``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import time
+from pathlib import Path
+
+ORDER = ("intake", "e2e", "writer")
+
+
+def available() -> list[str]:
+    here = Path(__file__).resolve().parent
+    return [name for name in ORDER if (here / f"{name}.py").exists()]
+
+
+def main(argv: list[str]) -> int:
+    names = available()
+    chosen = argv or names
+    unknown = [n for n in chosen if n not in names]
+    if unknown:
+        print(f"unknown benchmark {', '.join(unknown)}; one of: {', '.join(names)}", file=sys.stderr)
+        return 2
+    for name in chosen:
+        started = time.monotonic()
+        print(f"# {name}", flush=True)
+        importlib.import_module(f"bench.{name}").run()
+        print(f"# {name} took {time.monotonic() - started:.0f}s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

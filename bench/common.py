@@ -1,0 +1,241 @@
+"""What every benchmark needs: a throwaway database on the given server, the service's processes,
+a local target, and figures printed as ``name: figure`` lines.
+
+Benchmarks read ``DATABASE_URL`` and ``REDIS_URL`` (``make bench`` starts embedded servers and sets
+them). Each benchmark creates its own database on that PostgreSQL server (``bench_<name>``),
+migrates it and drops it at the end, and uses Redis databases N, N+1 (the broker) and N+2 of
+``REDIS_URL``, which it empties first.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def figure(name: str, value: float | int | str, unit: str = "") -> None:
+    """One result line: ``name: figure``."""
+    if isinstance(value, float):
+        text = f"{value:,.1f}" if abs(value) >= 100 else f"{value:.2f}"
+    else:
+        text = str(value)
+    print(f"{name}: {text}{(' ' + unit) if unit else ''}", flush=True)
+
+
+def note(text: str) -> None:
+    print(f"# {text}", file=sys.stderr, flush=True)
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    k = min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))
+    return ordered[k]
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _with_path(url: str, path: str) -> str:
+    return urlunsplit(urlsplit(url)._replace(path=path))
+
+
+def database_url_named(url: str, name: str) -> str:
+    """The same server as ``url``, another database (works for TCP and for the embedded unix-socket
+    form ``postgres://user@:PORT/%2Fsocket%2Fdir/dbname``)."""
+    path = urlsplit(url).path
+    head = path.rsplit("/", 1)[0]
+    return _with_path(url, f"{head}/{name}")
+
+
+def redis_url_db(url: str, offset: int) -> str:
+    parts = urlsplit(url)
+    db = int(parts.path.strip("/") or 0)
+    return urlunsplit(parts._replace(path=f"/{(db + offset) % 16}"))
+
+
+def _pg_connect(url: str, dbname: str | None = None):  # type: ignore[no-untyped-def]
+    import environ
+    import psycopg
+
+    cfg = environ.Env.db_url_config(url)
+    return psycopg.connect(
+        host=cfg["HOST"] or None,
+        port=cfg["PORT"] or None,
+        user=cfg["USER"] or None,
+        password=cfg["PASSWORD"] or None,
+        dbname=dbname or cfg["NAME"],
+        autocommit=True,
+    )
+
+
+@contextmanager
+def throwaway_database(name: str) -> Iterator[str]:
+    """Create ``bench_<name>`` on DATABASE_URL's server, migrate it, yield its URL, drop it."""
+    server = os.environ.get("DATABASE_URL")
+    if not server:
+        raise SystemExit("DATABASE_URL is not set (make bench sets it)")
+    dbname = f"bench_{name}"
+    with _pg_connect(server) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{dbname}"')
+    url = database_url_named(server, dbname)
+    try:
+        manage("migrate", "--noinput", "-v", "0", env=service_env(url))
+        yield url
+    finally:
+        with _pg_connect(server) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+
+
+def sql(url: str, query: str, params: Sequence[object] = ()) -> list[tuple]:
+    with _pg_connect(url) as conn:
+        return conn.execute(query, params).fetchall()  # type: ignore[arg-type]
+
+
+def flush_redis() -> None:
+    import redis
+
+    base = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+    for offset in (0, 1, 2):
+        redis.Redis.from_url(redis_url_db(base, offset)).flushdb()
+
+
+def service_env(database_url: str, **overrides: str) -> dict[str, str]:
+    """The environment of a service process for a benchmark: its own database, no rate limit,
+    local targets allowed, quiet logs."""
+    redis_base = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+    env = dict(os.environ)
+    env.pop("CELERY_BROKER_URL", None)  # the broker follows REDIS_URL (next database)
+    env.update(
+        DATABASE_URL=database_url,
+        REDIS_URL=redis_base,
+        DJANGO_SETTINGS_MODULE="settings.base",
+        SCRAPEJOBS_RATE_LIMIT_PER_SECOND="0",
+        SCRAPEJOBS_ALLOW_PRIVATE_TARGETS="true",
+        SCRAPEJOBS_LOG_LEVEL="WARNING",
+        SCRAPEJOBS_RESULTS_DIR=str(Path(tempfile.gettempdir()) / "scrapejobs-bench-results"),
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(overrides)
+    return env
+
+
+def manage(*args: str, env: dict[str, str]) -> str:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), *args], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
+    return done.stdout
+
+
+def create_tenant(env: dict[str, str], name: str = "bench") -> tuple[str, str]:
+    """(tenant id, token) of a new tenant in the benchmark's database."""
+    lines = dict(
+        line.split(": ", 1) for line in manage("create_tenant", name, env=env).splitlines() if ": " in line
+    )
+    return lines["tenant"], lines["token"]
+
+
+class Proc:
+    """A background process in its own group, its output in a log file."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str]):
+        self.name = name
+        self.log = Path(tempfile.mkstemp(prefix=f"bench-{name}-", suffix=".log")[1])
+        with open(self.log, "wb") as out:
+            self.p = subprocess.Popen(
+                argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def stop(self, timeout: float = 15) -> None:
+        if self.p.poll() is None:
+            os.killpg(self.p.pid, signal.SIGTERM)
+            try:
+                self.p.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.p.pid, signal.SIGKILL)
+                self.p.wait()
+        self.log.unlink(missing_ok=True)
+
+
+@contextmanager
+def running(*procs: Proc) -> Iterator[tuple[Proc, ...]]:
+    try:
+        yield procs
+    finally:
+        for p in reversed(procs):
+            p.stop()
+
+
+def wait_until(pred: Callable[[], bool], timeout: float, what: str, interval: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(interval)
+    raise RuntimeError(f"timed out after {timeout}s waiting for {what}")
+
+
+def http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as r:
+            return 200 <= r.status < 500
+    except urllib.error.HTTPError as e:
+        return e.code < 500
+    except OSError:
+        return False
+
+
+def start_target() -> tuple[Proc, str]:
+    """A local target server in its own process (tests/support/target.py): ``/bytes/N`` answers N
+    fixed bytes. Its own process, so that serving it does not share the GIL with the benchmark."""
+    proc = Proc("target", [sys.executable, "-m", "bench.common", "target"], dict(os.environ))
+    wait_until(lambda: "http://" in proc.output(), 10, "the target")
+    base = proc.output().split()[0]
+    wait_until(lambda: http_ok(base + "/bytes/1"), 10, "the target")
+    return proc, base
+
+
+def _serve_target() -> None:
+    from tests.support.target import TargetServer
+
+    class QuietTarget(TargetServer):
+        request_queue_size = 1024
+
+        def log(self, *args: object) -> None:  # no request log: it would only grow
+            pass
+
+    server = QuietTarget()
+    print(server.base_url, flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["target"]:
+    _serve_target()

@@ -1,0 +1,161 @@
+"""End-to-end benchmark (issue 2 item 9b, NFR-8): 2,000 jobs against a local target through the
+whole service, next to a naive baseline measured in the same run.
+
+- scrapejobs: writer, beat and worker processes (scrapejobs/processes.py command lines) on a
+  throwaway database. Jobs are submitted with ``job_create`` in a loop from one process (the same
+  single INSERT the API makes, without HTTP: the intake benchmark measures HTTP), then published
+  by the outbox publisher, claimed, fetched, stored, and recorded through the writer. Measured from
+  the first submit to the moment the last job is final in the database.
+- naive: ``bench/naive_app.py``, a bare Celery task doing ``requests.get`` and writing the body to
+  disk, same pool (threads) and concurrency; from the first ``delay()`` to the last file written.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from bench.common import (
+    Proc,
+    create_tenant,
+    figure,
+    flush_redis,
+    note,
+    redis_url_db,
+    running,
+    service_env,
+    sql,
+    start_target,
+    throwaway_database,
+    wait_until,
+)
+from scrapejobs import processes
+
+JOBS = int(os.environ.get("BENCH_E2E_JOBS", "2000"))
+CONCURRENCY = int(os.environ.get("BENCH_E2E_CONCURRENCY", "100"))  # the worker's default
+BODY_BYTES = 4096
+TIMEOUT_S = 600
+
+
+def _ready(proc: Proc) -> bool:
+    if proc.p.poll() is not None:
+        raise RuntimeError(f"{proc.name} exited:\n{proc.output()[-3000:]}")
+    return " ready." in proc.output()
+
+
+def _naive(target: str) -> float:
+    broker = redis_url_db(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"), 2)
+    env = dict(os.environ, NAIVE_BROKER_URL=broker, PYTHONUNBUFFERED="1")
+    out = Path(tempfile.mkdtemp(prefix="bench-naive-"))
+    argv = [
+        str(Path(sys.executable).parent / "celery"),
+        "-A",
+        "bench.naive_app",
+        "worker",
+        "--loglevel",
+        "INFO",
+        "--queues",
+        "naive",
+        "--pool",
+        "threads",
+        "--concurrency",
+        str(CONCURRENCY),
+        "--without-mingle",
+        "--without-gossip",
+    ]
+    os.environ["NAIVE_BROKER_URL"] = broker
+    from bench.naive_app import fetch
+
+    try:
+        with running(Proc("naive-worker", argv, env)) as (worker,):
+            wait_until(lambda: _ready(worker), 60, "the naive worker")
+            started = time.time()
+            for i in range(JOBS):
+                fetch.delay(f"{target}/bytes/{BODY_BYTES}?n={i}", str(out / f"{i}.body"))
+            wait_until(
+                lambda: sum(1 for p in out.iterdir() if p.suffix == ".body") >= JOBS,
+                TIMEOUT_S,
+                "the naive jobs",
+                interval=0.05,
+            )
+            return JOBS / (time.time() - started)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def _scrapejobs(target: str) -> tuple[float, dict[str, int]]:
+    results = Path(tempfile.mkdtemp(prefix="bench-results-"))
+    with throwaway_database("e2e") as db:
+        env = service_env(
+            db, SCRAPEJOBS_WORKER_CONCURRENCY=str(CONCURRENCY), SCRAPEJOBS_RESULTS_DIR=str(results)
+        )
+        tenant_id, _token = create_tenant(env)
+        schedule = str(results / "celerybeat-schedule")
+        procs = (
+            Proc("writer", processes.writer(), env),
+            Proc("beat", processes.beat(schedule_file=schedule), env),
+            Proc("worker", processes.worker(concurrency=CONCURRENCY), env),
+        )
+        try:
+            with running(*procs) as (writer, _beat, worker):
+                wait_until(lambda: _ready(writer) and _ready(worker), 60, "writer and worker")
+                submit = Proc(
+                    "submit",
+                    [sys.executable, "-m", "bench.e2e", "submit", tenant_id, target, str(JOBS)],
+                    env,
+                )
+                wait_until(lambda: submit.p.poll() is not None, TIMEOUT_S, "the submissions")
+                if submit.p.returncode != 0:
+                    raise RuntimeError(submit.output())
+                started = float(submit.output().split()[0])
+                submit.stop()
+                final = "SELECT count(*) FROM jobs_job WHERE status IN ('succeeded', 'failed', 'cancelled')"
+                wait_until(lambda: sql(db, final)[0][0] >= JOBS, TIMEOUT_S, "every job to be final", 0.05)
+                elapsed = time.time() - started
+        finally:
+            shutil.rmtree(results, ignore_errors=True)
+        counts = dict(sql(db, "SELECT status, count(*) FROM jobs_job GROUP BY status"))
+    return JOBS / elapsed, counts
+
+
+def run() -> None:
+    flush_redis()
+    target_proc, target = start_target()
+    with running(target_proc):
+        note(f"e2e: {JOBS} jobs of {BODY_BYTES} bytes, thread pool of {CONCURRENCY}, naive baseline first")
+        naive = _naive(target)
+        flush_redis()
+        ours, counts = _scrapejobs(target)
+    flush_redis()
+    figure("e2e_jobs", JOBS)
+    figure("e2e_worker_concurrency", CONCURRENCY)
+    figure("e2e_scrapejobs_jobs_per_s", ours)
+    figure("e2e_scrapejobs_succeeded", counts.get("succeeded", 0))
+    figure("e2e_naive_jobs_per_s", naive)
+    figure("e2e_scrapejobs_to_naive_ratio", ours / naive)
+
+
+def _submit(tenant_id: str, target: str, n: int) -> None:
+    """``python -m bench.e2e submit TENANT TARGET N`` (run by ``run()`` with the benchmark's env)."""
+    import django
+
+    django.setup()
+    from apps.jobs.services import job_create
+
+    tenant = uuid.UUID(tenant_id)
+    started = time.time()
+    for i in range(n):
+        job_create(tenant_id=tenant, url=f"{target}/bytes/{BODY_BYTES}?n={i}", domain="127.0.0.1")
+    print(started, time.time(), flush=True)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["submit"]:
+        _submit(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    else:
+        run()

@@ -1,0 +1,253 @@
+"""``make run``: the whole service on one machine, in one terminal.
+
+    python -m scrapejobs.supervise        (``make run`` wraps it in scrapejobs.embedded)
+
+1. prepares the database and the newcomer's credentials: ``migrate``, ``collectstatic``, the demo
+   tenant (``ensure_demo_tenant``: its token is kept in ``<run dir>/demo-token`` because tokens are
+   stored hashed) and the ``admin`` superuser (``ensure_admin``: its generated password is kept in
+   ``<run dir>/admin-password``); the same token and password are printed on every run;
+2. starts web, worker, writer, beat and Flower with the command lines of scrapejobs/processes.py,
+   each in its own process group, and prefixes every line they print with their name;
+3. prints the URLs and credentials once the web answers ``/healthz``;
+4. on Ctrl-C or SIGTERM stops every child (SIGTERM, then SIGKILL after
+   ``SCRAPEJOBS_SHUTDOWN_TIMEOUT_S``) and exits 0; when a child dies on its own, stops the others
+   and exits 1: a half-running service that looks healthy is worse than none.
+
+Everything comes from the environment: the Django settings, plus PORT, FLOWER_PORT and the sizes
+read by ``processes.from_env``, and SCRAPEJOBS_RUN_DIR (default ``.run/dev``). Development
+default: ``SCRAPEJOBS_ALLOW_PRIVATE_TARGETS=true`` unless set, so a local target can be fetched.
+
+It imports nothing from Django: setup runs through ``manage.py`` in subprocesses, so this process
+holds no database connection while it supervises.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from scrapejobs import processes
+
+ROOT = processes.ROOT
+_COLORS = ("36", "32", "33", "35", "34", "31")
+_print_lock = threading.Lock()
+
+
+def _say(name: str, text: str, color: str = "1") -> None:
+    _write(name, (text + "\n").encode(), color)
+
+
+def _write(name: str, line: bytes, color: str) -> None:
+    label = f"{name:<7}|"
+    if sys.stdout.isatty():
+        label = f"\x1b[{color}m{label}\x1b[0m"
+    with _print_lock:
+        sys.stdout.buffer.write(label.encode() + b" " + line)
+        sys.stdout.buffer.flush()
+
+
+def _manage(*args: str, env: dict[str, str]) -> dict[str, str]:
+    """Run a management command; echo its output; return its ``key: value`` lines."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        check=False,
+    )
+    out = done.stdout.decode(errors="replace")
+    if done.returncode != 0:
+        for line in out.splitlines():
+            _say("setup", line)
+        raise SystemExit(f"manage.py {args[0]} failed with exit code {done.returncode}")
+    values: dict[str, str] = {}
+    for line in out.splitlines():
+        key, sep, value = line.partition(": ")
+        if sep and key.isidentifier():
+            values[key] = value.strip()
+    return values
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: its own process group (a terminal's Ctrl-C reaches only this
+    supervisor, which then stops the children in order) and, on Linux, SIGTERM when the
+    supervisor dies, so even a SIGKILLed supervisor leaves no orphans."""
+    os.setpgid(0, 0)
+    if sys.platform.startswith("linux"):
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+@dataclass
+class Child:
+    name: str
+    argv: list[str]
+    color: str
+    proc: subprocess.Popen[bytes] | None = None
+    reader: threading.Thread | None = field(default=None, repr=False)
+
+    def start(self, env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(
+            self.argv,
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509 - no threads exist yet when children start
+        )
+
+    def pump(self) -> None:
+        """Copy the child's output to ours, a line at a time, behind its name."""
+        assert self.proc is not None and self.proc.stdout is not None
+        stream: IO[bytes] = self.proc.stdout
+
+        def run() -> None:
+            for line in iter(stream.readline, b""):
+                _write(self.name, line, self.color)
+
+        self.reader = threading.Thread(target=run, name=f"pump-{self.name}", daemon=True)
+        self.reader.start()
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def returncode(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+
+def stop_all(children: Sequence[Child], *, timeout: float) -> None:
+    """SIGTERM every child (gunicorn and Celery shut down gracefully on it), wait up to
+    ``timeout``, then SIGKILL each child's whole process group (gunicorn's workers included)."""
+    for c in children:
+        if c.returncode() is None:
+            _say("run", f"stopping {c.name} (pid {c.pid})")
+            try:
+                os.kill(c.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + timeout
+    for c in children:
+        if c.proc is None:
+            continue
+        try:
+            c.proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _say("run", f"{c.name} did not stop within {timeout:.0f}s; killing it")
+    for c in children:
+        if c.proc is None:
+            continue
+        try:
+            os.killpg(c.pid, signal.SIGKILL)  # stragglers left in the child's group
+        except (ProcessLookupError, PermissionError):
+            pass
+        c.proc.wait()
+        if c.reader is not None:
+            c.reader.join(timeout=2)
+
+
+def _web_is_up(base: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{base}/healthz", timeout=1) as r:
+            return 200 <= r.status < 300
+    except urllib.error.HTTPError as e:
+        return e.code < 500  # it answers: up, whatever the route says
+    except OSError:
+        return False
+
+
+def main() -> int:
+    env = dict(os.environ)
+    env.setdefault("DJANGO_SETTINGS_MODULE", "settings.base")
+    env.setdefault("SCRAPEJOBS_ALLOW_PRIVATE_TARGETS", "true")  # development: local targets work
+    env["PYTHONUNBUFFERED"] = "1"  # children's lines appear as they are printed
+    run_dir = Path(env.get("SCRAPEJOBS_RUN_DIR", ".run/dev"))
+    if not run_dir.is_absolute():
+        run_dir = ROOT / run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    env.setdefault("SCRAPEJOBS_BEAT_SCHEDULE", str(run_dir / "celerybeat-schedule"))
+    port = int(env.get("PORT", "8000"))
+    host = env.get("SCRAPEJOBS_WEB_HOST", "127.0.0.1")
+    base = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{port}"
+    flower_port = int(env.get("FLOWER_PORT", "5555"))
+    shutdown_timeout = float(env.get("SCRAPEJOBS_SHUTDOWN_TIMEOUT_S", "30"))
+
+    stop_signal: list[int] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        if stop_signal:  # a second Ctrl-C: no more waiting
+            for c in children:
+                if c.proc is not None and c.returncode() is None:
+                    try:
+                        os.killpg(c.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+        stop_signal.append(signum)
+
+    children: list[Child] = []
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+
+    _say("setup", "migrating the database")
+    _manage("migrate", "--noinput", "-v", "0", env=env)
+    _manage("collectstatic", "--noinput", "-v", "0", env=env)
+    demo = _manage("ensure_demo_tenant", "--token-file", str(run_dir / "demo-token"), env=env)
+    admin = _manage("ensure_admin", "--password-file", str(run_dir / "admin-password"), env=env)
+    if stop_signal:
+        return 0
+
+    for i, name in enumerate(("web", "worker", "writer", "beat", "flower")):
+        children.append(Child(name, processes.from_env(name, env), _COLORS[i % len(_COLORS)]))
+    # Every child is forked before any pump thread exists (preexec_fn and threads do not mix).
+    for c in children:
+        c.start(env)
+    for c in children:
+        c.pump()
+        _say("run", f"{c.name} started (pid {c.pid})")
+
+    announced = False
+    exit_code = 0
+    while not stop_signal:
+        dead = [c for c in children if c.returncode() is not None]
+        if dead:
+            for c in dead:
+                _say("run", f"{c.name} exited unexpectedly with code {c.returncode()}; stopping everything")
+            exit_code = 1
+            break
+        if not announced and _web_is_up(base):
+            announced = True
+            for line in (
+                "scrapejobs is running. Ctrl-C stops everything.",
+                f"  API:          {base}/api/v1/jobs",
+                f"  API docs:     {base}/api/v1/docs",
+                f"  admin:        {base}/admin/   login {admin.get('username')} / {admin.get('password')}",
+                f"  demo tenant:  {demo.get('tenant')}   token {demo.get('token')}",
+                f"  Flower:       http://127.0.0.1:{flower_port}/",
+                f"  try:          curl -s -X POST {base}/api/v1/jobs -H 'Authorization: Bearer {demo.get('token')}'"
+                " -H 'Content-Type: application/json' -d '{\"url\": \"https://example.com/\"}'",
+            ):
+                _say("run", line)
+        time.sleep(0.25)
+    if stop_signal:
+        _say("run", f"got {signal.Signals(stop_signal[0]).name}; stopping")
+    stop_all(children, timeout=shutdown_timeout)
+    _say("run", "stopped")
+    return exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""The newcomer's documents stay true to the code: every setting is in the README, the README's
+command lines are those of scrapejobs/processes.py, and REQUIREMENTS.md has every id that code and
+tests refer to."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from scrapejobs import processes
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text()
+REQUIREMENTS = (ROOT / "REQUIREMENTS.md").read_text()
+
+
+def variables_read(path: str, pattern: str) -> set[str]:
+    return set(re.findall(pattern, (ROOT / path).read_text()))
+
+
+SETTINGS_VARS = variables_read("settings/base.py", r'(?:\benv(?:\.\w+)?|_\w+)\(\s*"([A-Z][A-Z0-9_]+)"')
+PROCESS_VARS = variables_read("scrapejobs/processes.py", r'\b(?:e|environ)\.get\(\s*"([A-Z][A-Z0-9_]+)"')
+SUPERVISE_VARS = variables_read("scrapejobs/supervise.py", r'env\.(?:get|setdefault)\(\s*"([A-Z][A-Z0-9_]+)"')
+
+
+def test_the_settings_scan_finds_the_settings() -> None:
+    assert {"DATABASE_URL", "SCRAPEJOBS_LEASE_SECONDS", "AWS_ACCESS_KEY_ID"} <= SETTINGS_VARS
+    assert {"PORT", "FLOWER_PORT"} <= PROCESS_VARS and "SCRAPEJOBS_RUN_DIR" in SUPERVISE_VARS
+
+
+def test_every_environment_variable_the_project_reads_is_in_the_readme_settings_table() -> None:
+    documented = set(re.findall(r"^\| `([A-Z][A-Z0-9_]+)`", README, re.M))
+    documented |= set(re.findall(r"`([A-Z][A-Z0-9_]+)`, `([A-Z][A-Z0-9_]+)`", README)[0])
+    missing = (SETTINGS_VARS | PROCESS_VARS | SUPERVISE_VARS) - documented - {"DJANGO_SETTINGS_MODULE"}
+    assert not missing, f"add to the README's settings table: {sorted(missing)}"
+
+
+@pytest.mark.parametrize("component", processes.COMPONENTS)
+def test_the_readme_gives_the_command_line_of_each_component(component: str) -> None:
+    printed = subprocess.run(
+        [sys.executable, "-m", "scrapejobs.processes", component, "--print"],
+        cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if k not in PROCESS_VARS},  # the defaults
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    argv = shlex.split(printed)
+    argv[0] = Path(argv[0]).name  # the README shows programs by name, not by virtualenv path
+    argv = [a.replace(str(ROOT) + "/", "") for a in argv]
+    assert f"`{shlex.join(argv)}`" in README, shlex.join(argv)
+
+
+IDS = [
+    *(f"FR-{n}" for n in range(1, 10)),
+    *(f"FR-W{n}" for n in range(1, 5)),
+    *(f"NFR-{n}" for n in range(1, 9)),
+    "NFR-W1",
+]
+
+
+@pytest.mark.parametrize("rid", IDS)
+def test_requirements_define_each_id_once(rid: str) -> None:
+    assert len(re.findall(rf"^\| {re.escape(rid)} \|", REQUIREMENTS, re.M)) == 1
+
+
+def test_the_non_functional_requirements_carry_the_seed_targets() -> None:
+    rows = {m[0]: m[1] for m in re.findall(r"^\| (NFR-[\w]+) \|(.*)$", REQUIREMENTS, re.M)}
+    assert "99.9 %" in rows["NFR-1"] and "30 days" in rows["NFR-1"]
+    assert "200 ms" in rows["NFR-2"] and "p99" in rows["NFR-2"]
+    assert "99 %" in rows["NFR-3"]
+    assert "95 %" in rows["NFR-8"] and "1 minute" in rows["NFR-8"]
+    # Each property says what breaks without it: the last column is not empty.
+    assert all(row.rstrip(" |").rsplit("|", 1)[-1].strip() for row in rows.values())
+
+
+def test_the_readme_shows_the_benchmark_figures() -> None:
+    assert "BENCHMARK_FIGURES" not in README
+    for name in ("intake_api_p99_ms", "e2e_scrapejobs_jobs_per_s", "e2e_scrapejobs_to_naive_ratio"):
+        assert re.search(rf"{name}: [\d.,]+", README), name

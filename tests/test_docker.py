@@ -1,0 +1,204 @@
+"""docker/ is checked by reading it (no Docker engine on CI): every command the Dockerfile, the
+entry point and the compose file run exists in this project, and every variable they set is one
+the project reads."""
+
+from __future__ import annotations
+
+import importlib
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from django.core.management import get_commands
+
+from scrapejobs import processes
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCKER = ROOT / "docker"
+OUR_SERVICES = ("migrate", "web", "worker", "writer", "beat", "flower")
+
+
+def compose() -> dict[str, Any]:
+    return yaml.safe_load((DOCKER / "compose.yaml").read_text())
+
+
+def dockerfile() -> str:
+    return (DOCKER / "Dockerfile").read_text()
+
+
+def start_script() -> str:
+    return (DOCKER / "start.sh").read_text()
+
+
+def variables_read_by_the_project() -> set[str]:
+    """Environment variables read by settings/base.py (env.*(...), _bounded_int(...), ...) and by
+    scrapejobs/processes.py (``e.get(...)``, ``os.environ.get(...)``)."""
+    settings_src = (ROOT / "settings" / "base.py").read_text()
+    names = set(re.findall(r'(?:\benv(?:\.\w+)?|_\w+)\(\s*"([A-Z][A-Z0-9_]+)"', settings_src))
+    processes_src = (ROOT / "scrapejobs" / "processes.py").read_text()
+    names |= set(re.findall(r'\b(?:e|environ)\.get\(\s*"([A-Z][A-Z0-9_]+)"', processes_src))
+    return names
+
+
+def start_components() -> set[str]:
+    """The component names start.sh hands to ``python -m scrapejobs.processes``."""
+    match = re.search(r"^\s*([a-z| ]+)\)\s*\n\s*exec python -m scrapejobs\.processes", start_script(), re.M)
+    assert match, "start.sh has no component case"
+    return {c.strip() for c in match.group(1).split("|")}
+
+
+def our_services() -> dict[str, dict[str, Any]]:
+    return {
+        name: svc for name, svc in compose()["services"].items() if svc.get("image") == "scrapejobs:latest"
+    }
+
+
+def test_the_project_reads_variables_the_way_these_checks_expect() -> None:
+    # Guards the regular expressions above: if they stop matching, every later check is hollow.
+    names = variables_read_by_the_project()
+    assert {"DATABASE_URL", "REDIS_URL", "SCRAPEJOBS_STORAGE", "SCRAPEJOBS_LEASE_SECONDS", "PORT"} <= names
+    assert {"SCRAPEJOBS_WEB_HOST", "FLOWER_PORT"} <= names
+
+
+def test_the_image_is_python_3_11_slim_runs_as_a_non_root_user_and_starts_through_start_sh() -> None:
+    text = dockerfile()
+    assert re.search(r"^FROM python:3\.11-slim\b", text, re.M)
+    users = re.findall(r"^USER (\S+)", text, re.M)
+    assert users and users[-1] not in ("root", "0")
+    assert "useradd" in text
+    entry = re.search(r"^ENTRYPOINT (\[.*\])", text, re.M)
+    assert entry
+    script = yaml.safe_load(entry.group(1))[-1]  # a JSON list is YAML too
+    assert script == "/app/docker/start.sh" and (DOCKER / "start.sh").exists()
+    cmd = re.search(r"^CMD (\[.*\])", text, re.M)
+    assert cmd and yaml.safe_load(cmd.group(1))[0] in start_components()
+
+
+def test_every_file_the_dockerfile_copies_exists() -> None:
+    for line in re.findall(r"^COPY (.+)$", dockerfile(), re.M):
+        *sources, _dest = shlex.split(line)
+        for src in sources:
+            if src != ".":
+                assert (ROOT / src).exists(), src
+
+
+def test_every_management_command_the_docker_files_run_is_real() -> None:
+    commands = set(get_commands())
+    used = re.findall(r"manage\.py (\w+)", dockerfile() + start_script())
+    for svc in compose()["services"].values():
+        command = svc.get("command") or []
+        if command[:1] == ["manage"]:
+            used.append(command[1])
+    used += re.findall(r"start\.sh manage (\w+)", (DOCKER / "compose.yaml").read_text())
+    assert "collectstatic" in used and "create_tenant" in used
+    assert set(used) <= commands, set(used) - commands
+
+
+def test_the_entry_point_is_strict_bash_and_execs_every_component_of_processes_py() -> None:
+    text = start_script()
+    assert text.startswith("#!/usr/bin/env bash") and "set -euo pipefail" in text
+    assert subprocess.run(["bash", "-n", str(DOCKER / "start.sh")], check=False).returncode == 0
+    assert start_components() == set(processes.COMPONENTS)
+    # Every line that runs something replaces the shell (signals reach the program, PID 1).
+    runs = [line.strip() for line in text.splitlines() if re.match(r"\s*(python|celery|gunicorn)\b", line)]
+    assert runs == []
+    for module in re.findall(r"python -m ([\w.]+)", text):
+        importlib.import_module(module)
+
+
+@pytest.mark.parametrize("component", processes.COMPONENTS)
+def test_each_component_command_line_points_at_an_installed_program(component: str) -> None:
+    printed = subprocess.run(
+        [sys.executable, "-m", "scrapejobs.processes", component, "--print"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    argv = shlex.split(printed)
+    assert Path(argv[0]).exists(), argv[0]
+    if "-A" in argv:  # a Celery app that imports, with the queues the command names
+        app = importlib.import_module(argv[argv.index("-A") + 1] + ".celery").app
+        known = {q.name for q in app.conf.task_queues}
+        if "--queues" in argv:
+            assert set(argv[argv.index("--queues") + 1].split(",")) <= known
+    if component == "migrate":
+        assert argv[2:4] == ["migrate", "--noinput"] and Path(argv[1]).exists()
+    if component == "web":
+        importlib.import_module(argv[1].split(":")[0])
+
+
+def test_compose_runs_the_whole_stack_with_healthchecks() -> None:
+    services = compose()["services"]
+    assert {"postgres", "redis", "minio", "createbucket", *OUR_SERVICES} <= set(services)
+    assert services["postgres"]["image"].startswith("postgres:16")
+    assert services["redis"]["image"].startswith("redis:7")
+    assert "--appendonly" in services["redis"]["command"] and "yes" in services["redis"]["command"]
+    for name in ("postgres", "redis", "minio", "web", "worker", "writer", "flower"):
+        assert "healthcheck" in services[name], name
+    assert "mc mb" in " ".join(services["createbucket"]["command"])
+
+
+def test_every_service_of_ours_runs_a_real_component_after_migrations() -> None:
+    services = compose()["services"]
+    components = start_components()
+    ours = our_services()
+    assert set(ours) == set(OUR_SERVICES)
+    for name, svc in ours.items():
+        assert svc["build"]["dockerfile"] == "docker/Dockerfile"
+        assert (DOCKER / svc["build"]["context"] / svc["build"]["dockerfile"]).resolve().exists()
+        assert svc["command"][0] in components, name
+        for dep in svc.get("depends_on", {}):
+            assert dep in services, (name, dep)
+        if name != "migrate":
+            assert svc["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+    assert {svc["command"][0] for svc in ours.values()} == components
+
+
+def test_every_variable_set_for_our_containers_is_read_by_the_project() -> None:
+    read = variables_read_by_the_project()
+    for name, svc in our_services().items():
+        for var in svc.get("environment", {}):
+            if name == "flower" and var.startswith("FLOWER_") and var not in read:
+                continue  # Flower reads FLOWER_* options itself (FLOWER_BASIC_AUTH)
+            assert var in read, (name, var)
+    image_env = re.findall(r"^\s*(?:ENV\s+)?([A-Z][A-Z0-9_]+)=", dockerfile(), re.M)
+    python_own = {
+        "PYTHONDONTWRITEBYTECODE",
+        "PYTHONUNBUFFERED",
+        "PIP_NO_CACHE_DIR",
+        "PIP_DISABLE_PIP_VERSION_CHECK",
+    }
+    for var in image_env:
+        assert var in read | python_own | {"DJANGO_SETTINGS_MODULE"}, var
+
+
+def test_the_celery_healthchecks_name_workers_the_way_processes_py_names_them() -> None:
+    services = compose()["services"]
+    for component in ("worker", "writer"):
+        check = " ".join(services[component]["healthcheck"]["test"])
+        argv = getattr(processes, component)()
+        hostname = argv[argv.index("--hostname") + 1]
+        assert hostname == f"{component}@%h"
+        assert f"--destination {component}@$$HOSTNAME" in check and "-A scrapejobs" in check
+
+
+def test_every_flower_variable_is_an_option_flower_knows() -> None:
+    # Flower turns every FLOWER_* variable of its environment into an option and dies on an
+    # unknown one (flower.command.apply_env_options), so a FLOWER_HOST here would stop Flower.
+    import flower.command  # noqa: F401 - defines Flower's options
+    from tornado.options import options
+
+    known = {name.replace("-", "_") for name in options._options}
+    used = {v for v in variables_read_by_the_project() if v.startswith("FLOWER_")}
+    used |= set(re.findall(r"\b(FLOWER_[A-Z_]+)=", dockerfile()))
+    for svc in our_services().values():
+        used |= {v for v in svc.get("environment", {}) if v.startswith("FLOWER_")}
+    assert {"FLOWER_ADDRESS", "FLOWER_PORT", "FLOWER_BASIC_AUTH"} <= used
+    unknown = {v for v in used if v.removeprefix("FLOWER_").lower() not in known}
+    assert not unknown, unknown

@@ -1,0 +1,216 @@
+"""``make run`` end to end: scrapejobs.supervise against the test database, driven over HTTP like a
+newcomer following the README, then stopped; and its behaviour when a child dies."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.procs import ROOT, service_env, wait_for
+from tests.support.target import TargetServer, body_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+CHILDREN = ("web", "worker", "writer", "beat", "flower")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below ``pid`` (children, grandchildren...), from /proc."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            # The command name may hold spaces and parentheses: fields start after the last ')'.
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found: set[int] = set()
+    frontier = {pid}
+    while frontier:
+        frontier = {p for p, pp in parents.items() if pp in frontier} - found
+        found |= frontier
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+class Supervisor:
+    def __init__(self, tmp_path: Path):
+        self.port, self.flower_port = free_port(), free_port()
+        self.run_dir = tmp_path / "run"
+        self.log = tmp_path / "supervise.log"
+        env = service_env(
+            PORT=str(self.port),
+            FLOWER_PORT=str(self.flower_port),
+            SCRAPEJOBS_RUN_DIR=str(self.run_dir),
+            SCRAPEJOBS_WORKER_CONCURRENCY="10",
+            SCRAPEJOBS_WRITER_CONCURRENCY="4",
+            SCRAPEJOBS_WEB_WORKERS="1",
+            SCRAPEJOBS_WEB_THREADS="4",
+            SCRAPEJOBS_SHUTDOWN_TIMEOUT_S="20",
+        )
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "scrapejobs.supervise"],
+                cwd=ROOT,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # our own SIGINT goes to the supervisor alone, like Ctrl-C
+            )
+        self.base = f"http://127.0.0.1:{self.port}"
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_until_announced(self) -> None:
+        wait_for(
+            lambda: "scrapejobs is running" in self.output() or self.proc.poll() is not None,
+            timeout=120,
+            what="the supervisor's banner",
+        )
+        assert self.proc.poll() is None, self.output()[-5000:]
+
+    def child_pids(self) -> dict[str, int]:
+        return {m[0]: int(m[1]) for m in re.findall(r"run +\| (\w+) started \(pid (\d+)\)", self.output())}
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+
+@pytest.fixture
+def supervisor(tmp_path: Path) -> Iterator[Supervisor]:
+    sup = Supervisor(tmp_path)
+    try:
+        yield sup
+    finally:
+        pids = descendants(sup.proc.pid) if sup.proc.poll() is None else set()
+        sup.stop()
+        for pid in pids:  # never leave a stray server behind, whatever the test did
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def http(method: str, url: str, token: str | None = None, body: Any = None) -> tuple[int, Any, bytes]:
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=40) as r:
+            raw = r.read()
+            status = r.status
+    except urllib.error.HTTPError as e:
+        raw, status = e.read(), e.code
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        parsed = None
+    return status, parsed, raw
+
+
+def test_make_run_serves_a_job_from_submit_to_downloaded_result_and_stops_every_child_on_ctrl_c(
+    supervisor: Supervisor, target: TargetServer
+) -> None:
+    supervisor.wait_until_announced()
+    out = supervisor.output()
+    token = (supervisor.run_dir / "demo-token").read_text().strip()
+    password = (supervisor.run_dir / "admin-password").read_text().strip()
+    # The banner gives a newcomer everything: API, docs, admin login, demo token, Flower.
+    assert f"http://127.0.0.1:{supervisor.port}/api/v1/jobs" in out
+    assert f"http://127.0.0.1:{supervisor.port}/api/v1/docs" in out
+    assert f"login admin / {password}" in out and f"token {token}" in out
+    assert f"http://127.0.0.1:{supervisor.flower_port}/" in out
+    # Every child's output is prefixed with its name (the worker may print after the web is up).
+    assert re.search(r"^web +\| .*gunicorn", out, re.M)
+    wait_for(lambda: re.search(r"^worker +\| .*ready", supervisor.output(), re.M), 60, what="the worker")
+
+    status, receipt, _ = http(
+        "POST", supervisor.base + "/api/v1/jobs", token, {"url": target.url("/bytes/70000")}
+    )
+    assert status == 202, receipt
+    job_url = f"{supervisor.base}/api/v1/jobs/{receipt['id']}"
+
+    def finished() -> dict[str, Any] | None:
+        _, job, _ = http("GET", job_url + "?wait=10", token)
+        return job if job and job["status"] in ("succeeded", "failed", "cancelled") else None
+
+    job = wait_for(finished, timeout=90, what="the job to finish")
+    assert isinstance(job, dict) and job["status"] == "succeeded", (job, supervisor.output()[-5000:])
+    status, result, _ = http("GET", job_url + "/result", token)
+    assert status == 200, result
+    with urllib.request.urlopen(result["url"], timeout=30) as r:
+        assert r.read() == body_for(70000)
+
+    # A second terminal: `manage.py create_tenant` reaches the same database; its token works.
+    printed = subprocess.run(
+        [sys.executable, "manage.py", "create_tenant", "second-terminal"],
+        cwd=ROOT,
+        env=service_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    other = re.search(r"^token: (\S+)$", printed, re.M)
+    assert other and re.search(r"^webhook_secret: whsec_\S+$", printed, re.M)
+    status, listing, _ = http("GET", supervisor.base + "/api/v1/jobs", other.group(1))
+    assert status == 200 and listing["items"] == []  # isolated from the demo tenant's job
+
+    pids = supervisor.child_pids()
+    assert set(pids) == set(CHILDREN)
+    everything = descendants(supervisor.proc.pid)
+    assert set(pids.values()) <= everything and len(everything) > len(CHILDREN)  # gunicorn's worker too
+
+    supervisor.proc.send_signal(signal.SIGINT)
+    assert supervisor.proc.wait(60) == 0, supervisor.output()[-3000:]
+    wait_for(lambda: not any(alive(p) for p in everything), timeout=10, what="every child to exit")
+    assert "stopped" in supervisor.output().splitlines()[-1]
+
+
+def test_make_run_stops_everything_and_fails_when_one_child_dies(supervisor: Supervisor) -> None:
+    supervisor.wait_until_announced()
+    pids = supervisor.child_pids()
+    everything = descendants(supervisor.proc.pid)
+    os.kill(pids["beat"], signal.SIGKILL)
+    assert supervisor.proc.wait(60) == 1
+    assert "beat exited unexpectedly" in supervisor.output()
+    wait_for(lambda: not any(alive(p) for p in everything), timeout=10, what="every child to exit")
+
+
+def test_make_run_leaves_no_child_behind_when_the_supervisor_itself_is_killed(supervisor: Supervisor) -> None:
+    supervisor.wait_until_announced()
+    children = set(supervisor.child_pids().values())
+    os.kill(supervisor.proc.pid, signal.SIGKILL)
+    supervisor.proc.wait(10)
+    # The children asked the kernel for SIGTERM when their parent dies (PR_SET_PDEATHSIG).
+    wait_for(lambda: not any(alive(p) for p in children), timeout=40, what="orphans to exit")
