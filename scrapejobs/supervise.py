@@ -9,9 +9,13 @@
 2. starts web, worker, writer, beat and Flower with the command lines of scrapejobs/processes.py,
    each in its own process group, and prefixes every line they print with their name;
 3. prints the URLs and credentials once the web answers ``/healthz``;
-4. on Ctrl-C or SIGTERM stops every child (SIGTERM, then SIGKILL after
-   ``SCRAPEJOBS_SHUTDOWN_TIMEOUT_S``) and exits 0; when a child dies on its own, stops the others
-   and exits 1: a half-running service that looks healthy is worse than none.
+4. restarts a child that dies on its own, after 1, 2, 4 … up to 30 s, as docker's
+   ``restart: unless-stopped`` does in production: a Celery process can exit on a broker
+   reconnect (a Redis restart) and the service must come back by itself. A child that dies more
+   than ``CRASH_LIMIT`` times within ``CRASH_WINDOW_S`` is crash-looping: everything is stopped
+   and the exit code is 1, since a half-running service that looks healthy is worse than none;
+5. on Ctrl-C or SIGTERM stops every child (SIGTERM, then SIGKILL after
+   ``SCRAPEJOBS_SHUTDOWN_TIMEOUT_S``) and exits 0.
 
 Everything comes from the environment: the Django settings, plus PORT, FLOWER_PORT and the sizes
 read by ``processes.from_env``, and SCRAPEJOBS_RUN_DIR (default ``.run/dev``). Development
@@ -40,6 +44,12 @@ from typing import IO
 from scrapejobs import processes
 
 ROOT = processes.ROOT
+CRASH_LIMIT = 5
+CRASH_WINDOW_S = 60.0
+RESTART_BACKOFF_MAX_S = 30.0
+# Loaded here, in the parent: the forked child must not dlopen (another thread may hold the
+# loader's lock at fork time), it only calls prctl through this handle.
+_LIBC = ctypes.CDLL(None) if sys.platform.startswith("linux") else None
 _COLORS = ("36", "32", "33", "35", "34", "31")
 _print_lock = threading.Lock()
 
@@ -85,9 +95,9 @@ def _die_with_parent() -> None:
     supervisor, which then stops the children in order) and, on Linux, SIGTERM when the
     supervisor dies, so even a SIGKILLed supervisor leaves no orphans."""
     os.setpgid(0, 0)
-    if sys.platform.startswith("linux"):
+    if _LIBC is not None:
         pr_set_pdeathsig = 1
-        ctypes.CDLL(None).prctl(pr_set_pdeathsig, signal.SIGTERM)
+        _LIBC.prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 @dataclass
@@ -97,6 +107,8 @@ class Child:
     color: str
     proc: subprocess.Popen[bytes] | None = None
     reader: threading.Thread | None = field(default=None, repr=False)
+    crashes: list[float] = field(default_factory=list)  # monotonic times of unexpected exits
+    restart_at: float | None = None
 
     def start(self, env: dict[str, str]) -> None:
         self.proc = subprocess.Popen(
@@ -170,6 +182,39 @@ def _web_is_up(base: str) -> bool:
         return False
 
 
+def _restart_dead(children: Sequence[Child], env: dict[str, str]) -> int:
+    """Schedule a restart of each child that exited on its own, start those whose backoff has
+    passed; 1 when one of them is crash-looping (the caller then stops everything)."""
+    now = time.monotonic()
+    for c in children:
+        if c.restart_at is not None:
+            if now >= c.restart_at:
+                c.restart_at = None
+                # A fork while pump threads run: safe because _die_with_parent only calls
+                # setpgid and an already-loaded prctl before exec.
+                c.start(env)
+                c.pump()
+                _say("run", f"{c.name} started (pid {c.pid})")
+            continue
+        code = c.returncode()
+        if code is None:
+            continue
+        c.crashes = [t for t in c.crashes if now - t < CRASH_WINDOW_S] + [now]
+        if len(c.crashes) > CRASH_LIMIT:
+            _say(
+                "run",
+                f"{c.name} exited unexpectedly with code {code}, {len(c.crashes)} times "
+                f"within {CRASH_WINDOW_S:.0f}s; stopping everything",
+            )
+            return 1
+        delay = min(RESTART_BACKOFF_MAX_S, 2.0 ** (len(c.crashes) - 1))
+        _say("run", f"{c.name} exited unexpectedly with code {code}; restarting it in {delay:.0f}s")
+        if c.reader is not None:
+            c.reader.join(timeout=1)
+        c.restart_at = now + delay
+    return 0
+
+
 def main() -> int:
     env = dict(os.environ)
     env.setdefault("DJANGO_SETTINGS_MODULE", "settings.base")
@@ -221,13 +266,8 @@ def main() -> int:
 
     announced = False
     exit_code = 0
-    while not stop_signal:
-        dead = [c for c in children if c.returncode() is not None]
-        if dead:
-            for c in dead:
-                _say("run", f"{c.name} exited unexpectedly with code {c.returncode()}; stopping everything")
-            exit_code = 1
-            break
+    while not stop_signal and not exit_code:
+        exit_code = _restart_dead(children, env)
         if not announced and _web_is_up(base):
             announced = True
             for line in (

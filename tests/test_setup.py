@@ -197,13 +197,39 @@ def test_make_run_serves_a_job_from_submit_to_downloaded_result_and_stops_every_
     assert "stopped" in supervisor.output().splitlines()[-1]
 
 
-def test_make_run_stops_everything_and_fails_when_one_child_dies(supervisor: Supervisor) -> None:
+def _started_pids(supervisor: Supervisor, name: str) -> list[int]:
+    return [int(p) for p in re.findall(rf"run +\| {name} started \(pid (\d+)\)", supervisor.output())]
+
+
+def test_make_run_restarts_a_child_that_dies(supervisor: Supervisor) -> None:
+    """A Celery process can exit on a broker reconnect; make run brings it back (NFR-3)."""
     supervisor.wait_until_announced()
-    pids = supervisor.child_pids()
+    first = supervisor.child_pids()["writer"]
+    os.kill(first, signal.SIGKILL)
+    wait_for(lambda: len(_started_pids(supervisor, "writer")) == 2, timeout=30, what="writer restarted")
+    second = _started_pids(supervisor, "writer")[-1]
+    assert second != first and alive(second)
+    assert "writer exited unexpectedly" in supervisor.output()
+    assert supervisor.proc.poll() is None  # still supervising
+
+
+def test_make_run_stops_everything_and_fails_when_a_child_crash_loops(supervisor: Supervisor) -> None:
+    supervisor.wait_until_announced()
     everything = descendants(supervisor.proc.pid)
-    os.kill(pids["beat"], signal.SIGKILL)
-    assert supervisor.proc.wait(60) == 1
-    assert "beat exited unexpectedly" in supervisor.output()
+    killed: set[int] = set()
+
+    def kill_latest_beat() -> bool:
+        if supervisor.proc.poll() is not None:
+            return True
+        pids = _started_pids(supervisor, "beat")
+        if pids and pids[-1] not in killed and alive(pids[-1]):
+            killed.add(pids[-1])
+            os.kill(pids[-1], signal.SIGKILL)
+        return False
+
+    wait_for(kill_latest_beat, timeout=60, interval=0.2, what="the supervisor to give up")
+    assert supervisor.proc.wait(30) == 1
+    assert "beat exited unexpectedly" in supervisor.output() and "stopping everything" in supervisor.output()
     wait_for(lambda: not any(alive(p) for p in everything), timeout=10, what="every child to exit")
 
 
