@@ -15,7 +15,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from apps.tenants.models import ApiToken, Tenant
-from apps.tenants.services import tenant_create, token_create
+from apps.tenants.services import tenant_create, token_create, token_revoke
 
 
 class ApiTokenInline(admin.TabularInline):
@@ -70,3 +70,26 @@ class TenantAdmin(admin.ModelAdmin):
             messages.warning(
                 request, f"New token for {tenant.name!r} (copy it now, it is not shown again): {token}"
             )
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    """Tokens by prefix; revoking goes through ``token_revoke`` (read-only otherwise)."""
+
+    list_display = ("prefix", "tenant", "name", "created_at", "revoked_at")
+    list_filter = ("revoked_at", "tenant")
+    search_fields = ("prefix", "tenant__name")
+    fields = ("tenant", "name", "prefix", "created_at", "revoked_at")
+    readonly_fields = fields
+    actions = ("revoke",)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # made by the tenant's "Create a new API token" action, shown once
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # revoke instead: the row keeps who had access and until when
+
+    @admin.action(description="Revoke selected tokens", permissions=["change"])
+    def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
+        revoked = sum(token_revoke(token_id=pk) for pk in queryset.values_list("pk", flat=True))
+        self.message_user(request, f"Revoked {revoked} token(s).", messages.SUCCESS)
