@@ -14,6 +14,11 @@ moves its job (the expensive case): 20,000 through the writer, then 5,000 more o
 each (BENCH_WRITER_RECEIPTS / BENCH_WRITER_BASELINE_RECEIPTS; rates are per receipt, so the two
 sides compare even with different counts). Writer settings are the defaults of contract section 5 unless
 set in the environment (BATCH_SIZE 100, CONCURRENCY 4).
+
+The writer side runs ``writer_flush_once``, the same drain a nudged or beat-driven flush runs. No
+writer process consumes the nudges ``receipt_submit`` sends here; they wait in the broker, which is
+emptied at the end. The machine's load average is printed with the figures: on a shared machine
+the absolute rate moves with it, the ratio much less.
 """
 
 from __future__ import annotations
@@ -172,6 +177,7 @@ def _measure() -> None:
     figure("writer_batched_transactions", stats.transactions)
     figure("writer_one_tx_per_receipt_receipts_per_s", direct_rate)
     figure("writer_batched_to_one_tx_ratio", writer_rate / direct_rate)
+    figure("writer_loadavg_1m", os.getloadavg()[0])
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["measure"]:

@@ -1,7 +1,8 @@
 """How workers hand over their bookkeeping: ``receipt_submit`` (FR-W1).
 
-A worker calls it after a fetch. It is one XADD to the receipts stream and no database access at
-all: the leased writer (``apps.writer.services``) applies receipts in batches later.
+A worker calls it after a fetch. It is one Redis round trip (XADD to the receipts stream, plus
+the nudge's SET NX) and no database access at all: the leased writer (``apps.writer.services``)
+applies receipts in batches, started by the nudge within milliseconds, or by beat's next tick.
 """
 
 from __future__ import annotations
@@ -9,12 +10,19 @@ from __future__ import annotations
 import json
 
 from apps.jobs.receipts import AttemptFinished
-from apps.jobs.redis import state_redis
-from apps.writer.services import FIELD, STREAM
+from apps.writer.services import FIELD, NUDGE_KEY, NUDGE_MS, STREAM, writer_nudge, writer_redis
 
 
 def receipt_submit(receipt: AttemptFinished) -> str:
     """Append the receipt (keyed by its natural key ``(job_id, attempt)``, so submitting it twice
-    is harmless); returns its stream id. No trimming here: an entry leaves the stream only once
-    the writer applied it (or moved it to the dead letters)."""
-    return str(state_redis().xadd(STREAM, {FIELD: json.dumps(receipt.to_dict(), separators=(",", ":"))}))
+    is harmless) and nudge the writer; returns its stream id. No trimming here: an entry leaves
+    the stream only once the writer applied it (or moved it to the dead letters)."""
+    pipe = writer_redis().pipeline(transaction=False)
+    pipe.xadd(STREAM, {FIELD: json.dumps(receipt.to_dict(), separators=(",", ":"))})
+    # The nudge's coalescing key rides in the same round trip: only the first receipt of a burst
+    # (or the first after a flush started reading) sends a flush task.
+    pipe.set(NUDGE_KEY, "1", nx=True, px=NUDGE_MS)
+    entry_id, first = pipe.execute()
+    if first:
+        writer_nudge(coalesce=False)
+    return str(entry_id)

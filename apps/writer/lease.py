@@ -4,6 +4,12 @@
 the holder's token can extend or drop it (a writer that stalled past its TTL and lost the lease to
 another cannot release the newcomer's lease). A heartbeat thread renews it while the holder
 works, so a long batch keeps it, and a SIGKILLed holder loses it ``ttl`` after its last renewal.
+
+With ``wanted_key``, a candidate that finds the lease taken leaves a mark there ("there is work
+for the holder"), in the same script that tried to take it, and the holder's release reports the
+mark in the same script that drops the lease. Each step is atomic, so a mark is either seen by the
+releasing holder or was left after the release, when the lease was free (and the candidate took
+it): a nudge that arrives while the holder finishes never goes unanswered.
 """
 
 from __future__ import annotations
@@ -16,6 +22,15 @@ import redis
 
 logger = logging.getLogger(__name__)
 
+_ACQUIRE = """
+if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return 1
+end
+if KEYS[2] then
+  redis.call('set', KEYS[2], '1', 'PX', ARGV[2])
+end
+return 0
+"""
 _RENEW = """
 if redis.call('get', KEYS[1]) == ARGV[1] then
   return redis.call('pexpire', KEYS[1], ARGV[2])
@@ -24,15 +39,25 @@ return 0
 """
 _RELEASE = """
 if redis.call('get', KEYS[1]) == ARGV[1] then
-  return redis.call('del', KEYS[1])
+  redis.call('del', KEYS[1])
+  local wanted = 0
+  if KEYS[2] then
+    wanted = redis.call('del', KEYS[2])
+  end
+  return {1, wanted}
 end
-return 0
+return {0, 0}
 """
 
 
 class Lease:
-    def __init__(self, client: redis.Redis, *, key: str, ttl_ms: int, owner: str):
+    def __init__(
+        self, client: redis.Redis, *, key: str, ttl_ms: int, owner: str, wanted_key: str | None = None
+    ):
         self.client, self.key, self.ttl_ms = client, key, ttl_ms
+        self._keys = [key] if wanted_key is None else [key, wanted_key]
+        # Set by release(): a candidate found the lease taken while we held it.
+        self.wanted = False
         # The owner (host:pid:...) goes first so that "who holds it" is readable by operators.
         self.token = f"{owner}:{uuid.uuid4().hex[:8]}"
         self.lost = threading.Event()
@@ -40,7 +65,7 @@ class Lease:
         self._beat: threading.Thread | None = None
 
     def acquire(self) -> bool:
-        if not self.client.set(self.key, self.token, nx=True, px=self.ttl_ms):
+        if not self.client.eval(_ACQUIRE, len(self._keys), *self._keys, self.token, self.ttl_ms):
             return False
         self.lost.clear()
         self._stop.clear()
@@ -60,7 +85,9 @@ class Lease:
             self._beat.join(timeout=5)
             self._beat = None
         try:
-            return bool(self.client.eval(_RELEASE, 1, self.key, self.token))
+            released, wanted = self.client.eval(_RELEASE, len(self._keys), *self._keys, self.token)
+            self.wanted = bool(wanted)
+            return bool(released)
         except redis.RedisError:
             logger.warning("writer lease release failed; it expires in %s ms", self.ttl_ms, exc_info=True)
             return False

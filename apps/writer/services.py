@@ -1,17 +1,21 @@
 """The leased batching writer (contract section 5, seed 000; FR-W1..FR-W4 in REQUIREMENTS.md).
 
 Workers append receipts to the Redis stream ``sj:receipts`` (``apps.writer.api.receipt_submit``)
-and go back to the network. A flush (beat, every ``SCRAPEJOBS_WRITER_FLUSH_INTERVAL_S``) takes the
-writer lease and, while there is backlog and time left in its budget, repeats:
+and go back to the network. A flush (nudged by the first receipt of a burst, ``writer_nudge``, so
+a finished job is final within milliseconds; and from beat every
+``SCRAPEJOBS_WRITER_FLUSH_INTERVAL_S``) takes the writer lease and, while there is backlog and time
+left in its budget, repeats:
 
 1. take entries: receipts whose retry backoff has passed (XCLAIM), receipts left unacknowledged
-   by a dead writer for longer than ``RECLAIM_IDLE_MS`` (XAUTOCLAIM), then new ones (XREADGROUP);
+   by a dead writer for longer than ``RECLAIM_IDLE_MS`` (XAUTOCLAIM) (these two once a second),
+   then new ones (XREADGROUP);
 2. drop duplicates (same natural key ``(job_id, attempt)``: the first one is applied, the others
    are acknowledged with it);
 3. split them by job (crc32 of the job id modulo ``CONCURRENCY``) over ``CONCURRENCY`` threads,
    each with its own database connection, so two connections never touch one job; each thread
    applies ``BATCH_SIZE`` receipts per transaction (``attempts_apply_finished``: four multi-row
-   statements, bounded by ``WRITE_TIMEOUT_SECONDS``);
+   statements, bounded by ``WRITE_TIMEOUT_SECONDS``); up to two rounds are in flight, so that a
+   connection never waits for the slowest one of its round;
 4. after commit, XACK and XDEL the entries: the stream only ever holds receipts not yet applied,
    so its first entry's id (a millisecond timestamp) is the writer's lag.
 
@@ -23,6 +27,10 @@ and its next try in ``sj:writer:retry`` at ``RETRY_DELAY_SECONDS * 2**(failures-
 is never blocked waiting for it. After ``MAX_ATTEMPTS`` failures it goes to the dead-letter stream
 ``sj:receipts:dead`` (capped at about ``DEAD_LETTER_MAXLEN``) with its error, and is acknowledged.
 A receipt that cannot even be decoded goes there at once.
+
+A flush that finds the lease taken returns at once: the holder is draining. It leaves a mark that
+the holder reads when it releases the lease (atomically, ``apps.writer.lease``), and the holder
+then drains once more, so a receipt appended after the holder's last read is not left for beat.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ import socket
 import threading
 import time
 import zlib
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,6 +69,12 @@ RETRY_AT = "sj:writer:retry"  # sorted set: stream id -> ms (Unix) of its next t
 BATCHES = "sj:writer:batches"  # list: the last BATCH_RECORDS transactions (JSON), newest first
 TOTALS = "sj:writer:totals"  # hash: running counters since the Redis database was created
 BATCH_RECORDS = 50
+NUDGE_KEY = "sj:writer:nudge"  # set while a nudge is outstanding (writer_nudge)
+NUDGE_MS = 50  # a burst of receipts sends at most one nudge per this many ms
+WANTED_KEY = "sj:writer:wanted"  # a flush found the lease taken: the holder drains once more
+PIPELINE_DEPTH = 2  # rounds in flight at once (see _drain)
+MAX_REDRAINS = 20  # a flush without a budget (writer_flush_once) still ends under steady marks
+SWEEP_EVERY_S = 1.0  # how often a drain looks for due retries and abandoned entries
 FIELD = "r"  # the one field of a stream entry: the receipt as JSON
 
 
@@ -130,46 +145,105 @@ def writer_flush(
     was held to that Redis list (used by the tests that check the lease excludes two writers).
     """
     r = writer_redis()
-    lease = Lease(r, key=LEASE_KEY, ttl_ms=int(settings.SCRAPEJOBS_WRITER_LEASE_TTL_S * 1000), owner=CONSUMER)
+    lease = Lease(
+        r,
+        key=LEASE_KEY,
+        ttl_ms=int(settings.SCRAPEJOBS_WRITER_LEASE_TTL_S * 1000),
+        owner=CONSUMER,
+        wanted_key=WANTED_KEY,
+    )
     stats = FlushStats()
-    if not lease.acquire():
-        return stats
-    stats.held = True
-    started = time.time()
     deadline = None if budget_s is None else time.monotonic() + budget_s
     idle_ms = (
         settings.SCRAPEJOBS_DATABASE_WRITER_RECLAIM_IDLE_MS if reclaim_idle_ms is None else reclaim_idle_ms
     )
-    try:
-        _group_ensure(r)
-        with _Appliers(settings.SCRAPEJOBS_DATABASE_WRITER_CONCURRENCY) as appliers:
-            count = settings.SCRAPEJOBS_DATABASE_WRITER_BATCH_SIZE * appliers.size
-            carry: list[Entry] = []  # read, not yet applied: their connection's batch was full
-            inflight: _Round | None = None
-            while True:
-                more = lease.held and (deadline is None or time.monotonic() < deadline)
-                room = count - len(carry)
-                # Read the next round while the connections apply the previous one.
-                busy = inflight.ids if inflight is not None else frozenset()
-                fresh = (
-                    _entries_take(r, count=room, reclaim_idle_ms=idle_ms, busy=busy, stats=stats)
-                    if more and room > 0
-                    else []
-                )
-                if inflight is not None:
-                    _round_finish(r, inflight, stats=stats)
-                    inflight = None
-                if not carry and not fresh:
-                    break
-                # While more receipts keep coming, send only full batches and carry the rest over
-                # to the next round; at the end (no more, or out of time) apply everything read.
-                groups, carry = _entries_partition(carry + fresh, connections=appliers.size, final=not fresh)
-                inflight = appliers.submit(groups)
-    finally:
-        if trace_key:
-            r.rpush(trace_key, json.dumps([lease.token, started, time.time()]))
-        lease.release()
+    # A flush that finds the lease taken returns at once, leaving its mark (WANTED_KEY): the
+    # holder, at release, drains once more (receipts appended after its last read).
+    redrains = 0
+    while lease.acquire():
+        stats.held = True
+        started = time.time()
+        try:
+            # From now on a new receipt nudges again (apps.writer.api): a receipt appended before
+            # this line is read by this drain, one appended after it sends its own nudge.
+            r.delete(NUDGE_KEY)
+            _drain(r, lease, deadline=deadline, idle_ms=idle_ms, stats=stats)
+        finally:
+            if trace_key:
+                r.rpush(trace_key, json.dumps([lease.token, started, time.time()]))
+            lease.release()
+        if not lease.wanted:
+            break
+        redrains += 1
+        if redrains > MAX_REDRAINS or (deadline is not None and time.monotonic() >= deadline):
+            writer_nudge(coalesce=False)  # out of time: hand the mark on to a fresh flush
+            break
     return stats
+
+
+def writer_nudge(*, coalesce: bool = True) -> None:
+    """Ask for a flush now instead of at the next beat tick (so that a finished job is final in
+    the ledger within milliseconds). ``coalesce``: at most one nudge per NUDGE_MS, and none while
+    one is outstanding (a flush deletes NUDGE_KEY when it starts reading). Best effort: beat
+    flushes every SCRAPEJOBS_WRITER_FLUSH_INTERVAL_S anyway, so a broker error is only logged."""
+    from scrapejobs.celery import app  # noqa: PLC0415 - Celery is not needed to import this module
+
+    try:
+        if coalesce and not writer_redis().set(NUDGE_KEY, "1", nx=True, px=NUDGE_MS):
+            return
+        app.send_task(
+            "apps.writer.tasks.writer_flush",
+            queue="control",
+            # A nudge older than a few beat ticks is worth nothing: beat has flushed since.
+            expires=max(5.0, 5 * settings.SCRAPEJOBS_WRITER_FLUSH_INTERVAL_S),
+        )
+    except Exception:  # noqa: BLE001 - the broker being down must not fail the worker's receipt
+        logger.warning("writer nudge failed; beat will flush", exc_info=True)
+
+
+def _drain(r: Any, lease: Lease, *, deadline: float | None, idle_ms: int, stats: FlushStats) -> None:
+    """Apply receipts while there is backlog, the lease is ours and there is time left."""
+    _group_ensure(r)
+    with _Appliers(settings.SCRAPEJOBS_DATABASE_WRITER_CONCURRENCY) as appliers:
+        count = settings.SCRAPEJOBS_DATABASE_WRITER_BATCH_SIZE * appliers.size
+        carry: list[Entry] = []  # read, not yet applied: their connection's batch was full
+        # Rounds submitted, oldest first. Two at most: each connection has its next batch queued
+        # behind the one it is applying (no connection waits for the slowest of a round), and the
+        # next round is read meanwhile. A job always hashes to the same connection, and a
+        # connection applies its batches in order, so two connections never touch one job.
+        inflight: deque[_Round] = deque()
+        sweep_at = 0.0  # monotonic time of the next look at due retries and abandoned entries
+        while True:
+            more = lease.held and (deadline is None or time.monotonic() < deadline)
+            room = count - len(carry)
+            # Retries are seconds apart and reclaims 30 s: looking once a second (and at the
+            # start of every flush) is enough, and spares two Redis round trips per round.
+            sweep = time.monotonic() >= sweep_at
+            if sweep:
+                sweep_at = time.monotonic() + SWEEP_EVERY_S
+            # Read the next round while the connections apply the previous ones.
+            busy = frozenset().union(*(round_.ids for round_ in inflight))
+            fresh = (
+                _entries_take(r, count=room, reclaim_idle_ms=idle_ms, busy=busy, sweep=sweep, stats=stats)
+                if more and room > 0
+                else []
+            )
+            done = not carry and not fresh
+            while inflight and (done or len(inflight) >= PIPELINE_DEPTH):
+                _round_finish(r, inflight.popleft(), stats=stats)
+            if done:
+                break
+            # While more receipts keep coming, send only full batches and carry the rest over
+            # to the next round; at the end (no more, or out of time) apply everything read.
+            pending = carry + fresh
+            if not inflight and len(pending) <= settings.SCRAPEJOBS_DATABASE_WRITER_BATCH_SIZE:
+                # Less than one batch and nothing in flight (a quiet moment): one transaction on
+                # this thread's own connection, now.
+                inflight.append(appliers.apply_here(pending))
+                carry = []
+                continue
+            groups, carry = _entries_partition(pending, connections=appliers.size, final=not fresh)
+            inflight.append(appliers.submit(groups))
 
 
 def writer_flush_once(*, reclaim_idle_ms: int | None = None) -> FlushStats:
@@ -190,14 +264,15 @@ def _group_ensure(r: Any) -> None:
 
 
 def _entries_take(
-    r: Any, *, count: int, reclaim_idle_ms: int, busy: frozenset[str], stats: FlushStats
+    r: Any, *, count: int, reclaim_idle_ms: int, busy: frozenset[str], sweep: bool, stats: FlushStats
 ) -> list[Entry]:
     """Up to ``count`` entries to apply, duplicates folded into their first entry. ``busy``: ids
-    being applied right now (a slow round may outlast RECLAIM_IDLE_MS: not taken twice)."""
+    being applied right now (a slow round may outlast RECLAIM_IDLE_MS: not taken twice).
+    ``sweep``: look at due retries and abandoned entries too, not only at new receipts."""
     now_ms = int(time.time() * 1000)
     raw: list[tuple[str, dict[str, str] | None]] = []
     # 1. Receipts whose backoff has passed. XCLAIM (idle 0) makes them ours whoever held them.
-    due = r.zrangebyscore(RETRY_AT, "-inf", now_ms, start=0, num=count)
+    due = r.zrangebyscore(RETRY_AT, "-inf", now_ms, start=0, num=count) if sweep else []
     if due:
         claimed = r.xclaim(STREAM, GROUP, CONSUMER, 0, due)
         # Out of the schedule while in flight (the next round is read before this one ends); a
@@ -208,7 +283,7 @@ def _entries_take(
         if gone:  # deleted from the stream meanwhile (dropped by hand): forget them
             r.pipeline().zrem(RETRY_AT, *gone).hdel(TRIES, *gone).execute()
     # 2. Receipts a dead writer read but never acknowledged.
-    if len(raw) < count:
+    if sweep and len(raw) < count:
         _next, reclaimed, *_ = r.xautoclaim(
             STREAM, GROUP, CONSUMER, reclaim_idle_ms, "0-0", count=count - len(raw)
         )
@@ -254,18 +329,16 @@ def _entries_partition(
     entries: list[Entry], *, connections: int, final: bool
 ) -> tuple[list[list[Entry]], list[Entry]]:
     """Split entries by job over the connections: all of them when ``final``, else at most one
-    full batch per connection. Returns (non-empty groups, entries left for the next round)."""
+    full batch per connection. Returns (group i for connection i, possibly empty; entries left
+    for the next round)."""
     size = settings.SCRAPEJOBS_DATABASE_WRITER_BATCH_SIZE
-    if len(entries) <= size:
-        return [entries], []  # less than one batch: one transaction on one connection
     groups: list[list[Entry]] = [[] for _ in range(connections)]
     overflow: list[Entry] = []
     for e in entries:
-        # By job: within a round a job's receipts are all in one group, and rounds never
-        # overlap, so two connections never touch one job at once.
-        group = groups[zlib.crc32(str(e.receipt.job_id).encode()) % connections]
+        # By job, always to the same connection: see _drain.
+        group = groups[zlib.crc32(e.receipt.job_id.encode()) % connections]
         (group if final or len(group) < size else overflow).append(e)
-    return [g for g in groups if g], overflow
+    return groups, overflow
 
 
 def _round_finish(r: Any, round_: _Round, *, stats: FlushStats) -> None:
@@ -366,16 +439,20 @@ class _Appliers:
             connection.close()
 
     def submit(self, groups: Sequence[list[Entry]]) -> _Round:
-        """Start applying ``groups`` (group i on connection i); ``wait()`` on the result."""
-        round_ = _Round(len(groups), ids=frozenset(i for g in groups for e in g for i in e.ids))
-        if len(groups) == 1:
-            # One group (a quiet moment): apply it on the caller's own connection, now.
-            round_.done(0, _group_apply(groups[0]))
-            return round_
+        """Queue ``groups[i]`` on connection i (empty ones skipped); ``wait()`` on the result."""
+        work = [(i, g) for i, g in enumerate(groups) if g]
+        round_ = _Round(len(work), ids=frozenset(i for _, g in work for e in g for i in e.ids))
         if not self._threads:
             self._start()
-        for i, group in enumerate(groups):
-            self._inbox[i].put(round_.work(i, group))
+        for n, (i, group) in enumerate(work):
+            self._inbox[i].put(round_.work(n, group))
+        return round_
+
+    @staticmethod
+    def apply_here(group: list[Entry]) -> _Round:
+        """Apply ``group`` now, on the calling thread's connection (nothing else is in flight)."""
+        round_ = _Round(1, ids=frozenset(i for e in group for i in e.ids))
+        round_.done(0, _group_apply(group))
         return round_
 
 

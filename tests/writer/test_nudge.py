@@ -1,0 +1,106 @@
+"""Latency: a receipt nudges the writer, so a finished job is final in the ledger within
+milliseconds instead of at beat's next tick; a burst of receipts sends few flush tasks; a nudge
+that finds the writer busy is answered by the busy writer."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+from django.conf import settings
+
+from apps.jobs.models import Job, JobStatus
+from apps.jobs.redis import state_redis
+from apps.writer.api import receipt_submit
+from apps.writer.lease import Lease
+from apps.writer.services import LEASE_KEY, WANTED_KEY, writer_flush
+from tests.support.procs import wait_for
+from tests.writer.helpers import RunningJob, new_id, receipt, running_jobs_create
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _status(job_id: str) -> str:
+    return str(Job.objects.values_list("status", flat=True).get(id=job_id))
+
+
+def _flush_tasks_queued() -> int:
+    """Messages waiting in the broker's `control` queue (kombu keeps one Redis list per queue
+    and priority step, all named after the queue)."""
+    broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    return sum(int(broker.llen(key)) for key in broker.keys("control*"))
+
+
+@pytest.mark.e2e
+def test_a_receipt_is_applied_by_the_writer_process_with_no_beat_running(services) -> None:
+    """Only the writer process runs (no beat): the receipt's own nudge starts the flush."""
+    ready, later = new_id(), new_id()
+    running_jobs_create([RunningJob(id=i, attempt=1, max_attempts=5) for i in (ready, later)])
+    services().start("writer")
+    # The process needs a few seconds to boot; until then resubmit (a duplicate is harmless, and a
+    # nudge left unconsumed expires) so that the measurement below starts with a listening writer.
+    wait_for(
+        lambda: receipt_submit(receipt(ready, 1)) and _status(ready) == JobStatus.SUCCEEDED,
+        timeout=90,
+        interval=0.5,
+        what="the writer process to start and apply its first nudged receipt",
+    )
+
+    started = time.monotonic()
+    receipt_submit(receipt(later, 1, "failed_permanent"))
+    wait_for(lambda: _status(later) == JobStatus.FAILED, timeout=10, interval=0.02, what="the nudged flush")
+    # No beat runs, so nothing but the nudge can have flushed; the figure is for the failure message.
+    assert time.monotonic() - started < 10
+
+
+def test_a_burst_of_receipts_sends_far_fewer_flush_tasks_than_receipts() -> None:
+    """No writer consumes the nudges here, so the broker holds every flush task that was sent."""
+    specs = [RunningJob(id=new_id(), attempt=1, max_attempts=5) for _ in range(500)]
+    running_jobs_create(specs)
+    started = time.monotonic()
+    for s in specs:
+        receipt_submit(receipt(s.id, 1))
+    elapsed = time.monotonic() - started
+    sent = _flush_tasks_queued()
+    assert sent >= 1
+    # One nudge per 50 ms window at most (plus one for the first receipt).
+    assert sent <= elapsed / 0.05 + 1
+    assert sent <= len(specs) // 10
+
+
+def test_a_flush_that_finds_the_lease_taken_leaves_a_mark_for_the_holder() -> None:
+    """The busy holder learns, when it releases, that someone asked for a flush meanwhile; with
+    no one asking, the mark is not there."""
+    r = state_redis()
+    holder = Lease(r, key=LEASE_KEY, ttl_ms=5000, owner="holder", wanted_key=WANTED_KEY)
+    assert holder.acquire()
+    assert holder.release()
+    assert not holder.wanted
+
+    assert holder.acquire()
+    stats = writer_flush(budget_s=1.0)
+    assert not stats.held  # returned at once: the holder is draining
+    assert holder.release()
+    assert holder.wanted
+    assert r.exists(WANTED_KEY) == 0  # the holder consumed it
+
+
+def test_a_holder_that_finds_a_mark_at_release_drains_once_more() -> None:
+    """The race a coalesced nudge could lose: a receipt lands after the holder's last read but
+    before its release, and its nudge finds the lease taken (and leaves the mark). The holder
+    sees the mark when it releases and drains again before it returns: two lease periods."""
+    job_id = new_id()
+    running_jobs_create([RunningJob(id=job_id, attempt=1, max_attempts=5)])
+    r = state_redis()
+    receipt_submit(receipt(job_id, 1))
+    r.set(WANTED_KEY, "1", px=5000)  # as left by the nudged flush that found the lease taken
+    stats = writer_flush(budget_s=5.0, trace_key="sj:test:holds")
+    assert stats.held and stats.applied == 1
+    assert r.llen("sj:test:holds") == 2  # the drain, then the one the mark asked for
+    assert r.exists(WANTED_KEY) == 0
+    assert _status(job_id) == JobStatus.SUCCEEDED
+
+    # With no mark, one drain.
+    writer_flush(budget_s=5.0, trace_key="sj:test:holds")
+    assert r.llen("sj:test:holds") == 3
