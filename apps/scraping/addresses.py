@@ -7,12 +7,20 @@ name itself, checks each candidate here, connects to an allowed one and checks t
 so a DNS answer that changes between a check and the connect (rebinding) cannot get through.
 
 ``SCRAPEJOBS_ALLOW_PRIVATE_TARGETS=true`` (development and tests) turns the rule off.
+
+Resolution can be bounded (``timeout_s``): ``socket.getaddrinfo`` has no timeout of its own, and a
+stuck resolver would otherwise hold a worker past its job's deadline. The lookup runs on a shared
+thread pool and the caller waits at most ``timeout_s``; a lookup that overstays is abandoned (its
+thread finishes whenever the resolver gives up) and reported as ``EAI_AGAIN``, a temporary failure.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import ipaddress
+import os
 import socket
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -87,18 +95,51 @@ def system_resolve(host: str, port: int) -> list[AddrInfo]:
     return [(family, sockaddr) for family, _type, _proto, _canon, sockaddr in infos]
 
 
-def resolve_allowed(host: str, port: int, *, resolver: Resolver | None = None) -> list[AddrInfo]:
+def resolve_allowed(
+    host: str, port: int, *, resolver: Resolver | None = None, timeout_s: float | None = None
+) -> list[AddrInfo]:
     """The resolved addresses of ``host`` we may connect to, in resolver order.
 
-    Raises ``socket.gaierror`` when the name does not resolve and ``AddressRefused`` when every
-    address it resolves to is refused. ``resolver`` defaults to ``system_resolve`` (looked up at
-    call time so tests can stand in a stub for the DNS)."""
-    answers = (resolver or system_resolve)(host, port)
+    Raises ``socket.gaierror`` when the name does not resolve (``EAI_AGAIN`` when it took longer
+    than ``timeout_s``; None waits as long as the resolver does) and ``AddressRefused`` when
+    every address it resolves to is refused. ``resolver`` defaults to ``system_resolve`` (looked
+    up at call time so tests can stand in a stub for the DNS)."""
+    resolve = resolver or system_resolve
+    answers = resolve(host, port) if timeout_s is None else _resolve_within(resolve, host, port, timeout_s)
     allowed = [(family, sockaddr) for family, sockaddr in answers if is_allowed_address(_ip_of(sockaddr))]
     if not allowed:
         shown = ", ".join(sorted({_ip_of(s) for _f, s in answers})) or "nothing"
         raise AddressRefused(f"{host} resolves to {shown}: refused (private, loopback, or reserved)")
     return allowed
+
+
+def _resolve_within(resolve: Resolver, host: str, port: int, timeout_s: float) -> list[AddrInfo]:
+    future = _resolver_pool().submit(resolve, host, port)
+    # wait() rather than result(timeout=...): a resolver that itself raises TimeoutError must not
+    # be mistaken for our bound.
+    concurrent.futures.wait([future], timeout=max(timeout_s, 0.0))
+    if not future.done():
+        # Abandoned, not joined: a thread stuck in getaddrinfo cannot be stopped. cancel() keeps a
+        # lookup still queued behind stuck ones from starting at all.
+        future.cancel()
+        raise socket.gaierror(socket.EAI_AGAIN, f"resolving {host} took longer than {timeout_s:.1f}s")
+    return future.result()
+
+
+_pool: tuple[int, concurrent.futures.ThreadPoolExecutor] | None = None
+_pool_lock = threading.Lock()
+
+
+def _resolver_pool() -> concurrent.futures.ThreadPoolExecutor:
+    """One pool per process (a forked child gets its own: threads do not survive fork), as wide
+    as the worker's concurrency so that a few stuck lookups cannot queue up every other fetch's.
+    Threads are started only when none is idle, so a healthy resolver keeps a handful."""
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool[0] != os.getpid():
+            width = max(int(settings.SCRAPEJOBS_WORKER_CONCURRENCY), 4)
+            _pool = (os.getpid(), concurrent.futures.ThreadPoolExecutor(width, thread_name_prefix="resolve"))
+        return _pool[1]
 
 
 def _ip_of(sockaddr: tuple[Any, ...]) -> str:

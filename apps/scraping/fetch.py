@@ -8,9 +8,16 @@ urllib3 directly (no requests), so that the connection itself can be guarded:
   DNS answer that changes between a check and the connect cannot get through. HTTPS keeps SNI
   and certificate verification against the host name. Every redirect hop is a new request and
   goes through the same guard.
-- **Timeouts**: connect = min(``SCRAPEJOBS_FETCH_CONNECT_TIMEOUT_S``, the job's ``timeout_s``);
-  read = the time left; and one overall deadline of ``timeout_s`` for the whole fetch (redirects,
-  headers and body), so a target that drips one byte at a time cannot hold a worker longer.
+- **Timeouts**: connect = min(``SCRAPEJOBS_FETCH_CONNECT_TIMEOUT_S``, the job's ``timeout_s``),
+  and it covers the name's resolution too (``getaddrinfo`` has no timeout of its own: see
+  ``addresses.resolve_allowed(timeout_s=...)``); read = the time left; and one overall deadline of
+  ``timeout_s`` for the whole fetch (redirects, headers and body), so a target that drips one
+  byte at a time cannot hold a worker longer.
+- **Stopping from outside**: ``check`` is called between hops and chunks, but a fetch can sit for
+  minutes inside one read (waiting for headers, or for the next byte). ``FetchInterrupt.fire()``,
+  from another thread, shuts the socket of the fetch's current connection down, so that read
+  ends at once; the fetch then calls ``check`` again, which is expected to raise the reason
+  (a cancel, a lost lease).
 - **Redirects**: 301/302/303/307/308 are followed here, at most ``SCRAPEJOBS_FETCH_MAX_REDIRECTS``
   hops; 303 (and 301/302 after a POST) become GET without a body, as browsers do; credentials
   (Authorization, Cookie) are dropped when the origin changes.
@@ -29,7 +36,9 @@ error_class            permanent  when
 =====================  =========  ============================================================
 timeout                no         connect, read, or the overall deadline passed
 connection_error       no         refused, reset, closed early (incomplete body)
-dns_error              no         the name does not resolve (often a transient DNS failure)
+dns_error              no         the name does not resolve (often a transient DNS failure), or
+                                  its resolution outlasted the connect timeout
+interrupted            no         ``FetchInterrupt.fire()`` stopped it and ``check`` gave no reason
 http_408, http_429     no         408 Request Timeout, 429 Too Many Requests (Retry-After kept)
 http_5xx (exact code)  no         500-599 except 501 and 505 (Retry-After kept)
 http_<other>           yes        400, 401, 403, 404, 410, 422, 501, 505 and every other status
@@ -170,6 +179,78 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
     return min(max(seconds, 0.0), RETRY_AFTER_CAP_S)
 
 
+# --- Stopping a fetch from another thread --------------------------------------------------
+
+
+class _Interrupted(Exception):
+    """Raised inside the fetch when its interrupt had fired before a connection was watched.
+    Not an OSError, so urllib3 passes it through untouched (discarding the connection)."""
+
+
+class FetchInterrupt:
+    """A handle another thread uses to stop one fetch, even one blocked in a read.
+
+    The fetch tells it which connection it is using (``_watch``) and forgets it before the
+    connection goes back to the pool (``_forget``); ``fire()`` shuts down the sockets watched at
+    that moment. Watching and firing hold one lock, so a socket is never shut down once the fetch
+    has let go of it (it may already carry another job's request), and a fetch that starts using a
+    connection after ``fire()`` stops at once instead of being missed."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._fired = False
+        self._conn: HTTPConnection | None = None
+        self._connecting: socket.socket | None = None
+
+    @property
+    def fired(self) -> bool:
+        return self._fired
+
+    def fire(self) -> None:
+        with self._lock:
+            self._fired = True
+            # While connecting, the socket is not yet the connection's ``sock``.
+            for sock in (self._connecting, getattr(self._conn, "sock", None)):
+                if sock is not None:
+                    _shutdown(sock)
+
+    def _watch(self, *, conn: HTTPConnection, connecting: socket.socket | None = None) -> None:
+        with self._lock:
+            if self._fired:
+                raise _Interrupted("the fetch was stopped from outside")
+            self._conn = conn
+            if connecting is not None:
+                self._connecting = connecting
+
+    def _forget(self) -> None:
+        with self._lock:
+            self._conn = self._connecting = None
+
+
+def _shutdown(sock: socket.socket) -> None:
+    # A blocked recv() returns at once (end of stream); a blocked connect() fails. Errors mean the
+    # socket is already closed, or was handed over to TLS (the wrapper is the connection's sock).
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+@dataclass
+class _FetchContext:
+    interrupt: FetchInterrupt | None
+    deadline: float
+
+
+# What the connection classes need to know about the fetch on whose thread they run: urllib3
+# gives no way to pass it through ``urlopen``, and a pooled connection serves many fetches.
+_context = threading.local()
+
+
+def _current() -> _FetchContext | None:
+    return getattr(_context, "fetch", None)
+
+
 # --- Guarded connections -------------------------------------------------------------------
 
 
@@ -183,19 +264,35 @@ class _GuardedConnectionMixin:
     socket_options: Any
     source_address: Any
 
+    def request(self, *args: Any, **kwargs: Any) -> Any:
+        # A reused (kept-alive) connection does not come through _new_conn.
+        ctx = _current()
+        if ctx is not None and ctx.interrupt is not None:
+            ctx.interrupt._watch(conn=self)  # type: ignore[arg-type]
+        return super().request(*args, **kwargs)  # type: ignore[misc]
+
     def _new_conn(self) -> socket.socket:
         host = self._dns_host  # type: ignore[attr-defined]
+        ctx = _current()
+        connect_timeout = self.timeout if isinstance(self.timeout, int | float) else None
         try:
-            candidates = resolve_allowed(host.strip("[]"), self.port)
+            candidates = resolve_allowed(
+                host.strip("[]"), self.port, timeout_s=_time_left(connect_timeout, ctx)
+            )
         except socket.gaierror as e:
             raise NameResolutionError(self.host, self, e) from e  # type: ignore[arg-type]
         last: OSError | None = None
         for family, sockaddr in candidates:
             sock = socket.socket(family, socket.SOCK_STREAM)
             try:
+                if ctx is not None and ctx.interrupt is not None:
+                    ctx.interrupt._watch(conn=self, connecting=sock)  # type: ignore[arg-type]
                 _set_socket_options(sock, self.socket_options)
-                if isinstance(self.timeout, int | float):
-                    sock.settimeout(self.timeout)
+                timeout = _time_left(connect_timeout, ctx)
+                if timeout is not None:
+                    if timeout <= 0:
+                        raise TimeoutError("no time left to connect")
+                    sock.settimeout(timeout)
                 if self.source_address:
                     sock.bind(self.source_address)
                 sock.connect(sockaddr)
@@ -216,6 +313,15 @@ class _GuardedConnectionMixin:
                 sock.close()
                 raise
         raise NewConnectionError(self, f"failed to establish a new connection: {last}")  # type: ignore[arg-type]
+
+
+def _time_left(connect_timeout: float | None, ctx: _FetchContext | None) -> float | None:
+    """The connect timeout, shortened to what is left of the fetch's deadline (resolution and
+    connect share it)."""
+    if ctx is None:
+        return connect_timeout
+    left = ctx.deadline - time.monotonic()
+    return left if connect_timeout is None else min(connect_timeout, left)
 
 
 class _GuardedHTTPConnection(_GuardedConnectionMixin, HTTPConnection):
@@ -274,11 +380,13 @@ class Fetched:
         deadline: float,
         limits: FetchLimits,
         check: Callable[[], None],
+        interrupt: FetchInterrupt | None = None,
     ):
         self._response = response
         self._deadline = deadline
         self._limits = limits
         self._check = check
+        self._interrupt = interrupt
         self.url = url
         self.status = response.status
         self.content_type: str | None = (response.headers.get("Content-Type") or "")[:255] or None
@@ -294,7 +402,10 @@ class Fetched:
             try:
                 chunk = self._response.read1(self._limits.chunk_size)
             except Exception as e:  # noqa: BLE001 - classified, never swallowed
-                raise _classify(e) from e
+                raise _failure(e, interrupt=self._interrupt, check=self._check) from e
+            if not chunk and self._interrupt is not None and self._interrupt.fired:
+                # A shut-down socket reads as a clean end of stream: not a complete body.
+                raise _failure(None, interrupt=self._interrupt, check=self._check)
             if not chunk:
                 break
             total += len(chunk)
@@ -318,20 +429,31 @@ def fetch_open(
     request: FetchRequest,
     limits: FetchLimits | None = None,
     check: Callable[[], None] | None = None,
+    interrupt: FetchInterrupt | None = None,
 ) -> Iterator[Fetched]:
     """Send ``request``, following redirects, and yield the final 2xx answer for its body to be
     streamed (``Fetched.chunks()``). Raises ``FetchError`` for every failure; any exception
     raised by ``check`` (called between hops and chunks) stops the fetch and propagates.
+    ``interrupt.fire()`` (another thread) breaks off a blocked read; ``check`` is then called to
+    raise the reason, and if it does not the fetch fails with ``interrupted``.
     The connection goes back to the pool only when the body was read to its end."""
     limits = limits or FetchLimits.from_settings()
     check = check or _no_check
     deadline = time.monotonic() + request.timeout_s
-    response, url = _open_final(request=request, limits=limits, check=check, deadline=deadline)
-    fetched = Fetched(response=response, url=url, deadline=deadline, limits=limits, check=check)
+    ctx = _FetchContext(interrupt=interrupt, deadline=deadline)
+    previous = _current()
+    _context.fetch = ctx
     try:
-        yield fetched
+        response, url = _open_final(request=request, limits=limits, check=check, ctx=ctx)
+        fetched = Fetched(
+            response=response, url=url, deadline=deadline, limits=limits, check=check, interrupt=interrupt
+        )
+        try:
+            yield fetched
+        finally:
+            _finish(response, reuse=fetched.complete, interrupt=interrupt)
     finally:
-        _finish(response, reuse=fetched.complete)
+        _context.fetch = previous
 
 
 def _no_check() -> None:
@@ -339,8 +461,9 @@ def _no_check() -> None:
 
 
 def _open_final(
-    *, request: FetchRequest, limits: FetchLimits, check: Callable[[], None], deadline: float
+    *, request: FetchRequest, limits: FetchLimits, check: Callable[[], None], ctx: _FetchContext
 ) -> tuple[urllib3.BaseHTTPResponse, str]:
+    deadline, interrupt = ctx.deadline, ctx.interrupt
     method = request.method.upper()
     url = request.url
     body: bytes | None = request.body.encode() if request.body is not None and method == "POST" else None
@@ -365,16 +488,19 @@ def _open_final(
                 timeout=timeout,
             )
         except Exception as e:  # noqa: BLE001 - classified, never swallowed
-            raise _classify(e) from e
+            # urllib3 has already discarded the connection.
+            if interrupt is not None:
+                interrupt._forget()
+            raise _failure(e, interrupt=interrupt, check=check) from e
         status = response.status
         if 200 <= status < 300:
             length = response.headers.get("Content-Length")
             if length and length.isdigit() and int(length) > limits.max_bytes:
-                _finish(response, reuse=False)
+                _finish(response, reuse=False, interrupt=interrupt)
                 raise _too_large(limits.max_bytes)
             return response, url
         location = response.headers.get("Location")
-        _finish(response, reuse=False)
+        _finish(response, reuse=False, interrupt=interrupt)
         if status not in REDIRECT_STATUSES:
             if 300 <= status < 400 or status < 200:
                 raise FetchError(
@@ -393,9 +519,12 @@ def _open_final(
     raise FetchError("too_many_redirects", f"more than {limits.max_redirects} redirects", permanent=True)
 
 
-def _finish(response: urllib3.BaseHTTPResponse, *, reuse: bool) -> None:
+def _finish(response: urllib3.BaseHTTPResponse, *, reuse: bool, interrupt: FetchInterrupt | None) -> None:
     """Give the connection back to its pool; closed first unless the body was read to its end,
-    since a half-read connection cannot carry the next request."""
+    since a half-read connection cannot carry the next request. The interrupt lets go of it
+    first: once pooled it may serve another fetch."""
+    if interrupt is not None:
+        interrupt._forget()
     if not reuse:
         response.close()
     response.release_conn()
@@ -426,6 +555,19 @@ def _remaining(deadline: float) -> float:
 
 def _too_large(limit: int) -> FetchError:
     return FetchError("body_too_large", f"body larger than {limit} bytes", permanent=True)
+
+
+def _failure(
+    e: BaseException | None, *, interrupt: FetchInterrupt | None, check: Callable[[], None]
+) -> FetchError:
+    """The FetchError for ``e``, unless the fetch was interrupted: then whatever broke was our
+    own doing, and ``check`` says why by raising (a cancel, a lost lease)."""
+    if interrupt is not None and interrupt.fired:
+        check()
+        return FetchError("interrupted", "the fetch was stopped from outside", permanent=False)
+    if e is None:
+        return FetchError("connection_error", "the connection ended early", permanent=False)
+    return _classify(e)
 
 
 def _classify(e: BaseException) -> FetchError:

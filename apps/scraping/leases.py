@@ -6,6 +6,14 @@ connection each. One keeper thread wakes every SCRAPEJOBS_LEASE_SECONDS / 3 and 
 this process holds with ``job_renew_lease``. A renewal that is refused (the job was taken again by
 a newer attempt after our lease expired, or it ended) marks the handle ``lost``; the fetch checks
 that between chunks and stops.
+
+A fetch can also sit inside one read for minutes (a target slow to send its headers), where no
+check between chunks runs. So a second thread, the watcher, asks Redis every
+``CANCEL_WATCH_INTERVAL_S`` for the cancel flags of every held job in one round trip; for a
+cancelled job it marks the handle ``cancelled`` and fires the fetch's ``FetchInterrupt``, which
+shuts its socket down: the read ends at once and the fetch's check reports the cancel. A lost
+lease fires the interrupt the same way. (The watcher is a thread of its own so that a slow
+database under the renewals never delays a cancel.)
 """
 
 from __future__ import annotations
@@ -21,9 +29,14 @@ from dataclasses import dataclass, field
 from django.conf import settings
 from django.db import connection
 
+from apps.jobs.redis import cancel_flag_key, state_redis
 from apps.jobs.services import job_renew_lease
+from apps.scraping.fetch import FetchInterrupt
 
 logger = logging.getLogger(__name__)
+
+# How long a cancel may wait, at most, before a fetch blocked in a read is broken off.
+CANCEL_WATCH_INTERVAL_S = 0.5
 
 
 @dataclass(eq=False)
@@ -32,14 +45,19 @@ class LeaseHandle:
     attempt: int
     worker: str
     lost: threading.Event = field(default_factory=threading.Event)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    # Given to the fetch (fetch_open(interrupt=...)); fired on a cancel or a lost lease.
+    interrupt: FetchInterrupt = field(default_factory=FetchInterrupt)
 
 
 class LeaseKeeper:
-    def __init__(self, *, interval_s: float):
+    def __init__(self, *, interval_s: float, watch_interval_s: float = CANCEL_WATCH_INTERVAL_S):
         self.interval_s = interval_s
+        self.watch_interval_s = watch_interval_s
         self._held: set[LeaseHandle] = set()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._watcher: threading.Thread | None = None
 
     @contextmanager
     def hold(self, *, job_id: uuid.UUID, attempt: int, worker: str) -> Iterator[LeaseHandle]:
@@ -49,6 +67,9 @@ class LeaseKeeper:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="lease-keeper", daemon=True)
                 self._thread.start()
+            if self._watcher is None or not self._watcher.is_alive():
+                self._watcher = threading.Thread(target=self._watch, name="cancel-watcher", daemon=True)
+                self._watcher.start()
         try:
             yield handle
         finally:
@@ -61,9 +82,29 @@ class LeaseKeeper:
         for handle in held:
             try:
                 if not job_renew_lease(job_id=handle.job_id, attempt=handle.attempt, worker=handle.worker):
-                    handle.lost.set()
+                    handle.lost.set()  # before the fire: the stopped fetch's check reads it
+                    handle.interrupt.fire()
             except Exception:  # noqa: BLE001 - the database may be down; keep the fetch, retry next tick
                 logger.warning("lease renewal of %s failed", handle.job_id, exc_info=True)
+
+    def watch_all(self) -> None:
+        """Stop the fetches of held jobs whose cancel flag is set: one Redis round trip for all."""
+        with self._lock:
+            held = [h for h in self._held if not (h.cancelled.is_set() or h.lost.is_set())]
+        if not held:
+            return
+        pipe = state_redis().pipeline(transaction=False)
+        for handle in held:
+            pipe.exists(cancel_flag_key(str(handle.job_id)))
+        try:
+            flags = pipe.execute()
+        except Exception:  # noqa: BLE001 - Redis down: the fetch's own check sees the cancel later
+            logger.warning("cancel watch failed", exc_info=True)
+            return
+        for handle, flagged in zip(held, flags, strict=True):
+            if flagged:
+                handle.cancelled.set()  # before the fire: the stopped fetch's check reads it
+                handle.interrupt.fire()
 
     def _run(self) -> None:
         stop = threading.Event()  # never set: the thread lives as long as the process
@@ -73,6 +114,14 @@ class LeaseKeeper:
             finally:
                 # Give this thread's connection back (to the pool) between ticks.
                 connection.close()
+
+    def _watch(self) -> None:
+        stop = threading.Event()  # never set, as in _run
+        while not stop.wait(self.watch_interval_s):
+            try:
+                self.watch_all()
+            except Exception:  # noqa: BLE001 - never let the watcher die
+                logger.exception("cancel watcher tick failed")
 
 
 _keeper: tuple[int, LeaseKeeper] | None = None

@@ -165,7 +165,9 @@ def test_a_name_resolving_to_loopback_is_refused(target, monkeypatch):
 def test_the_connected_peer_is_checked_even_if_resolution_was_fooled(target, monkeypatch):
     # Stand-in for a DNS answer that changed between the check and the connect: the candidate
     # list says nothing is wrong, the socket's peer is what refuses.
-    monkeypatch.setattr(fetch, "resolve_allowed", lambda host, port: [(socket.AF_INET, ("127.0.0.1", port))])
+    monkeypatch.setattr(
+        fetch, "resolve_allowed", lambda host, port, **_: [(socket.AF_INET, ("127.0.0.1", port))]
+    )
     with override_settings(SCRAPEJOBS_ALLOW_PRIVATE_TARGETS=False):
         err = _error(target.url("/bytes/10"))
     assert err.error_class == "address_refused"
