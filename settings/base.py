@@ -65,6 +65,7 @@ INSTALLED_APPS = [
     "apps.writer",
     "apps.scheduling",
     "apps.webhooks",
+    "apps.politeness",
     "apps.operators",
 ]
 
@@ -174,6 +175,32 @@ SCRAPEJOBS_LEASE_SECONDS = _bounded_int("SCRAPEJOBS_LEASE_SECONDS", 60, 2, 3600)
 # Publisher and sweeper cadences (beat).
 SCRAPEJOBS_PUBLISH_INTERVAL_S = _positive_float("SCRAPEJOBS_PUBLISH_INTERVAL_S", 1.0)
 SCRAPEJOBS_PUBLISH_BATCH_SIZE = _bounded_int("SCRAPEJOBS_PUBLISH_BATCH_SIZE", 500, 1, 10000)
+# Dispatch (contract 4, NFR-9/NFR-10): the publisher chooses the order in which work starts, so the
+# broker is kept shallow: at most this many scrape messages wait in the three queues (workers'
+# reserved messages not counted). 300 is about one second of a worker process's measured throughput
+# (235-330 jobs/s): enough that workers never run dry between two publisher runs even if a nudge is
+# lost and only beat's 1 s tick refills, small enough that a new high job or a new tenant waits
+# behind at most about a second of work already committed to the broker.
+SCRAPEJOBS_DISPATCH_DEPTH = _bounded_int("SCRAPEJOBS_DISPATCH_DEPTH", 300, 1, 100_000)
+
+
+def _priority_weights(name: str, default: str) -> dict[str, int]:
+    """``high,normal,low`` weights, each at least 1 (a zero weight would starve that priority)."""
+    raw = env.str(name, default=default)
+    try:
+        weights = [int(part) for part in raw.split(",")]
+    except ValueError:
+        weights = []
+    if len(weights) != 3 or not all(1 <= w <= 1000 for w in weights):
+        raise environ.ImproperlyConfigured(
+            f"{name}={raw!r}: expected three integers 1..1000 (high,normal,low)"
+        )
+    return dict(zip(("high", "normal", "low"), weights, strict=True))
+
+
+# Shares of started work per priority under saturation (seed 002 step 32: six of ten from high,
+# three from normal, one from low); an empty priority's share goes to the others.
+SCRAPEJOBS_PRIORITY_WEIGHTS = _priority_weights("SCRAPEJOBS_PRIORITY_WEIGHTS", "6,3,1")
 SCRAPEJOBS_SWEEP_INTERVAL_S = _positive_float("SCRAPEJOBS_SWEEP_INTERVAL_S", 60.0)
 # A job published but not taken within this long is published again (lost broker messages).
 SCRAPEJOBS_REPUBLISH_AFTER_S = _bounded_int("SCRAPEJOBS_REPUBLISH_AFTER_S", 300, 1, 86400)
@@ -184,6 +211,19 @@ SCRAPEJOBS_RETRY_CAP_S = _positive_float("SCRAPEJOBS_RETRY_CAP_S", 600.0)
 # the jobs it still holds back to the queue (attempt recorded as lost) and exits. Keep it below
 # the supervisor's kill timeout (Kubernetes: terminationGracePeriodSeconds, 30 s by default).
 SCRAPEJOBS_WORKER_SHUTDOWN_GRACE_S = _positive_float("SCRAPEJOBS_WORKER_SHUTDOWN_GRACE_S", 25.0)
+
+# Politeness per target domain (contract 4, NFR-5): the limits of a domain without a policy in the
+# admin, shared by every worker. 2 requests/s is below what a small site notices (crawl-delay
+# conventions are 1-10 s per request for a single crawler) yet serves 7,200 jobs an hour; a burst of
+# 5 lets a handful of jobs start at once after a quiet spell and absorbs the publisher's 1 s ticks.
+# 4 in flight: by Little's law the cap only binds when the target takes over 2 s per answer (4 / 2
+# per s), i.e. when it is already struggling, which is when to ease off. Raise them per domain.
+SCRAPEJOBS_DOMAIN_DEFAULT_RPS = _positive_float("SCRAPEJOBS_DOMAIN_DEFAULT_RPS", 2.0)
+SCRAPEJOBS_DOMAIN_DEFAULT_BURST = _bounded_int("SCRAPEJOBS_DOMAIN_DEFAULT_BURST", 5, 1, 1_000_000)
+SCRAPEJOBS_DOMAIN_DEFAULT_CONCURRENCY = _bounded_int("SCRAPEJOBS_DOMAIN_DEFAULT_CONCURRENCY", 4, 1, 1_000_000)
+# Three 429/503 answers from one domain within a minute (without Retry-After) pause the domain for
+# every worker this long; 0 turns that off (a Retry-After is always respected).
+SCRAPEJOBS_DOMAIN_THROTTLE_COOLDOWN_S = _bounded_int("SCRAPEJOBS_DOMAIN_THROTTLE_COOLDOWN_S", 30, 0, 3600)
 
 # Webhooks (contract 2): delays before each retry of a callback answering non-2xx, +-20% jitter.
 # The default is 10 attempts over about 16 hours; after the last one the delivery is failed.

@@ -1,69 +1,257 @@
-"""The outbox publisher (contract 3.2): queued rows with an empty ``published_at`` become broker
-messages, one per job, on the queue of the job's priority.
+"""The outbox publisher, which is also the dispatcher (contract 3.2 and 4; NFR-9, NFR-10).
 
-Delivery is at-least-once. The rows are locked (``FOR UPDATE SKIP LOCKED``) from the select to
-the stamp, so two publishers running at once (beat's tick and an intake nudge) never send the same
-row in one round. The broker send happens inside that short transaction on purpose: it is the one
-piece of network I/O that must be covered by the row lock. A crash between the send and the commit
-leaves the rows unstamped and they are sent again next round; the duplicate message is harmless
-because ``job_claim`` is a conditional update.
+Queued rows with an empty ``published_at`` become broker messages, one per job, on the queue of the
+job's priority. The broker is kept shallow (at most ``SCRAPEJOBS_DISPATCH_DEPTH`` messages waiting)
+so that the order in which work starts is the order chosen here, not the broker's: workers read
+the three queues round-robin, which under saturation would give 1:1:1 and first-come-first-served
+per queue (one tenant's burst of 10,000 jobs ahead of everybody). Each batch fills the free room
+in weighted-fair order:
+
+- across priorities by smooth weighted round-robin (weights ``SCRAPEJOBS_PRIORITY_WEIGHTS``, 6:3:1):
+  each slot adds every priority's weight to its credit and goes to the priority with the most
+  credit, which pays the sum of the weights. The credits live in Redis across batches, so even
+  one free slot per run converges to 6:3:1 and ``low`` gets a slot in every ten; a priority
+  without backlog drops out (its share goes to the others) and its credit is reset to zero, so
+  it cannot come back with a burst it saved up while idle;
+- within a priority, round-robin over the tenants with backlog, starting after the tenant served
+  last (a cursor in Redis), oldest job of each tenant first: equal shares whatever the backlog.
+
+Delivery is at-least-once. A transaction-scoped advisory lock lets one dispatcher (beat's tick, the
+intake and scrape nudges) run at a time (the others return at once), so the free room is measured once per batch and the credits
+and cursors are read-modified-written by one at a time; the rows are also locked (``FOR UPDATE
+SKIP LOCKED``) from the select to the stamp. The broker send happens inside that short transaction
+on purpose: it is the one piece of network I/O that must be covered by the row lock. A crash
+between the send and the commit leaves the rows unstamped and they are sent again next round; the
+duplicate message is harmless because ``job_claim`` is a conditional update.
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter, defaultdict
+from datetime import datetime
+from typing import Any
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from apps.jobs.redis import state_redis
+
 SCRAPE_TASK = "apps.scraping.tasks.scrape_job"
+PRIORITIES = ("high", "normal", "low")
+
+# pg_advisory_xact_lock key of the dispatcher (any constant unique within this database).
+_DISPATCH_LOCK_ID = 0x5C4A_D15B
+_CREDIT_KEY = "sj:dispatch:credit"  # hash priority -> smooth weighted round-robin credit
+_CURSOR_KEY = "sj:dispatch:cursor:{priority}"  # the tenant served last in that priority
+# A batch whose rows come back short (a tenant had fewer due rows than its slots: retry waits,
+# rows locked by an older publisher) offers the remainder again, at most this many times.
+_ROUNDS = 3
 
 
 def scrape_queue(priority: str) -> str:
     return f"jobs.{priority}"
 
 
-# Uses the partial index jobs_outbox_unpublished (status = 'queued' AND published_at IS NULL):
-# it holds only the rows still to send, so this stays cheap however large the jobs table grows.
-_SELECT_UNPUBLISHED = """
-    SELECT id::text, priority
-      FROM jobs_job
-     WHERE status = 'queued' AND published_at IS NULL
-       AND (not_before IS NULL OR not_before <= %s)
-     ORDER BY created_at
-     LIMIT %s
-       FOR UPDATE SKIP LOCKED
+# The queries below use the partial index jobs_outbox_fair (priority, tenant_id, created_at) WHERE
+# status = 'queued' AND published_at IS NULL (apps/publishing/migrations/0001): each is a handful
+# of index probes per priority or tenant, however large the backlog (see that migration).
+
+# Which priorities have unpublished rows: one probe each.
+_SELECT_PRIORITIES = """
+    SELECT p FROM unnest(%s::text[]) AS p
+     WHERE EXISTS (SELECT 1 FROM jobs_job
+                    WHERE status = 'queued' AND published_at IS NULL AND priority = p)
+"""
+
+# The next ``limit`` tenants with unpublished rows in one priority, in tenant id order, after a
+# given tenant or from the first: a loose index scan (one probe per tenant found).
+_SELECT_TENANTS = """
+    WITH RECURSIVE tenants (tenant_id, n) AS (
+        (SELECT tenant_id, 1 FROM jobs_job
+          WHERE status = 'queued' AND published_at IS NULL AND priority = %(priority)s {after}
+          ORDER BY tenant_id LIMIT 1)
+        UNION ALL
+        SELECT nxt.tenant_id, t.n + 1
+          FROM tenants t
+         CROSS JOIN LATERAL (
+               SELECT tenant_id FROM jobs_job
+                WHERE status = 'queued' AND published_at IS NULL AND priority = %(priority)s
+                  AND tenant_id > t.tenant_id
+                ORDER BY tenant_id LIMIT 1) nxt
+         WHERE t.n < %(limit)s
+    )
+    SELECT tenant_id::text FROM tenants
+"""
+
+# The oldest due rows of each (priority, tenant, how many) asked for, locked.
+_SELECT_OLDEST = """
+    SELECT w.priority, w.tenant_id::text, j.id::text, j.created_at
+      FROM unnest(%s::text[], %s::uuid[], %s::int[]) AS w (priority, tenant_id, n)
+     CROSS JOIN LATERAL (
+           SELECT id, created_at FROM jobs_job
+            WHERE status = 'queued' AND published_at IS NULL
+              AND priority = w.priority AND tenant_id = w.tenant_id
+              AND (not_before IS NULL OR not_before <= %s)
+              AND NOT (id = ANY(%s::uuid[]))
+            ORDER BY created_at
+            LIMIT w.n
+              FOR UPDATE SKIP LOCKED) j
 """
 
 
-def outbox_publish_batch(*, limit: int) -> int:
-    """Send up to ``limit`` unpublished jobs whose retry time (``not_before``) has come, oldest
-    first, over one producer connection; stamp them. Returns how many were sent."""
+def broker_depth(channel: Any) -> int:
+    """Scrape messages waiting in the broker. kombu's Redis transport keeps one list per queue
+    and priority step, named ``<queue>`` for priority 0 (ours) and ``<queue><sep><step>``
+    otherwise; messages already reserved by a worker are no longer in them."""
+    keys = [channel._q_for_pri(scrape_queue(p), step) for p in PRIORITIES for step in channel.priority_steps]
+    with channel.client.pipeline(transaction=False) as pipe:
+        for key in keys:
+            pipe.llen(key)
+        return sum(pipe.execute())
+
+
+def outbox_publish_batch(*, limit: int, depth: int | None = None) -> int:
+    """Send up to ``limit`` unpublished jobs whose retry time (``not_before``) has come, in
+    weighted-fair order, over one producer connection; stamp them. With ``depth``, send no more
+    than keeps at most ``depth`` scrape messages waiting in the broker. Returns how many were
+    sent."""
     from scrapejobs.celery import app  # noqa: PLC0415 - Celery app imports Django settings
 
-    now = timezone.now()
     with transaction.atomic(), connection.cursor() as cur:
-        cur.execute(_SELECT_UNPUBLISHED, [now, limit])
-        rows = cur.fetchall()
-        if not rows:
+        # One dispatcher at a time (released at commit): the free room below stays true while we
+        # fill it, and the credits and cursors are not updated by two at once. Try, never wait:
+        # the one running fills the room, and a run blocked behind a broker send that is retrying
+        # (Redis down) must not pile up and hold every thread of the control queue.
+        cur.execute("SELECT pg_try_advisory_xact_lock(%s)", [_DISPATCH_LOCK_ID])
+        if not cur.fetchone()[0]:
             return 0
         with app.producer_or_acquire() as producer:
-            for job_id, priority in rows:
+            if depth is not None:
+                limit = min(limit, depth - broker_depth(producer.channel))
+            if limit <= 0:
+                return 0
+            picked = _dispatch_pick(cur, limit=limit, now=timezone.now())
+            if not picked:
+                return 0
+            for job_id, priority in picked:
                 app.send_task(SCRAPE_TASK, args=[job_id], queue=scrape_queue(priority), producer=producer)
         cur.execute(
             "UPDATE jobs_job SET published_at = %s WHERE id = ANY(%s::uuid[]) AND published_at IS NULL",
-            [timezone.now(), [job_id for job_id, _ in rows]],
+            [timezone.now(), [job_id for job_id, _ in picked]],
         )
-    return len(rows)
+    return len(picked)
 
 
-def outbox_publish(*, batch_size: int, budget_s: float) -> int:
-    """Publish batch after batch while full batches keep coming, for at most about ``budget_s``
-    (then the next beat tick carries on). Returns how many jobs were sent."""
+def outbox_publish(*, batch_size: int, budget_s: float, depth: int | None = None) -> int:
+    """Publish batch after batch while full batches keep coming (and, with ``depth``, while the
+    broker has room), for at most about ``budget_s`` (then the next beat tick or nudge carries
+    on). Returns how many jobs were sent."""
     deadline = time.monotonic() + budget_s
     total = 0
     while True:
-        sent = outbox_publish_batch(limit=batch_size)
+        sent = outbox_publish_batch(limit=batch_size, depth=depth)
         total += sent
         if sent < batch_size or time.monotonic() >= deadline:
             return total
+
+
+def _dispatch_pick(cur: Any, *, limit: int, now: datetime) -> list[tuple[str, str]]:
+    """Choose and lock up to ``limit`` rows in weighted-fair order; returns (job id, priority)
+    in the order to send them. Runs under the dispatcher lock."""
+    weights: dict[str, int] = settings.SCRAPEJOBS_PRIORITY_WEIGHTS
+    r = state_redis()
+    cur.execute(_SELECT_PRIORITIES, [list(PRIORITIES)])
+    active = {row[0] for row in cur.fetchall()}
+    stored = r.hgetall(_CREDIT_KEY)
+    credit = {p: int(stored.get(p, 0)) if p in active else 0 for p in PRIORITIES}
+    cursors: dict[str, str | None] = {}
+    for p in PRIORITIES:
+        last = r.get(_CURSOR_KEY.format(priority=p))
+        cursors[p] = str(last) if last else None
+
+    picked: list[tuple[str, str]] = []
+    exhausted: set[tuple[str, str]] = set()  # (priority, tenant) with no more due rows this batch
+    for _ in range(_ROUNDS):
+        want = limit - len(picked)
+        if want <= 0 or not active:
+            break
+        slots = Counter(_weighted_slots(credit=credit, weights=weights, active=active, n=want))
+        plan: dict[str, list[str]] = {}  # priority -> tenant of each of its slots, in send order
+        for priority, n in slots.items():
+            tenants = [
+                t
+                for t in _tenants_after(cur, priority=priority, after=cursors[priority], limit=n)
+                if (priority, t) not in exhausted
+            ]
+            if tenants:
+                plan[priority] = [tenants[k % len(tenants)] for k in range(n)]
+            else:
+                active.discard(priority)
+        rows = _oldest_rows(cur, plan=plan, now=now, skip=[job_id for job_id, _ in picked])
+        for priority, order in plan.items():
+            for tenant in order:
+                queue = rows.get((priority, tenant))
+                if queue:
+                    picked.append((queue.pop(0), priority))
+                    cursors[priority] = tenant
+                else:
+                    exhausted.add((priority, tenant))
+            if all((priority, t) in exhausted for t in set(order)):
+                active.discard(priority)
+
+    with r.pipeline(transaction=False) as pipe:
+        for p in PRIORITIES:
+            pipe.hset(_CREDIT_KEY, p, credit[p])
+            if cursors[p] is not None:
+                pipe.set(_CURSOR_KEY.format(priority=p), str(cursors[p]))
+        pipe.execute()
+    return picked
+
+
+def _weighted_slots(
+    *, credit: dict[str, int], weights: dict[str, int], active: set[str], n: int
+) -> list[str]:
+    """Smooth weighted round-robin over the active priorities for ``n`` slots (nginx's upstream
+    balancing): spreads a priority's share evenly instead of in runs. Updates ``credit``."""
+    total = sum(weights[p] for p in active)
+    order = [p for p in PRIORITIES if p in active]  # ties go to the higher priority
+    slots = []
+    for _ in range(n):
+        for p in order:
+            credit[p] += weights[p]
+        best = max(order, key=lambda p: credit[p])
+        credit[best] -= total
+        slots.append(best)
+    return slots
+
+
+def _tenants_after(cur: Any, *, priority: str, after: str | None, limit: int) -> list[str]:
+    """Up to ``limit`` tenants with unpublished rows in ``priority``, in round-robin order: the
+    ones after ``after`` first, then from the first tenant again (wrapping)."""
+    params = {"priority": priority, "limit": limit, "after": after}
+    cur.execute(_SELECT_TENANTS.format(after="AND tenant_id > %(after)s" if after else ""), params)
+    tenants = [row[0] for row in cur.fetchall()]
+    if after and len(tenants) < limit:
+        cur.execute(_SELECT_TENANTS.format(after=""), {**params, "limit": limit - len(tenants)})
+        tenants += [t for (t,) in cur.fetchall() if t not in tenants]
+    return tenants
+
+
+def _oldest_rows(
+    cur: Any, *, plan: dict[str, list[str]], now: datetime, skip: list[str]
+) -> dict[tuple[str, str], list[str]]:
+    """Lock the oldest due rows each planned (priority, tenant) needs; ids oldest first."""
+    wanted = Counter((priority, tenant) for priority, order in plan.items() for tenant in order)
+    if not wanted:
+        return {}
+    pairs = list(wanted)
+    cur.execute(
+        _SELECT_OLDEST,
+        [[p for p, _ in pairs], [t for _, t in pairs], [wanted[pair] for pair in pairs], now, skip],
+    )
+    found: dict[tuple[str, str], list[tuple[datetime, str]]] = defaultdict(list)
+    for priority, tenant, job_id, created_at in cur.fetchall():
+        found[(priority, tenant)].append((created_at, job_id))
+    return {pair: [job_id for _, job_id in sorted(rows)] for pair, rows in found.items()}

@@ -1,5 +1,7 @@
 """The outbox publisher task: run by beat every SCRAPEJOBS_PUBLISH_INTERVAL_S (see
-scrapejobs/celery.py) and nudged by intake after each commit. Safe to run concurrently."""
+scrapejobs/celery.py) and nudged by intake after each commit; with the broker kept shallow
+(SCRAPEJOBS_DISPATCH_DEPTH) each run tops it up. Safe to run concurrently (one runs, the others
+return at once)."""
 
 from __future__ import annotations
 
@@ -17,4 +19,8 @@ _BUDGET_S = 5.0
     name="apps.publishing.tasks.outbox_publish", ignore_result=True, soft_time_limit=20, time_limit=30
 )
 def outbox_publish() -> int:
-    return outbox_publish_service(batch_size=settings.SCRAPEJOBS_PUBLISH_BATCH_SIZE, budget_s=_BUDGET_S)
+    return outbox_publish_service(
+        batch_size=settings.SCRAPEJOBS_PUBLISH_BATCH_SIZE,
+        budget_s=_BUDGET_S,
+        depth=settings.SCRAPEJOBS_DISPATCH_DEPTH,
+    )

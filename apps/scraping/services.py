@@ -21,6 +21,7 @@ from apps.jobs.models import AttemptOutcome
 from apps.jobs.receipts import AttemptFinished
 from apps.jobs.redis import cancel_flag_key, state_redis
 from apps.jobs.services import ClaimedJob, job_claim
+from apps.politeness.services import job_domain_turn
 from apps.results.storage import ResultStoreFailed, result_store
 from apps.scraping.fetch import FetchError, FetchRequest, fetch_open
 from apps.scraping.leases import LeaseHandle, lease_keeper
@@ -42,12 +43,21 @@ class AttemptStopped(Exception):
 
 def job_run_attempt(*, job_id: uuid.UUID | str, worker: str) -> AttemptFinished | None:
     """Claim ``job_id`` and run one attempt; None when the claim is not ours (duplicate message,
-    job final or cancelled, or its retry time not yet come)."""
-    claimed = job_claim(job_id=job_id, worker=worker)
-    if claimed is None:
-        logger.info("job %s not claimable (duplicate message or not queued): skipped", job_id)
-        return None
-    receipt = attempt_run(claimed=claimed, worker=worker)
+    job final or cancelled, or its retry time not yet come) or its domain said wait (deferred)."""
+    # Politeness (NFR-5, apps.politeness): the job's domain must grant a token and a concurrency
+    # slot BEFORE the claim, so that waiting spends no attempt. A refused job is already deferred
+    # in the database when the turn is None (not held in this thread: the worker slot is free at
+    # once); the slot is released when the block ends, whatever happens in it.
+    with job_domain_turn(job_id=job_id) as turn:
+        if turn is None:
+            return None
+        claimed = job_claim(job_id=job_id, worker=worker)
+        if claimed is None:
+            logger.info("job %s not claimable (duplicate message or not queued): skipped", job_id)
+            return None
+        receipt = attempt_run(claimed=claimed, worker=worker)
+        # A 429/503 or a Retry-After slows the domain down for every worker.
+        turn.record(http_status=receipt.http_status, retry_after_s=receipt.retry_after_s)
     receipt_submit(receipt)
     return receipt
 
@@ -77,7 +87,7 @@ def attempt_run(*, claimed: ClaimedJob, worker: str) -> AttemptFinished:
     try:
         with lease_keeper().hold(job_id=claimed.id, attempt=claimed.attempt, worker=worker) as lease:
             check = _stop_check(job_id=str(claimed.id), lease=lease)
-            with fetch_open(request=request, check=check) as fetched:
+            with fetch_open(request=request, check=check, interrupt=lease.interrupt) as fetched:
                 stored = result_store(
                     job_id=claimed.id,
                     attempt=claimed.attempt,
@@ -124,6 +134,8 @@ def _stop_check(*, job_id: str, lease: LeaseHandle) -> Callable[[], None]:
         nonlocal next_poll
         if lease.lost.is_set():
             raise AttemptStopped("lease_lost")
+        if lease.cancelled.is_set():  # seen by the lease keeper's watcher
+            raise AttemptStopped("cancelled")
         now = time.monotonic()
         if now < next_poll:
             return

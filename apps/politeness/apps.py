@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class PolitenessConfig(AppConfig):
+    name = "apps.politeness"
+    label = "politeness"

@@ -1,0 +1,300 @@
+"""Politeness per target domain (contract section 4, NFR-5): shared by every worker, in Redis.
+
+Each domain has, in Redis (keys in ``apps.politeness.keys``):
+
+- a **token bucket** (``requests_per_second``, ``burst``): a request needs a token;
+- a **concurrency cap** (``max_concurrency``): a sorted set of slot holders scored by their expiry,
+  so the slot of a worker killed mid-fetch frees itself once the fetch could no longer be running
+  (the job's timeout plus one lease), without anyone cleaning up;
+- a **cooldown-until**: set by a target's ``Retry-After`` or by repeated 429/503 answers
+  (``THROTTLE_THRESHOLD`` within ``THROTTLE_WINDOW_S``); every worker respects it. It expires by
+  itself and lowers nothing permanently;
+- a **booking pointer** and per-job **tickets**: a refused job is given a place in the domain's
+  line, spaced ``1/rate`` apart, and told to come back then. Without it every refused job would
+  come back at the next token, all at once, and all but one be refused again (a backlog of N jobs
+  would cost N broker messages per token); and a fresh job could take the token a deferred job was
+  waiting for, again and again. A job holding a ticket passes the line; a job without one waits
+  behind the booked ones.
+
+Each operation is one Lua script, so concurrent workers cannot both spend the last token or take
+the last slot, and every time is the Redis server's clock (``TIME``): workers' clocks may differ.
+
+The worker asks before it claims (``job_domain_turn``): waiting spends no attempt, and a refused
+job waits in PostgreSQL (``job_defer_for_domain``: the publisher sends it again once its
+``not_before`` has passed), not in a worker thread, so the worker slot is free at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import redis
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from apps.jobs.models import Job, JobStatus
+from apps.jobs.redis import state_redis
+from apps.politeness.keys import domain_keys
+from apps.politeness.selectors import domain_limits_get, job_runnable_get
+
+logger = logging.getLogger(__name__)
+
+# Repeated 429/503 answers without Retry-After: this many within this window cool the domain down
+# for SCRAPEJOBS_DOMAIN_THROTTLE_COOLDOWN_S.
+THROTTLE_STATUSES = frozenset({429, 503})
+THROTTLE_THRESHOLD = 3
+THROTTLE_WINDOW_S = 60
+# A target cannot stop a domain for longer than this with one Retry-After (a hostile or broken
+# "Retry-After: 31536000" would otherwise park every tenant's jobs for a year). The job's own
+# retry still honours the full value (apps.jobs.lifecycle).
+MAX_COOLDOWN_S = 3600
+# A ticket outlives its booked time by this much: the publisher (beat, every second) and a busy
+# broker may deliver the deferred job late; a ticket lost after that only costs the job its place.
+TICKET_GRACE_S = 120
+# When Redis cannot be asked, the job waits this long in the database: refusing is the polite
+# failure (every worker would otherwise hit the target unthrottled during the outage).
+UNAVAILABLE_DEFER_S = 5.0
+
+# KEYS: state hash, slots zset, the job's ticket. ARGV: rate/s, burst, cap, holder, slot ttl (s).
+# Returns {granted 0/1, wait ms, reason}. Reasons: cooldown, queue (deferred jobs are booked
+# ahead of this one), concurrency, rate.
+_ACQUIRE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local rate, burst, cap = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local holder, slot_ttl, grace = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
+local s = redis.call('HMGET', KEYS[1], 'tokens', 'ts', 'next', 'cooldown')
+local tokens = tonumber(s[1]) or burst
+local ts = tonumber(s[2]) or now
+local nxt = tonumber(s[3]) or 0
+local cooldown = tonumber(s[4]) or 0
+tokens = math.min(burst, tokens + math.max(0, now - ts) * rate)
+local ticket = redis.call('EXISTS', KEYS[3]) == 1
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+local reason, wait = '', 0
+if cooldown > now then
+  reason, wait = 'cooldown', cooldown - now
+elseif (not ticket) and nxt > now then
+  reason, wait = 'queue', nxt - now
+elseif redis.call('ZCARD', KEYS[2]) >= cap then
+  reason, wait = 'concurrency', 1 / rate
+elseif tokens < 1 then
+  reason, wait = 'rate', (1 - tokens) / rate
+end
+local granted = 0
+if reason == '' then
+  granted = 1
+  tokens = tokens - 1
+  redis.call('ZADD', KEYS[2], string.format('%.6f', now + slot_ttl), holder)
+  -- The set lives as long as its longest holder (holders have different timeouts).
+  local keep = math.ceil((slot_ttl + 1) * 1000)
+  if redis.call('PTTL', KEYS[2]) < keep then redis.call('PEXPIRE', KEYS[2], keep) end
+  redis.call('DEL', KEYS[3])
+elseif ticket and reason == 'rate' then
+  -- A booked job back a moment before its token (several booked jobs can come back in one
+  -- publisher tick): it keeps its place and its ticket, and tries again when the token is due.
+  redis.call('PEXPIRE', KEYS[3], math.ceil((wait + grace) * 1000))
+else
+  -- Book the next place in the domain's line, 1/rate after the last one booked.
+  local at = math.max(nxt, now + wait)
+  nxt = at + 1 / rate
+  wait = at - now
+  redis.call('SET', KEYS[3], '1', 'PX', math.ceil((wait + grace) * 1000))
+end
+redis.call('HSET', KEYS[1], 'tokens', string.format('%.6f', tokens), 'ts', string.format('%.6f', now),
+           'next', string.format('%.6f', nxt))
+local horizon = math.max(nxt, cooldown, now + burst / rate) - now + 60
+redis.call('PEXPIRE', KEYS[1], math.ceil(horizon * 1000))
+return {granted, math.ceil(wait * 1000), reason}
+"""
+
+# KEYS: state hash, throttled zset. ARGV: retry-after s (0: none), throttled 0/1, threshold,
+# window s, cooldown s (0: repeated throttles cool nothing), max cooldown s, unique member.
+# Returns the domain's cooldown left, in ms (0: none).
+_RECORD = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local retry_after, throttled = tonumber(ARGV[1]), ARGV[2]
+local threshold, window, cool, max_cool = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local untl = 0
+if retry_after > 0 then untl = now + math.min(retry_after, max_cool) end
+if throttled == '1' and cool > 0 then
+  redis.call('ZADD', KEYS[2], string.format('%.6f', now), ARGV[7])
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - window)
+  redis.call('EXPIRE', KEYS[2], window)
+  if redis.call('ZCARD', KEYS[2]) >= threshold then
+    untl = math.max(untl, now + cool)
+    redis.call('DEL', KEYS[2])
+  end
+end
+local cur = tonumber(redis.call('HGET', KEYS[1], 'cooldown')) or 0
+if untl > cur then
+  redis.call('HSET', KEYS[1], 'cooldown', string.format('%.6f', untl))
+  local keep = math.ceil((untl - now + 60) * 1000)
+  if redis.call('PTTL', KEYS[1]) < keep then redis.call('PEXPIRE', KEYS[1], keep) end
+  cur = untl
+end
+return math.ceil(math.max(cur - now, 0) * 1000)
+"""
+
+_scripts: dict[str, Any] = {}
+
+
+def _script(name: str, source: str) -> Any:
+    # Registered per client: the conftest (and a reconnect) may replace the cached client.
+    client = state_redis()
+    cached = _scripts.get(name)
+    if cached is None or cached.registered_client is not client:
+        cached = client.register_script(source)
+        _scripts[name] = cached
+    return cached
+
+
+@dataclass(frozen=True)
+class DomainDecision:
+    granted: bool
+    wait_s: float  # when refused: come back after this long
+    reason: str  # "" when granted; cooldown, queue, concurrency, rate, unavailable
+
+
+def domain_permit_acquire(*, domain: str, holder: str, ticket: str, slot_ttl_s: float) -> DomainDecision:
+    """Take a token and a concurrency slot of ``domain`` for ``holder``, or say how long to wait.
+
+    ``ticket`` names the job: a refused job is booked a place in the domain's line under it, and
+    passes the line when it comes back. The slot frees itself after ``slot_ttl_s`` if
+    ``domain_permit_release`` is never called (the worker was killed)."""
+    limits = domain_limits_get(domain=domain)
+    keys = domain_keys(domain)
+    granted, wait_ms, reason = _script("acquire", _ACQUIRE)(
+        keys=[keys.state, keys.slots, keys.ticket(ticket)],
+        args=[
+            limits.requests_per_second,
+            limits.burst,
+            limits.max_concurrency,
+            holder,
+            slot_ttl_s,
+            TICKET_GRACE_S,
+        ],
+    )
+    return DomainDecision(granted=bool(int(granted)), wait_s=int(wait_ms) / 1000.0, reason=str(reason))
+
+
+def domain_permit_release(*, domain: str, holder: str) -> None:
+    """Give the concurrency slot back (one ZREM: atomic without a script)."""
+    state_redis().zrem(domain_keys(domain).slots, holder)
+
+
+def domain_outcome_record(*, domain: str, http_status: int | None, retry_after_s: float | None) -> float:
+    """Tell the domain how the target answered. A ``Retry-After`` cools the domain down for that
+    long (at most ``MAX_COOLDOWN_S``); the ``THROTTLE_THRESHOLD``-th 429/503 within
+    ``THROTTLE_WINDOW_S`` cools it down for ``SCRAPEJOBS_DOMAIN_THROTTLE_COOLDOWN_S``. Returns the
+    cooldown left in seconds (0: none). Other answers cost nothing (no Redis call)."""
+    throttled = http_status in THROTTLE_STATUSES
+    if not throttled and not retry_after_s:
+        return 0.0
+    keys = domain_keys(domain)
+    left_ms = _script("record", _RECORD)(
+        keys=[keys.state, keys.throttled],
+        args=[
+            max(0.0, retry_after_s or 0.0),
+            "1" if throttled else "0",
+            THROTTLE_THRESHOLD,
+            THROTTLE_WINDOW_S,
+            settings.SCRAPEJOBS_DOMAIN_THROTTLE_COOLDOWN_S,
+            MAX_COOLDOWN_S,
+            secrets.token_hex(8),
+        ],
+    )
+    return int(left_ms) / 1000.0
+
+
+def job_defer_for_domain(*, job_id: uuid.UUID | str, wait_s: float) -> bool:
+    """Put a job refused by its domain back in the outbox, to be published again after
+    ``wait_s``; its attempts are unchanged (no attempt was spent). Conditional: only a queued job
+    that was published (the message we are handling) is deferred; False means another process
+    changed it first (cancelled, claimed by a duplicate message, already deferred)."""
+    with transaction.atomic():
+        # The row lock closes a race with the publisher: it sends the message before its stamp
+        # commits, so the worker can hold the message while the row still reads unpublished. A
+        # plain conditional UPDATE would skip that row without waiting (its WHERE fails on the
+        # visible version), and the stamp committed after it would leave the job published with
+        # no message: stuck until the sweeper's republish. FOR UPDATE waits for the publisher.
+        published_at = (
+            Job.objects.select_for_update()
+            .filter(id=job_id, status=JobStatus.QUEUED)
+            .values_list("published_at", flat=True)
+            .first()
+        )
+        if published_at is None:
+            return False
+        now = timezone.now()
+        Job.objects.filter(id=job_id).update(
+            published_at=None, not_before=now + timedelta(seconds=wait_s), updated_at=now
+        )
+    return True
+
+
+@dataclass(frozen=True)
+class DomainTurn:
+    """A job's permission to contact its domain now; ``record`` reports how the target answered."""
+
+    domain: str
+    holder: str
+
+    def record(self, *, http_status: int | None, retry_after_s: float | None) -> None:
+        try:
+            domain_outcome_record(domain=self.domain, http_status=http_status, retry_after_s=retry_after_s)
+        except redis.RedisError:
+            logger.warning("recording the answer of %s failed", self.domain, exc_info=True)
+
+
+@contextmanager
+def job_domain_turn(*, job_id: uuid.UUID | str) -> Iterator[DomainTurn | None]:
+    """The worker's gate, before the claim: yields a ``DomainTurn`` when the job may contact its
+    domain now, and releases the concurrency slot on exit, whatever happens inside. Yields None
+    when the job is not to run now: not claimable (a duplicate message...), or refused by its
+    domain, in which case it is already deferred in the database."""
+    job = job_runnable_get(job_id=job_id)
+    if job is None:
+        yield None
+        return
+    holder = f"{job_id}:{secrets.token_hex(4)}"
+    # The slot outlives any live fetch of this job (its timeout bounds the whole fetch) by one
+    # lease: past that, its holder is surely dead and the slot frees itself.
+    slot_ttl_s = job.timeout_s + settings.SCRAPEJOBS_LEASE_SECONDS
+    try:
+        decision = domain_permit_acquire(
+            domain=job.domain, holder=holder, ticket=str(job_id), slot_ttl_s=slot_ttl_s
+        )
+    except redis.RedisError:
+        logger.warning(
+            "politeness state unavailable; job %s waits %ss", job_id, UNAVAILABLE_DEFER_S, exc_info=True
+        )
+        decision = DomainDecision(granted=False, wait_s=UNAVAILABLE_DEFER_S, reason="unavailable")
+    if not decision.granted:
+        deferred = job_defer_for_domain(job_id=job_id, wait_s=decision.wait_s)
+        logger.debug(
+            "job %s refused by %s (%s): %s for %.2fs",
+            job_id,
+            job.domain,
+            decision.reason,
+            "deferred" if deferred else "not deferred (changed meanwhile)",
+            decision.wait_s,
+        )
+        yield None
+        return
+    try:
+        yield DomainTurn(domain=job.domain, holder=holder)
+    finally:
+        try:
+            domain_permit_release(domain=job.domain, holder=holder)
+        except redis.RedisError:
+            logger.warning("releasing a slot of %s failed; it expires by itself", job.domain, exc_info=True)

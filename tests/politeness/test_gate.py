@@ -1,0 +1,164 @@
+"""The worker's gate before the claim, in this process (NFR-5 (politeness), contract 4): a job
+refused by its domain is deferred in the database without spending an attempt or contacting the
+target; a granted one gives its slot back; a target's 429 slows its domain down."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from django.db import connection, transaction
+from django.test import override_settings
+from django.utils import timezone
+
+from apps.jobs.models import Attempt, Job
+from apps.jobs.redis import state_redis
+from apps.jobs.services import attempts_apply_finished, job_claim, job_create
+from apps.politeness.models import DomainPolicy
+from apps.politeness.selectors import domain_limits_cache_clear, domain_state_get
+from apps.politeness.services import UNAVAILABLE_DEFER_S, domain_outcome_record, job_defer_for_domain
+from apps.scraping.services import job_run_attempt
+
+pytestmark = pytest.mark.django_db
+
+DOMAIN = "127.0.0.1"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_policy_cache():
+    domain_limits_cache_clear()
+    yield
+    domain_limits_cache_clear()
+
+
+@pytest.fixture
+def tenant(make_tenant):
+    return make_tenant()[0]
+
+
+def published_job(tenant, url: str, **kw) -> Job:
+    """A job as a worker receives it: queued, its message sent (``published_at`` stamped)."""
+    job = job_create(tenant_id=tenant.id, url=url, domain=DOMAIN, **kw)[0]
+    Job.objects.filter(id=job.id).update(published_at=timezone.now())
+    job.refresh_from_db()
+    return job
+
+
+def run(job: Job):
+    receipt = job_run_attempt(job_id=job.id, worker="w:1:1")
+    if receipt is not None:
+        attempts_apply_finished([receipt])
+    job.refresh_from_db()
+    return receipt
+
+
+def test_a_job_whose_domain_cools_down_waits_in_the_database_without_spending_an_attempt(tenant, target):
+    job = published_job(tenant, target.url("/bytes/10"))
+    domain_outcome_record(domain=DOMAIN, http_status=429, retry_after_s=2)
+    asked = timezone.now()
+    assert run(job) is None
+    assert (job.status, job.attempts, job.published_at) == ("queued", 0, None)
+    assert 1.7 <= (job.not_before - asked).total_seconds() <= 2.2
+    assert not Attempt.objects.filter(job=job).exists() and target.requests == []
+
+
+def test_a_granted_job_runs_once_and_gives_its_concurrency_slot_back(tenant, target):
+    DomainPolicy.objects.create(domain=DOMAIN, requests_per_second=1000, burst=1000, max_concurrency=1)
+    first, second = (
+        published_job(tenant, target.url("/bytes/10")),
+        published_job(tenant, target.url("/bytes/20")),
+    )
+    assert run(first).outcome == "succeeded"
+    assert domain_state_get(domain=DOMAIN).in_flight == 0
+    assert run(second).outcome == "succeeded"  # the cap of 1 was free again
+    assert (first.attempts, second.attempts) == (1, 1)
+
+
+def test_the_slot_is_given_back_when_the_attempt_fails(tenant, target):
+    DomainPolicy.objects.create(domain=DOMAIN, requests_per_second=1000, burst=1000, max_concurrency=1)
+    job = published_job(tenant, target.url("/status/404"))
+    assert run(job).outcome == "failed_permanent"
+    assert domain_state_get(domain=DOMAIN).in_flight == 0
+
+
+def test_a_429_with_retry_after_defers_the_next_job_of_its_domain_only(tenant, target):
+    throttled = published_job(tenant, target.url("/retry-after/gate?fail=1&after=2"), max_attempts=3)
+    assert run(throttled).http_status == 429
+    same_domain = published_job(tenant, target.url("/bytes/10"))
+    assert run(same_domain) is None and same_domain.attempts == 0 and same_domain.published_at is None
+    elsewhere = target.base_url.replace("127.0.0.1", "localhost") + "/bytes/11"
+    other = job_create(tenant_id=tenant.id, url=elsewhere, domain="localhost")[0]
+    assert run(other).outcome == "succeeded"
+    assert len(target.requests_for("/bytes/10")) == 0
+
+
+def test_a_duplicate_message_for_a_finished_job_spends_no_token(tenant, target):
+    job = published_job(tenant, target.url("/bytes/10"))
+    assert run(job).outcome == "succeeded"
+    tokens_after_first = domain_state_get(domain=DOMAIN).tokens
+    assert run(job) is None
+    assert domain_state_get(domain=DOMAIN).tokens == pytest.approx(tokens_after_first, abs=1e-3)
+    assert len(target.requests_for("/bytes/10")) == 1
+
+
+def test_only_a_queued_and_published_job_is_deferred(tenant, target):
+    unpublished = job_create(tenant_id=tenant.id, url=target.url("/bytes/1"), domain=DOMAIN)[0]
+    assert job_defer_for_domain(job_id=unpublished.id, wait_s=5) is False
+    running = published_job(tenant, target.url("/bytes/2"))
+    assert job_claim(job_id=running.id, worker="w") is not None
+    assert job_defer_for_domain(job_id=running.id, wait_s=5) is False
+    waiting = published_job(tenant, target.url("/bytes/3"))
+    assert job_defer_for_domain(job_id=waiting.id, wait_s=5) is True
+    waiting.refresh_from_db()
+    assert (waiting.status, waiting.attempts, waiting.published_at) == ("queued", 0, None)
+    assert job_defer_for_domain(job_id=waiting.id, wait_s=5) is False  # a duplicate message
+
+
+def test_without_redis_a_job_waits_rather_than_hitting_its_target_unthrottled(tenant, target):
+    job = published_job(tenant, target.url("/bytes/10"))
+    with override_settings(REDIS_URL="redis://127.0.0.1:1/0"):  # nothing listens on port 1
+        state_redis.cache_clear()
+        try:
+            assert job_run_attempt(job_id=job.id, worker="w:1:1") is None
+        finally:
+            state_redis.cache_clear()
+    job.refresh_from_db()
+    assert (job.status, job.attempts, job.published_at) == ("queued", 0, None)
+    assert job.not_before > timezone.now() + timedelta(seconds=UNAVAILABLE_DEFER_S - 2)
+    assert target.requests == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_refused_before_the_publishers_stamp_commits_is_still_deferred(tenant, target):
+    """The publisher sends a message, then stamps ``published_at`` and commits, holding the row
+    lock throughout: a worker can refuse the job in between. The deferral must wait for that
+    commit, or the late stamp would leave the job published with no message (stuck until the
+    sweeper). The publisher's transaction is run for real in a thread."""
+    job = job_create(tenant_id=tenant.id, url=target.url("/bytes/1"), domain=DOMAIN)[0]
+    locked, stamped = threading.Event(), threading.Event()
+
+    def publisher() -> None:
+        try:
+            with transaction.atomic(), connection.cursor() as cur:
+                cur.execute("SELECT id FROM jobs_job WHERE id = %s FOR UPDATE SKIP LOCKED", [str(job.id)])
+                locked.set()
+                time.sleep(0.5)  # "sending the message"
+                cur.execute(
+                    "UPDATE jobs_job SET published_at = now() WHERE id = %s AND published_at IS NULL",
+                    [str(job.id)],
+                )
+            stamped.set()
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=publisher)
+    thread.start()
+    assert locked.wait(5)
+    assert job_defer_for_domain(job_id=job.id, wait_s=5) is True
+    assert stamped.is_set()  # it waited for the publisher's commit
+    thread.join()
+    job.refresh_from_db()
+    assert (job.status, job.published_at) == ("queued", None)
+    assert job.not_before > timezone.now() + timedelta(seconds=3)

@@ -1,0 +1,184 @@
+"""The per-domain limits in Redis, one Lua script per operation (NFR-5 (politeness), contract 4):
+token bucket, concurrency cap with self-expiring slots, cooldown, and the deferred jobs' line.
+Real Redis, real time; policies are real rows."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import redis as redis_lib
+from django.conf import settings as django_settings
+
+from apps.politeness import services
+from apps.politeness.keys import domain_keys
+from apps.politeness.models import DomainPolicy
+from apps.politeness.selectors import domain_limits_cache_clear, domain_limits_get, domain_state_get
+from apps.politeness.services import (
+    domain_outcome_record,
+    domain_permit_acquire,
+    domain_permit_release,
+)
+
+pytestmark = pytest.mark.django_db
+
+DOMAIN = "shop.example"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_policy_cache():
+    domain_limits_cache_clear()
+    yield
+    domain_limits_cache_clear()
+
+
+def policy(rps: float, burst: int, concurrency: int, domain: str = DOMAIN) -> None:
+    DomainPolicy.objects.update_or_create(
+        domain=domain,
+        defaults={"requests_per_second": rps, "burst": burst, "max_concurrency": concurrency},
+    )
+    domain_limits_cache_clear()
+
+
+def ask(holder: str, *, ticket: str | None = None, ttl: float = 30, domain: str = DOMAIN):
+    return domain_permit_acquire(domain=domain, holder=holder, ticket=ticket or holder, slot_ttl_s=ttl)
+
+
+def test_a_domain_without_a_policy_gets_the_default_limits(settings):
+    settings.SCRAPEJOBS_DOMAIN_DEFAULT_RPS = 2.0
+    settings.SCRAPEJOBS_DOMAIN_DEFAULT_BURST = 5
+    settings.SCRAPEJOBS_DOMAIN_DEFAULT_CONCURRENCY = 4
+    limits = domain_limits_get(domain="nobody-set.example")
+    assert (limits.requests_per_second, limits.burst, limits.max_concurrency) == (2.0, 5, 4)
+    policy(0.5, 1, 1, domain="set.example")
+    limits = domain_limits_get(domain="set.example")
+    assert (limits.requests_per_second, limits.burst, limits.max_concurrency) == (0.5, 1, 1)
+
+
+def test_the_bucket_gives_its_burst_then_refuses_until_a_token_is_due():
+    policy(rps=2, burst=3, concurrency=100)
+    granted = [ask(f"h{i}") for i in range(3)]
+    assert all(d.granted for d in granted)
+    refused = ask("h3")
+    assert not refused.granted and refused.reason == "rate"
+    assert 0.0 < refused.wait_s <= 0.5 + 0.01
+    time.sleep(refused.wait_s + 0.02)
+    assert ask("h3").granted  # h3 comes back when its token is due
+
+
+def test_concurrent_workers_cannot_overspend_the_bucket():
+    """Forty threads (each its own connection) ask at once for a bucket of 5 that refills once in
+    1000 s: exactly 5 are granted, whatever the interleaving."""
+    policy(rps=0.001, burst=5, concurrency=1000)
+    results: list[bool] = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(40)
+
+    def worker(i: int) -> None:
+        client = redis_lib.Redis.from_url(django_settings.REDIS_URL, decode_responses=True)
+        script = client.register_script(services._ACQUIRE)
+        keys = domain_keys(DOMAIN)
+        barrier.wait()
+        granted, _, _ = script(
+            keys=[keys.state, keys.slots, keys.ticket(f"j{i}")], args=[0.001, 5, 1000, f"h{i}", 30, 60]
+        )
+        with lock:
+            results.append(bool(int(granted)))
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(40)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 40 and sum(results) == 5
+
+
+def test_the_concurrency_cap_refuses_a_third_holder_until_one_releases():
+    policy(rps=1000, burst=1000, concurrency=2)
+    assert ask("a").granted and ask("b").granted
+    third = ask("c")
+    assert not third.granted and third.reason == "concurrency"
+    assert domain_state_get(domain=DOMAIN).in_flight == 2
+    domain_permit_release(domain=DOMAIN, holder="a")
+    assert ask("c").granted
+    assert domain_state_get(domain=DOMAIN).in_flight == 2
+
+
+def test_the_slot_of_a_holder_that_died_without_releasing_frees_itself_after_its_lease():
+    """A worker killed mid-fetch never calls release: its slot expires ``slot_ttl_s`` after it was
+    taken (job timeout + one lease in the worker; 1 s here), and the next job may run."""
+    policy(rps=1000, burst=1000, concurrency=1)
+    assert ask("killed", ttl=1.0).granted  # and never released
+    refused = ask("next")
+    assert not refused.granted and refused.reason == "concurrency"
+    time.sleep(1.1)
+    assert ask("next-again").granted
+    assert domain_state_get(domain=DOMAIN).in_flight == 1
+
+
+def test_a_retry_after_cools_the_domain_down_for_everyone_then_lifts():
+    policy(rps=1000, burst=1000, concurrency=100)
+    assert domain_outcome_record(domain=DOMAIN, http_status=429, retry_after_s=1.0) == pytest.approx(
+        1.0, abs=0.05
+    )
+    refused = ask("x")
+    assert not refused.granted and refused.reason == "cooldown"
+    assert 0.8 <= refused.wait_s <= 1.05
+    # Another domain is not affected.
+    assert ask("y", domain="other.example").granted
+    time.sleep(1.05)
+    assert ask("x", ticket="x").granted  # the refused job comes back with its ticket
+
+
+def test_a_shorter_retry_after_never_shortens_a_cooldown_already_set():
+    policy(rps=1000, burst=1000, concurrency=100)
+    domain_outcome_record(domain=DOMAIN, http_status=503, retry_after_s=5)
+    assert domain_outcome_record(domain=DOMAIN, http_status=429, retry_after_s=1) > 4
+
+
+def test_three_429s_or_503s_within_a_minute_cool_the_domain_down(settings):
+    settings.SCRAPEJOBS_DOMAIN_THROTTLE_COOLDOWN_S = 2
+    policy(rps=1000, burst=1000, concurrency=100)
+    assert domain_outcome_record(domain=DOMAIN, http_status=429, retry_after_s=None) == 0
+    assert domain_outcome_record(domain=DOMAIN, http_status=500, retry_after_s=None) == 0  # not a throttle
+    assert domain_outcome_record(domain=DOMAIN, http_status=503, retry_after_s=None) == 0
+    assert ask("before").granted
+    left = domain_outcome_record(domain=DOMAIN, http_status=429, retry_after_s=None)
+    assert 1.9 <= left <= 2.0
+    assert ask("during").reason == "cooldown"
+    # A success records nothing and lifts nothing: the cooldown runs out by itself.
+    assert domain_outcome_record(domain=DOMAIN, http_status=200, retry_after_s=None) == 0
+    assert ask("still").reason == "cooldown"
+
+
+def test_repeated_throttles_cool_nothing_when_turned_off(settings):
+    settings.SCRAPEJOBS_DOMAIN_THROTTLE_COOLDOWN_S = 0
+    policy(rps=1000, burst=1000, concurrency=100)
+    for _ in range(5):
+        assert domain_outcome_record(domain=DOMAIN, http_status=429, retry_after_s=None) == 0
+    assert ask("free").granted
+
+
+def test_refused_jobs_are_booked_one_token_apart_and_a_newcomer_waits_behind_them():
+    """The line: refused jobs come back spread at the domain's rate (not all at the next token),
+    and a fresh job cannot take the token a booked job was promised."""
+    policy(rps=2, burst=1, concurrency=100)
+    assert ask("first").granted
+    waits = [ask(f"j{i}").wait_s for i in range(4)]
+    # First booked place: the next token (0.5 s); then one every 0.5 s.
+    for i, w in enumerate(waits):
+        assert 0.5 * (i + 1) - 0.05 <= w <= 0.5 * (i + 1) + 0.01, waits
+    time.sleep(waits[0] + 0.02)
+    newcomer = ask("newcomer")
+    assert not newcomer.granted and newcomer.reason == "queue"
+    assert newcomer.wait_s >= waits[-1] - waits[0]  # booked behind j3
+    assert ask("j0").granted  # j0 comes back with its ticket and passes
+
+
+def test_a_policy_change_reaches_the_bucket_once_the_cache_is_refreshed():
+    policy(rps=1000, burst=1, concurrency=1)
+    assert ask("a").granted
+    assert ask("b").reason == "concurrency"
+    policy(rps=1000, burst=1000, concurrency=5)  # an operator raised the cap
+    assert ask("b").granted
