@@ -28,8 +28,13 @@ from django.utils import timezone
 from apps.jobs.lifecycle import plan_after_attempt
 from apps.jobs.models import FINAL_STATUSES, AttemptOutcome, Job, JobStatus
 from apps.jobs.services import JOB_FINAL_CHANNEL, jobs_requeue
+from apps.writer.selectors import receipts_applied_before
 
 logger = logging.getLogger(__name__)
+
+# Lease times come from the workers' clocks, receipt times from Redis's: this much difference
+# between them is tolerated before an expired lease counts as a dead worker.
+RECEIPT_CLOCK_MARGIN_S = 1.0
 
 LEASE_EXPIRED = "lease_expired"
 WORKER_STOPPED = "worker_stopped"
@@ -61,9 +66,20 @@ def jobs_sweep_expired_leases(
     lease is left.
     """
     stats = SweepStats()
+    # A worker stops renewing its lease once it has handed its receipt over; the job then stays
+    # `running` until the writer applies the receipt. If the writer is behind (or restarting),
+    # that is not a dead worker: only leases that expired before the oldest receipt still
+    # waiting were surely abandoned. Without this, a lagging writer made the sweeper mark
+    # finished attempts lost and fetch them again, which made the writer lag more.
+    now = now or timezone.now()
+    expired_before = now
+    watermark = receipts_applied_before()
+    if watermark is not None:
+        expired_before = min(now, watermark - timedelta(seconds=RECEIPT_CLOCK_MARGIN_S))
     while True:
         taken = _lose_running_attempts(
-            now=now or timezone.now(),
+            now=now,
+            expired_before=expired_before,
             batch_size=batch_size,
             stats=stats,
             rng=rng,
@@ -109,14 +125,15 @@ def _lose_running_attempts(
     message: str,
     job_ids: list[str] | None = None,
     lease_owner_prefix: str | None = None,
+    expired_before: datetime | None = None,
 ) -> int:
     """Close the open attempt of running jobs as ``lost`` and move each job on as the retry
-    planner says. Without ``job_ids``: jobs whose lease expired before ``now``. With them: those
-    jobs, if ``lease_owner_prefix`` still holds their lease."""
+    planner says. Without ``job_ids``: jobs whose lease expired before ``expired_before``
+    (default ``now``). With them: those jobs, if ``lease_owner_prefix`` still holds their lease."""
     if job_ids is None:
         # Uses the partial index jobs_running_by_lease.
         which = "{t}lease_expires_at < %s"
-        which_params: list[Any] = [now]
+        which_params: list[Any] = [expired_before or now]
     else:
         which = "{t}id = ANY(%s::uuid[]) AND starts_with({t}lease_owner, %s)"
         which_params = [job_ids, lease_owner_prefix or ""]

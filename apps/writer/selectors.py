@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import redis
@@ -118,3 +119,30 @@ def dead_letters_list(*, limit: int = 200) -> list[DeadLetter]:
             )
         )
     return out
+
+
+def receipts_applied_before() -> datetime | None:
+    """The moment before which every submitted receipt has been applied (or set aside as a dead
+    letter): the Redis time of the oldest receipt still in the stream. None when the stream is
+    empty, i.e. everything submitted so far is applied.
+
+    The sweeper uses it: a job whose lease expired while a receipt for it may still be waiting
+    here is not lost, its writer is only behind. Receipts waiting for a retry after a failure are
+    skipped, so that one poison receipt cannot hold every sweep back for its whole retry schedule
+    (when all of the first ``scan`` are waiting and there are more, the last one's time is used:
+    earlier than the truth, so the sweeper only waits longer)."""
+    scan = 50
+    r = writer_redis()
+    head = r.xrange(STREAM, count=scan)
+    if not head:
+        return None
+    pipe = r.pipeline(transaction=False)
+    for entry_id, _fields in head:
+        pipe.zscore(RETRY_AT, entry_id)
+    waiting = pipe.execute()
+    oldest = next((eid for (eid, _f), w in zip(head, waiting, strict=True) if w is None), None)
+    if oldest is None:
+        if len(head) < scan:
+            return None  # the whole stream is receipts waiting for a retry
+        oldest = head[-1][0]
+    return datetime.fromtimestamp(int(oldest.split("-")[0]) / 1000, tz=UTC)

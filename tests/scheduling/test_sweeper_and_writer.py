@@ -1,0 +1,94 @@
+"""The sweeper and a writer that is behind (NFR-3, NFR-4, FR-W2).
+
+A worker stops renewing its lease once it has handed its receipt to the writer; until the writer
+applies it the job is still `running`. A lagging or restarting writer must not make the sweeper
+call those attempts lost (and fetch them again), while a worker that really died is still swept.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from apps.jobs.models import Attempt, Job, JobStatus
+from apps.jobs.receipts import AttemptFinished
+from apps.jobs.services import job_claim, job_create
+from apps.scheduling.services import jobs_sweep_expired_leases
+from apps.writer.api import receipt_submit
+from apps.writer.selectors import receipts_applied_before
+from apps.writer.services import FIELD, RETRY_AT, STREAM, writer_flush_once, writer_redis
+
+pytestmark = pytest.mark.django_db
+
+
+def _running_job_with_expired_lease(tenant, seconds_ago: float) -> Job:
+    job, _ = job_create(tenant_id=tenant.id, url="http://t.example/x", domain="t.example")
+    assert job_claim(job_id=job.id, worker="w@host:1:1") is not None
+    Job.objects.filter(id=job.id).update(lease_expires_at=timezone.now() - timedelta(seconds=seconds_ago))
+    return job
+
+
+def _finished(job: Job, outcome: str = "failed_permanent") -> AttemptFinished:
+    return AttemptFinished(
+        job_id=str(job.id),
+        attempt=1,
+        outcome=outcome,
+        finished_at=time.time(),
+        duration_ms=3,
+        http_status=404,
+        error_class="http_404",
+        error="not found",
+    )
+
+
+def test_a_job_whose_receipt_waits_for_the_writer_is_not_swept_as_lost(make_tenant):
+    tenant, _, _ = make_tenant()
+    job = _running_job_with_expired_lease(tenant, seconds_ago=5)
+    # The worker handed its receipt over 8 s ago, while its lease was still valid (it renews
+    # every lease/3, so a receipt always predates the expiry); the writer is behind.
+    handed_over_ms = int(time.time() * 1000) - 8_000
+    writer_redis().xadd(STREAM, {FIELD: json.dumps(_finished(job).to_dict())}, id=f"{handed_over_ms}-0")
+    assert receipts_applied_before() is not None
+
+    stats = jobs_sweep_expired_leases()
+
+    assert stats.lost == 0
+    assert Job.objects.get(id=job.id).status == JobStatus.RUNNING
+    writer_flush_once()
+    job.refresh_from_db()
+    assert job.status == JobStatus.FAILED and job.attempts == 1
+    assert Attempt.objects.get(job=job, number=1).outcome == "failed_permanent"  # not "lost"
+
+
+def test_a_job_of_a_dead_worker_is_swept_even_while_newer_receipts_wait(make_tenant):
+    tenant, _, _ = make_tenant()
+    dead = _running_job_with_expired_lease(tenant, seconds_ago=10)
+    other = _running_job_with_expired_lease(tenant, seconds_ago=-60)  # alive: lease in the future
+    receipt_submit(_finished(other))  # submitted now, long after `dead`'s lease expired
+
+    stats = jobs_sweep_expired_leases()
+
+    assert stats.lost == 1
+    assert Attempt.objects.get(job=dead, number=1).outcome == "lost"
+    assert Job.objects.get(id=dead.id).status == JobStatus.QUEUED
+
+
+def test_a_receipt_waiting_for_a_retry_does_not_hold_the_sweeper_back(make_tenant):
+    tenant, _, _ = make_tenant()
+    dead = _running_job_with_expired_lease(tenant, seconds_ago=10)
+    # A poison receipt from long ago, scheduled for another try: the writer set it aside.
+    r = writer_redis()
+    poison = r.xadd(STREAM, {FIELD: "{}"}, id=f"{int(time.time() * 1000) - 600_000}-0")
+    r.zadd(RETRY_AT, {poison: time.time() * 1000 + 60_000})
+
+    assert receipts_applied_before() is None
+    assert jobs_sweep_expired_leases().lost == 1
+    assert Attempt.objects.get(job=dead, number=1).outcome == "lost"
+
+
+def test_with_nothing_waiting_the_watermark_is_empty():
+    assert receipts_applied_before() is None
