@@ -44,7 +44,9 @@ class PostOutcome:
 def _resolve(host: str, port: int) -> str:
     """The first address of ``host`` the private-address rule allows (the fetcher's rule,
     ``SCRAPEJOBS_ALLOW_PRIVATE_TARGETS`` included); raises AddressRefused or OSError."""
-    _family, sockaddr = resolve_allowed(host, port)[0]
+    # Bounded like the connect: a callback whose DNS never answers costs one connect timeout.
+    timeout = settings.SCRAPEJOBS_WEBHOOK_CONNECT_TIMEOUT_S
+    _family, sockaddr = resolve_allowed(host, port, timeout_s=timeout)[0]
     return str(sockaddr[0])
 
 
