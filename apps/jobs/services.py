@@ -94,11 +94,11 @@ def job_create(
         if existing.idempotency_fingerprint != idempotency_fingerprint:
             raise IdempotencyConflict(existing) from None
         return existing, False
-    transaction.on_commit(_nudge_publisher)
+    transaction.on_commit(publisher_nudge)
     return job, True
 
 
-def _nudge_publisher() -> None:
+def publisher_nudge() -> None:
     """Ask the publisher to run now instead of at its next beat tick, so that a job normally
     starts within milliseconds. Best effort: beat runs it every second anyway."""
     from scrapejobs.celery import app  # noqa: PLC0415 - avoid importing Celery at model import

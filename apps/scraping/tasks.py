@@ -14,6 +14,7 @@ from typing import Any
 
 from celery import shared_task
 
+from apps.jobs.services import publisher_nudge
 from apps.scraping.services import job_run_attempt
 
 # A job's timeout is at most 300 s (contract 2) and bounds the whole fetch; storing the body
@@ -35,4 +36,10 @@ def scrape_job(self: Any, job_id: str) -> None:
     # The lease owner starts with the Celery hostname: a stopping worker gives back exactly the
     # jobs leased under its name (apps.scheduling.shutdown).
     host = self.request.hostname or socket.gethostname()
-    job_run_attempt(job_id=job_id, worker=f"{host}:{os.getpid()}:{threading.get_ident()}")
+    try:
+        job_run_attempt(job_id=job_id, worker=f"{host}:{os.getpid()}:{threading.get_ident()}")
+    finally:
+        # A slot just freed up: the publisher keeps the broker shallow (SCRAPEJOBS_DISPATCH_DEPTH),
+        # so ask it to refill now rather than at its next beat tick (coalesced to one run per
+        # 50 ms however many scrapes end).
+        publisher_nudge()
