@@ -133,28 +133,32 @@ def job_claim(*, job_id: uuid.UUID | str, worker: str) -> ClaimedJob | None:
     """
     now = timezone.now()
     lease_until = now + timedelta(seconds=settings.SCRAPEJOBS_LEASE_SECONDS)
-    with transaction.atomic(), connection.cursor() as cur:
+    # One statement, so one round trip and atomic without BEGIN/COMMIT: the conditional UPDATE
+    # decides who owns the job, and the attempt's row is written only for the winner.
+    with connection.cursor() as cur:
         cur.execute(
             """
-            UPDATE jobs_job
-               SET status = 'running', attempts = attempts + 1, lease_owner = %s,
-                   lease_expires_at = %s, started_at = COALESCE(started_at, %s), updated_at = %s
-             WHERE id = %s AND status = 'queued' AND attempts < max_attempts
-               AND (not_before IS NULL OR not_before <= %s)
-               AND cancel_requested_at IS NULL
-         RETURNING attempts, method, url, headers, body, timeout_s, max_attempts
+            WITH claimed AS (
+                UPDATE jobs_job
+                   SET status = 'running', attempts = attempts + 1, lease_owner = %s,
+                       lease_expires_at = %s, started_at = COALESCE(started_at, %s), updated_at = %s
+                 WHERE id = %s AND status = 'queued' AND attempts < max_attempts
+                   AND (not_before IS NULL OR not_before <= %s)
+                   AND cancel_requested_at IS NULL
+             RETURNING id, attempts, method, url, headers, body, timeout_s, max_attempts
+            ), attempt AS (
+                INSERT INTO jobs_attempt (job_id, number, worker, started_at)
+                SELECT id, attempts, %s, %s FROM claimed
+                ON CONFLICT (job_id, number) DO NOTHING
+            )
+            SELECT attempts, method, url, headers, body, timeout_s, max_attempts FROM claimed
             """,
-            [worker, lease_until, now, now, str(job_id), now],
+            [worker, lease_until, now, now, str(job_id), now, worker, now],
         )
         row = cur.fetchone()
-        if row is None:
-            return None
-        attempt, method, url, headers, body, timeout_s, max_attempts = row
-        cur.execute(
-            "INSERT INTO jobs_attempt (job_id, number, worker, started_at) VALUES (%s, %s, %s, %s)"
-            " ON CONFLICT (job_id, number) DO NOTHING",
-            [str(job_id), attempt, worker, now],
-        )
+    if row is None:
+        return None
+    attempt, method, url, headers, body, timeout_s, max_attempts = row
     if isinstance(headers, str):  # raw cursor: psycopg may hand jsonb back decoded or not
         import json  # noqa: PLC0415
 
