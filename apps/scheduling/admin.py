@@ -18,7 +18,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.http import urlencode
 
-from apps.jobs.models import Attempt
+from apps.jobs.admin import AttemptInline
 from apps.scheduling.models import DeadLetter
 from apps.scheduling.selectors import (
     NO_CLASS,
@@ -29,29 +29,10 @@ from apps.scheduling.selectors import (
 from apps.scheduling.services import dead_letters_discard, dead_letters_requeue
 
 
-class DeadLetterAttemptInline(admin.TabularInline):
-    model = Attempt
+class DeadLetterAttemptInline(AttemptInline):
+    """The job admin's read-only attempt history, on the dead-letter proxy model."""
+
     fk_name = "job"
-    extra = 0
-    can_delete = False
-    ordering = ("number",)
-    fields = readonly_fields = (
-        "number",
-        "worker",
-        "started_at",
-        "finished_at",
-        "outcome",
-        "http_status",
-        "error_class",
-        "error",
-        "duration_ms",
-    )
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 class ErrorClassFilter(admin.SimpleListFilter):
