@@ -204,7 +204,7 @@ def job_cancel(*, job_id: uuid.UUID | str, tenant_id: uuid.UUID | None = None) -
             final_published_at=None,
         )
         if cancelled:
-            _notify_final([str(job_id)])
+            jobs_notify_final([str(job_id)])
             return "cancelled"
         requested = Job.objects.filter(scope, status=JobStatus.RUNNING).update(cancel_requested_at=now)
     if requested:
@@ -238,8 +238,10 @@ def jobs_requeue(*, job_ids: Iterable[uuid.UUID | str]) -> int:
         return cur.rowcount
 
 
-def _notify_final(job_ids: Sequence[str]) -> None:
-    """NOTIFY inside the transaction that made the jobs final: delivered only on commit."""
+def jobs_notify_final(job_ids: Sequence[str]) -> None:
+    """Tell ``?wait=`` listeners that these jobs are final: call it inside the transaction that
+    made them final, so the NOTIFY is delivered only on commit. The writer's batch fold sends the
+    same notification from its own multi-row statement."""
     if not job_ids:
         return
     with connection.cursor() as cur:

@@ -27,7 +27,7 @@ from django.utils import timezone
 
 from apps.jobs.lifecycle import plan_after_attempt
 from apps.jobs.models import FINAL_STATUSES, AttemptOutcome, Job, JobStatus
-from apps.jobs.services import JOB_FINAL_CHANNEL, jobs_requeue
+from apps.jobs.services import jobs_notify_final, jobs_requeue
 from apps.writer.selectors import receipts_applied_before
 
 logger = logging.getLogger(__name__)
@@ -240,10 +240,7 @@ def _lose_running_attempts(
             ],
         )
         finals = [str(i) for i, status, _ in moved if status in FINAL_STATUSES]
-        if finals:
-            # Same channel and rule as apps.jobs.services._notify_final: inside the transaction,
-            # so ?wait= listeners hear it only once it is committed.
-            cur.execute("SELECT pg_notify(%s, x) FROM unnest(%s::text[]) AS x", [JOB_FINAL_CHANNEL, finals])
+        jobs_notify_final(finals)  # inside this transaction: heard only once it commits
         for _, status, _ in moved:
             if status == JobStatus.QUEUED:
                 stats.requeued += 1
