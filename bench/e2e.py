@@ -1,5 +1,8 @@
-"""End-to-end benchmark (issue 2 item 9b, NFR-8): 2,000 jobs against a local target through the
-whole service, next to a naive baseline measured in the same run.
+"""End-to-end benchmark (issue 2 item 9b, issue 7, NFR-8): 2,000 jobs against a local target through
+the whole service, next to a naive baseline measured in the same run, at each target latency of
+``BENCH_E2E_LATENCIES_MS`` (default ``0,500``: a local target answering at once, and one answering
+in half a second as real sites do). For a latency L > 0 it also prints the share of Little's law
+reached: a pool of C threads can finish at most C / L jobs per second.
 
 - scrapejobs: writer, beat and worker processes (scrapejobs/processes.py command lines) on a
   throwaway database. Jobs are submitted with ``job_create`` in a loop from one process (the same
@@ -40,6 +43,12 @@ JOBS = int(os.environ.get("BENCH_E2E_JOBS", "2000"))
 CONCURRENCY = int(os.environ.get("BENCH_E2E_CONCURRENCY", "100"))  # the worker's default
 BODY_BYTES = 4096
 TIMEOUT_S = 600
+LATENCIES_MS = [int(x) for x in os.environ.get("BENCH_E2E_LATENCIES_MS", "0,500").split(",") if x.strip()]
+
+
+def _url(target: str, i: int, latency_ms: int) -> str:
+    delay = f"&delay={latency_ms / 1000}" if latency_ms else ""
+    return f"{target}/bytes/{BODY_BYTES}?n={i}{delay}"
 
 
 def _ready(proc: Proc) -> bool:
@@ -48,7 +57,7 @@ def _ready(proc: Proc) -> bool:
     return " ready." in proc.output()
 
 
-def _naive(target: str) -> float:
+def _naive(target: str, latency_ms: int) -> float:
     broker = redis_url_db(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"), 2)
     env = dict(os.environ, NAIVE_BROKER_URL=broker, PYTHONUNBUFFERED="1")
     out = Path(tempfile.mkdtemp(prefix="bench-naive-"))
@@ -76,7 +85,7 @@ def _naive(target: str) -> float:
             wait_until(lambda: _ready(worker), 60, "the naive worker")
             started = time.time()
             for i in range(JOBS):
-                fetch.delay(f"{target}/bytes/{BODY_BYTES}?n={i}", str(out / f"{i}.body"))
+                fetch.delay(_url(target, i, latency_ms), str(out / f"{i}.body"))
             wait_until(
                 lambda: sum(1 for p in out.iterdir() if p.suffix == ".body") >= JOBS,
                 TIMEOUT_S,
@@ -88,7 +97,7 @@ def _naive(target: str) -> float:
         shutil.rmtree(out, ignore_errors=True)
 
 
-def _scrapejobs(target: str) -> tuple[float, dict[str, int]]:
+def _scrapejobs(target: str, latency_ms: int) -> tuple[float, dict[str, int]]:
     results = Path(tempfile.mkdtemp(prefix="bench-results-"))
     with throwaway_database("e2e") as db:
         env = service_env(
@@ -106,7 +115,16 @@ def _scrapejobs(target: str) -> tuple[float, dict[str, int]]:
                 wait_until(lambda: _ready(writer) and _ready(worker), 60, "writer and worker")
                 submit = Proc(
                     "submit",
-                    [sys.executable, "-m", "bench.e2e", "submit", tenant_id, target, str(JOBS)],
+                    [
+                        sys.executable,
+                        "-m",
+                        "bench.e2e",
+                        "submit",
+                        tenant_id,
+                        target,
+                        str(JOBS),
+                        str(latency_ms),
+                    ],
                     env,
                 )
                 wait_until(lambda: submit.p.poll() is not None, TIMEOUT_S, "the submissions")
@@ -127,21 +145,32 @@ def run() -> None:
     flush_redis()
     target_proc, target = start_target()
     with running(target_proc):
-        note(f"e2e: {JOBS} jobs of {BODY_BYTES} bytes, thread pool of {CONCURRENCY}, naive baseline first")
-        naive = _naive(target)
-        flush_redis()
-        ours, counts = _scrapejobs(target)
-    flush_redis()
-    figure("e2e_jobs", JOBS)
-    figure("e2e_worker_concurrency", CONCURRENCY)
-    figure("e2e_scrapejobs_jobs_per_s", ours)
-    figure("e2e_scrapejobs_succeeded", counts.get("succeeded", 0))
-    figure("e2e_naive_jobs_per_s", naive)
-    figure("e2e_scrapejobs_to_naive_ratio", ours / naive)
+        figure("e2e_jobs", JOBS)
+        figure("e2e_worker_concurrency", CONCURRENCY)
+        for latency_ms in LATENCIES_MS:
+            note(
+                f"e2e: {JOBS} jobs of {BODY_BYTES} bytes, target latency {latency_ms} ms, thread pool of "
+                f"{CONCURRENCY}, naive baseline first"
+            )
+            naive = _naive(target, latency_ms)
+            flush_redis()
+            ours, counts = _scrapejobs(target, latency_ms)
+            flush_redis()
+            tag = f"e2e_{latency_ms}ms"
+            figure(f"{tag}_scrapejobs_jobs_per_s", ours)
+            figure(f"{tag}_scrapejobs_succeeded", counts.get("succeeded", 0))
+            figure(f"{tag}_naive_jobs_per_s", naive)
+            figure(f"{tag}_scrapejobs_to_naive_ratio", ours / naive)
+            if latency_ms:
+                ceiling = CONCURRENCY / (latency_ms / 1000)
+                figure(f"{tag}_littles_law_jobs_per_s", ceiling)
+                figure(f"{tag}_scrapejobs_share_of_littles_law", ours / ceiling)
+                figure(f"{tag}_naive_share_of_littles_law", naive / ceiling)
 
 
-def _submit(tenant_id: str, target: str, n: int) -> None:
-    """``python -m bench.e2e submit TENANT TARGET N`` (run by ``run()`` with the benchmark's env)."""
+def _submit(tenant_id: str, target: str, n: int, latency_ms: int) -> None:
+    """``python -m bench.e2e submit TENANT TARGET N LATENCY_MS`` (run by ``run()`` with the
+    benchmark's env)."""
     import django
 
     django.setup()
@@ -150,12 +179,12 @@ def _submit(tenant_id: str, target: str, n: int) -> None:
     tenant = uuid.UUID(tenant_id)
     started = time.time()
     for i in range(n):
-        job_create(tenant_id=tenant, url=f"{target}/bytes/{BODY_BYTES}?n={i}", domain="127.0.0.1")
+        job_create(tenant_id=tenant, url=_url(target, i, latency_ms), domain="127.0.0.1")
     print(started, time.time(), flush=True)
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["submit"]:
-        _submit(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        _submit(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
     else:
         run()

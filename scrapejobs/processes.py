@@ -95,8 +95,11 @@ def beat(*, schedule_file: str = ".run/celerybeat-schedule") -> list[str]:
     return [*_celery(), "beat", "--loglevel", "INFO", "--schedule", schedule_file]
 
 
-def flower(*, host: str = "127.0.0.1", port: int = 5555) -> list[str]:
-    return [*_celery(), "flower", f"--address={host}", f"--port={port}"]
+def flower(*, host: str = "127.0.0.1", port: int = 5555, task_events: bool = False) -> list[str]:
+    # Flower asks every worker to send task events unless told not to; they cost the scrape worker
+    # three broker round trips per job (settings: SCRAPEJOBS_TASK_EVENTS), so it asks only when the
+    # operator switched them on.
+    return [*_celery(), "flower", f"--address={host}", f"--port={port}", f"--enable_events={task_events}"]
 
 
 def migrate() -> list[str]:
@@ -113,7 +116,8 @@ def from_env(component: str, environ: Mapping[str, str] | None = None) -> list[s
     These are process-level settings (read before Django starts), documented in the README next
     to the Django settings: PORT, SCRAPEJOBS_WEB_HOST, SCRAPEJOBS_WEB_WORKERS,
     SCRAPEJOBS_WEB_THREADS, SCRAPEJOBS_WORKER_CONCURRENCY, SCRAPEJOBS_WRITER_CONCURRENCY,
-    SCRAPEJOBS_BEAT_SCHEDULE, FLOWER_ADDRESS, FLOWER_PORT.
+    SCRAPEJOBS_BEAT_SCHEDULE, FLOWER_ADDRESS, FLOWER_PORT, and SCRAPEJOBS_TASK_EVENTS (read by
+    Django's settings too) for Flower.
     """
     e = os.environ if environ is None else environ
     if component == "web":
@@ -130,7 +134,12 @@ def from_env(component: str, environ: Mapping[str, str] | None = None) -> list[s
     if component == "beat":
         return beat(schedule_file=e.get("SCRAPEJOBS_BEAT_SCHEDULE", ".run/celerybeat-schedule"))
     if component == "flower":
-        return flower(host=e.get("FLOWER_ADDRESS", "127.0.0.1"), port=int(e.get("FLOWER_PORT", "5555")))
+        return flower(
+            host=e.get("FLOWER_ADDRESS", "127.0.0.1"),
+            port=int(e.get("FLOWER_PORT", "5555")),
+            task_events=e.get("SCRAPEJOBS_TASK_EVENTS", "false").strip().lower()
+            in ("1", "true", "yes", "on"),
+        )
     if component == "migrate":
         return migrate()
     raise ValueError(f"unknown component {component!r}; one of {', '.join(COMPONENTS)}")

@@ -23,7 +23,7 @@ from django.utils import timezone
 from apps.jobs.lifecycle import plan_after_attempt
 from apps.jobs.models import FINAL_STATUSES, AttemptOutcome, Job, JobStatus
 from apps.jobs.receipts import AttemptFinished
-from apps.jobs.redis import cancel_flag_key, state_redis
+from apps.jobs.redis import PUBLISH_NUDGE_KEY, PUBLISH_NUDGE_MS, cancel_flag_key, state_redis
 
 logger = logging.getLogger(__name__)
 
@@ -101,13 +101,22 @@ def job_create(
 def publisher_nudge() -> None:
     """Ask the publisher to run now instead of at its next beat tick, so that a job normally
     starts within milliseconds. Best effort: beat runs it every second anyway."""
+    try:
+        # Coalesce a burst of submissions into one publisher run per PUBLISH_NUDGE_MS.
+        if state_redis().set(PUBLISH_NUDGE_KEY, "1", nx=True, px=PUBLISH_NUDGE_MS):
+            publisher_nudge_send()
+    except Exception:  # noqa: BLE001 - the broker being down must not fail an accepted job
+        logger.warning("publisher nudge failed; beat will publish", exc_info=True)
+
+
+def publisher_nudge_send() -> None:
+    """Send the publisher task now, for a caller that already won the coalescing SET NX
+    (``publisher_nudge``, or the worker's receipt pipeline). Best effort, as the nudge."""
     from scrapejobs.celery import app  # noqa: PLC0415 - avoid importing Celery at model import
 
     try:
-        # Coalesce a burst of submissions into one publisher run per 50 ms.
-        if state_redis().set("sj:publish-nudge", "1", nx=True, px=50):
-            app.send_task("apps.publishing.tasks.outbox_publish", queue="control")
-    except Exception:  # noqa: BLE001 - the broker being down must not fail an accepted job
+        app.send_task("apps.publishing.tasks.outbox_publish", queue="control")
+    except Exception:  # noqa: BLE001 - the broker being down must not fail anything
         logger.warning("publisher nudge failed; beat will publish", exc_info=True)
 
 
@@ -186,6 +195,27 @@ def job_renew_lease(*, job_id: uuid.UUID | str, attempt: int, worker: str) -> bo
         )
         == 1
     )
+
+
+def jobs_renew_leases(*, leases: Sequence[tuple[uuid.UUID | str, int, str]]) -> set[tuple[str, int]]:
+    """Heartbeat for every lease a worker process holds, in one statement: ``leases`` are
+    ``(job_id, attempt, worker)``; returns the ``(job_id, attempt)`` renewed. One missing from the
+    answer is fenced off as in ``job_renew_lease`` (a newer attempt took the job, or it ended)."""
+    if not leases:
+        return set()
+    until = timezone.now() + timedelta(seconds=settings.SCRAPEJOBS_LEASE_SECONDS)
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            UPDATE jobs_job AS j SET lease_expires_at = %s
+              FROM unnest(%s::uuid[], %s::int[], %s::text[]) AS v(id, attempt, worker)
+             WHERE j.id = v.id AND j.status = 'running' AND j.attempts = v.attempt
+               AND j.lease_owner = v.worker
+         RETURNING j.id::text, j.attempts
+            """,
+            [until, [str(j) for j, _, _ in leases], [a for _, a, _ in leases], [w for _, _, w in leases]],
+        )
+        return {(job_id, attempt) for job_id, attempt in cur.fetchall()}
 
 
 def job_cancel(*, job_id: uuid.UUID | str, tenant_id: uuid.UUID | None = None) -> str:

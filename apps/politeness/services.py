@@ -242,12 +242,17 @@ def job_defer_for_domain(*, job_id: uuid.UUID | str, wait_s: float) -> bool:
     return True
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class DomainTurn:
-    """A job's permission to contact its domain now; ``record`` reports how the target answered."""
+    """A job's permission to contact its domain now; ``record`` reports how the target answered.
+
+    The concurrency slot is given back when the turn ends (``job_domain_turn``'s exit), or earlier
+    inside the caller's own Redis pipeline (``release_into``), so that the worker's end-of-attempt
+    bookkeeping is one round trip."""
 
     domain: str
     holder: str
+    released: bool = False
 
     def record(self, *, http_status: int | None, retry_after_s: float | None) -> None:
         try:
@@ -255,24 +260,40 @@ class DomainTurn:
         except redis.RedisError:
             logger.warning("recording the answer of %s failed", self.domain, exc_info=True)
 
+    def release_into(self, pipe: Any) -> None:
+        """Queue the slot's release on ``pipe``; the turn's exit then releases nothing more. If
+        the pipeline never runs, the slot expires by itself (its TTL, see ``job_domain_turn``)."""
+        pipe.zrem(domain_keys(self.domain).slots, self.holder)
+        self.released = True
+
 
 @contextmanager
-def job_domain_turn(*, job_id: uuid.UUID | str) -> Iterator[DomainTurn | None]:
+def job_domain_turn(
+    *, job_id: uuid.UUID | str, domain: str | None = None, timeout_s: int | None = None
+) -> Iterator[DomainTurn | None]:
     """The worker's gate, before the claim: yields a ``DomainTurn`` when the job may contact its
     domain now, and releases the concurrency slot on exit, whatever happens inside. Yields None
-    when the job is not to run now: not claimable (a duplicate message...), or refused by its
-    domain, in which case it is already deferred in the database."""
-    job = job_runnable_get(job_id=job_id)
-    if job is None:
-        yield None
-        return
+    when the job is not to run now: refused by its domain, in which case it is already deferred in
+    the database, or (when the caller does not know the job's domain) not claimable.
+
+    ``domain`` and ``timeout_s`` come in the broker message (the publisher read them with the
+    row): with them the gate reads nothing from PostgreSQL. A duplicate message then spends a
+    token before its claim fails, which costs the domain one request's worth of rate, once, in the
+    rare case of a redelivery; without them (a message from before they were sent) the job's row
+    is read first, as it always was."""
+    if domain is None or timeout_s is None:
+        job = job_runnable_get(job_id=job_id)
+        if job is None:
+            yield None
+            return
+        domain, timeout_s = job.domain, job.timeout_s
     holder = f"{job_id}:{secrets.token_hex(4)}"
     # The slot outlives any live fetch of this job (its timeout bounds the whole fetch) by one
     # lease: past that, its holder is surely dead and the slot frees itself.
-    slot_ttl_s = job.timeout_s + settings.SCRAPEJOBS_LEASE_SECONDS
+    slot_ttl_s = timeout_s + settings.SCRAPEJOBS_LEASE_SECONDS
     try:
         decision = domain_permit_acquire(
-            domain=job.domain, holder=holder, ticket=str(job_id), slot_ttl_s=slot_ttl_s
+            domain=domain, holder=holder, ticket=str(job_id), slot_ttl_s=slot_ttl_s
         )
     except redis.RedisError:
         logger.warning(
@@ -284,17 +305,19 @@ def job_domain_turn(*, job_id: uuid.UUID | str) -> Iterator[DomainTurn | None]:
         logger.debug(
             "job %s refused by %s (%s): %s for %.2fs",
             job_id,
-            job.domain,
+            domain,
             decision.reason,
             "deferred" if deferred else "not deferred (changed meanwhile)",
             decision.wait_s,
         )
         yield None
         return
+    turn = DomainTurn(domain=domain, holder=holder)
     try:
-        yield DomainTurn(domain=job.domain, holder=holder)
+        yield turn
     finally:
-        try:
-            domain_permit_release(domain=job.domain, holder=holder)
-        except redis.RedisError:
-            logger.warning("releasing a slot of %s failed; it expires by itself", job.domain, exc_info=True)
+        if not turn.released:
+            try:
+                domain_permit_release(domain=domain, holder=holder)
+            except redis.RedisError:
+                logger.warning("releasing a slot of %s failed; it expires by itself", domain, exc_info=True)

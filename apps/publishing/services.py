@@ -30,7 +30,7 @@ from __future__ import annotations
 import time
 from collections import Counter, defaultdict
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -87,10 +87,10 @@ _SELECT_TENANTS = """
 
 # The oldest due rows of each (priority, tenant, how many) asked for, locked.
 _SELECT_OLDEST = """
-    SELECT w.priority, w.tenant_id::text, j.id::text, j.created_at
+    SELECT w.priority, w.tenant_id::text, j.id::text, j.created_at, j.domain, j.timeout_s
       FROM unnest(%s::text[], %s::uuid[], %s::int[]) AS w (priority, tenant_id, n)
      CROSS JOIN LATERAL (
-           SELECT id, created_at FROM jobs_job
+           SELECT id, created_at, domain, timeout_s FROM jobs_job
             WHERE status = 'queued' AND published_at IS NULL
               AND priority = w.priority AND tenant_id = w.tenant_id
               AND (not_before IS NULL OR not_before <= %s)
@@ -135,11 +135,19 @@ def outbox_publish_batch(*, limit: int, depth: int | None = None) -> int:
             picked = _dispatch_pick(cur, limit=limit, now=timezone.now())
             if not picked:
                 return 0
-            for job_id, priority in picked:
-                app.send_task(SCRAPE_TASK, args=[job_id], queue=scrape_queue(priority), producer=producer)
+            for pick in picked:
+                # The domain and timeout ride along: the worker's politeness gate needs them
+                # before the claim, and would otherwise read the row for them.
+                app.send_task(
+                    SCRAPE_TASK,
+                    args=[pick.job_id],
+                    kwargs={"domain": pick.domain, "timeout_s": pick.timeout_s},
+                    queue=scrape_queue(pick.priority),
+                    producer=producer,
+                )
         cur.execute(
             "UPDATE jobs_job SET published_at = %s WHERE id = ANY(%s::uuid[]) AND published_at IS NULL",
-            [timezone.now(), [job_id for job_id, _ in picked]],
+            [timezone.now(), [pick.job_id for pick in picked]],
         )
     return len(picked)
 
@@ -157,9 +165,18 @@ def outbox_publish(*, batch_size: int, budget_s: float, depth: int | None = None
             return total
 
 
-def _dispatch_pick(cur: Any, *, limit: int, now: datetime) -> list[tuple[str, str]]:
-    """Choose and lock up to ``limit`` rows in weighted-fair order; returns (job id, priority)
-    in the order to send them. Runs under the dispatcher lock."""
+class Pick(NamedTuple):
+    """A row chosen for sending, with what its message carries."""
+
+    job_id: str
+    priority: str
+    domain: str
+    timeout_s: int
+
+
+def _dispatch_pick(cur: Any, *, limit: int, now: datetime) -> list[Pick]:
+    """Choose and lock up to ``limit`` rows in weighted-fair order; returns them in the order to
+    send them. Runs under the dispatcher lock."""
     weights: dict[str, int] = settings.SCRAPEJOBS_PRIORITY_WEIGHTS
     r = state_redis()
     cur.execute(_SELECT_PRIORITIES, [list(PRIORITIES)])
@@ -171,7 +188,7 @@ def _dispatch_pick(cur: Any, *, limit: int, now: datetime) -> list[tuple[str, st
         last = r.get(_CURSOR_KEY.format(priority=p))
         cursors[p] = str(last) if last else None
 
-    picked: list[tuple[str, str]] = []
+    picked: list[Pick] = []
     exhausted: set[tuple[str, str]] = set()  # (priority, tenant) with no more due rows this batch
     for _ in range(_ROUNDS):
         want = limit - len(picked)
@@ -189,12 +206,13 @@ def _dispatch_pick(cur: Any, *, limit: int, now: datetime) -> list[tuple[str, st
                 plan[priority] = [tenants[k % len(tenants)] for k in range(n)]
             else:
                 active.discard(priority)
-        rows = _oldest_rows(cur, plan=plan, now=now, skip=[job_id for job_id, _ in picked])
+        rows = _oldest_rows(cur, plan=plan, now=now, skip=[pick.job_id for pick in picked])
         for priority, order in plan.items():
             for tenant in order:
                 queue = rows.get((priority, tenant))
                 if queue:
-                    picked.append((queue.pop(0), priority))
+                    job_id, domain, timeout_s = queue.pop(0)
+                    picked.append(Pick(job_id, priority, domain, timeout_s))
                     cursors[priority] = tenant
                 else:
                     exhausted.add((priority, tenant))
@@ -241,8 +259,9 @@ def _tenants_after(cur: Any, *, priority: str, after: str | None, limit: int) ->
 
 def _oldest_rows(
     cur: Any, *, plan: dict[str, list[str]], now: datetime, skip: list[str]
-) -> dict[tuple[str, str], list[str]]:
-    """Lock the oldest due rows each planned (priority, tenant) needs; ids oldest first."""
+) -> dict[tuple[str, str], list[tuple[str, str, int]]]:
+    """Lock the oldest due rows each planned (priority, tenant) needs; (id, domain, timeout)
+    oldest first."""
     wanted = Counter((priority, tenant) for priority, order in plan.items() for tenant in order)
     if not wanted:
         return {}
@@ -251,7 +270,7 @@ def _oldest_rows(
         _SELECT_OLDEST,
         [[p for p, _ in pairs], [t for _, t in pairs], [wanted[pair] for pair in pairs], now, skip],
     )
-    found: dict[tuple[str, str], list[tuple[datetime, str]]] = defaultdict(list)
-    for priority, tenant, job_id, created_at in cur.fetchall():
-        found[(priority, tenant)].append((created_at, job_id))
-    return {pair: [job_id for _, job_id in sorted(rows)] for pair, rows in found.items()}
+    found: dict[tuple[str, str], list[tuple[datetime, str, str, int]]] = defaultdict(list)
+    for priority, tenant, job_id, created_at, domain, timeout_s in cur.fetchall():
+        found[(priority, tenant)].append((created_at, job_id, domain, timeout_s))
+    return {pair: [row[1:] for row in sorted(rows)] for pair, rows in found.items()}

@@ -3,7 +3,7 @@
 A fetch may wait up to its timeout (300 s at most) for a single byte, longer than a lease, so the
 renewal cannot wait for the fetch loop; and one thread for every fetch would also mean one database
 connection each. One keeper thread wakes every SCRAPEJOBS_LEASE_SECONDS / 3 and renews every lease
-this process holds with ``job_renew_lease``. A renewal that is refused (the job was taken again by
+this process holds with one statement (``jobs_renew_leases``). A renewal that is refused (the job was taken again by
 a newer attempt after our lease expired, or it ended) marks the handle ``lost``; the fetch checks
 that between chunks and stops.
 
@@ -30,7 +30,7 @@ from django.conf import settings
 from django.db import connection
 
 from apps.jobs.redis import cancel_flag_key, state_redis
-from apps.jobs.services import job_renew_lease
+from apps.jobs.services import jobs_renew_leases
 from apps.scraping.fetch import FetchInterrupt
 
 logger = logging.getLogger(__name__)
@@ -79,13 +79,17 @@ class LeaseKeeper:
     def renew_all(self) -> None:
         with self._lock:
             held = list(self._held)
+        if not held:
+            return
+        try:
+            renewed = jobs_renew_leases(leases=[(h.job_id, h.attempt, h.worker) for h in held])
+        except Exception:  # noqa: BLE001 - the database may be down; keep the fetches, retry next tick
+            logger.warning("renewing %d leases failed", len(held), exc_info=True)
+            return
         for handle in held:
-            try:
-                if not job_renew_lease(job_id=handle.job_id, attempt=handle.attempt, worker=handle.worker):
-                    handle.lost.set()  # before the fire: the stopped fetch's check reads it
-                    handle.interrupt.fire()
-            except Exception:  # noqa: BLE001 - the database may be down; keep the fetch, retry next tick
-                logger.warning("lease renewal of %s failed", handle.job_id, exc_info=True)
+            if (str(handle.job_id), handle.attempt) not in renewed:
+                handle.lost.set()  # before the fire: the stopped fetch's check reads it
+                handle.interrupt.fire()
 
     def watch_all(self) -> None:
         """Stop the fetches of held jobs whose cancel flag is set: one Redis round trip for all."""

@@ -17,6 +17,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from django.db import connection
+
 from apps.jobs.models import AttemptOutcome
 from apps.jobs.receipts import AttemptFinished
 from apps.jobs.redis import cancel_flag_key, state_redis
@@ -41,25 +43,55 @@ class AttemptStopped(Exception):
         self.reason = reason
 
 
-def job_run_attempt(*, job_id: uuid.UUID | str, worker: str) -> AttemptFinished | None:
+def job_run_attempt(
+    *,
+    job_id: uuid.UUID | str,
+    worker: str,
+    domain: str | None = None,
+    timeout_s: int | None = None,
+) -> AttemptFinished | None:
     """Claim ``job_id`` and run one attempt; None when the claim is not ours (duplicate message,
-    job final or cancelled, or its retry time not yet come) or its domain said wait (deferred)."""
+    job final or cancelled, or its retry time not yet come) or its domain said wait (deferred).
+
+    ``domain`` and ``timeout_s`` are the job's, sent in the broker message by the publisher, so
+    that the politeness gate needs no read of the row (``job_domain_turn``).
+
+    What the attempt costs the shared services (issue 7): PostgreSQL once, for the claim (one
+    statement), and its connection goes back to the pool before the fetch, so a fetch of any
+    length holds no database connection and the number of fetches in flight is set by the
+    worker's threads alone; Redis twice, the gate's script before and one pipeline after (slot
+    release, receipt, nudges)."""
     # Politeness (NFR-5, apps.politeness): the job's domain must grant a token and a concurrency
     # slot BEFORE the claim, so that waiting spends no attempt. A refused job is already deferred
     # in the database when the turn is None (not held in this thread: the worker slot is free at
-    # once); the slot is released when the block ends, whatever happens in it.
-    with job_domain_turn(job_id=job_id) as turn:
+    # once); the slot is released when the block ends, whatever happens in it, or with the receipt.
+    with job_domain_turn(job_id=job_id, domain=domain, timeout_s=timeout_s) as turn:
         if turn is None:
             return None
-        claimed = job_claim(job_id=job_id, worker=worker)
+        try:
+            claimed = job_claim(job_id=job_id, worker=worker)
+        finally:
+            _connection_release()
         if claimed is None:
             logger.info("job %s not claimable (duplicate message or not queued): skipped", job_id)
             return None
         receipt = attempt_run(claimed=claimed, worker=worker)
-        # A 429/503 or a Retry-After slows the domain down for every worker.
+        # A 429/503 or a Retry-After slows the domain down for every worker (a Redis call only
+        # for those answers).
         turn.record(http_status=receipt.http_status, retry_after_s=receipt.retry_after_s)
-    receipt_submit(receipt)
+        # One round trip: the slot goes back, the receipt goes to the writer, and the publisher
+        # is asked to refill the broker for the worker slot this frees.
+        receipt_submit(receipt, also=turn.release_into, nudge_publisher=True)
     return receipt
+
+
+def _connection_release() -> None:
+    """Give this thread's database connection back to the pool (Django keeps one per thread
+    until the task ends otherwise: a 500 ms fetch would hold it for 500 ms, and a pool of 20
+    would cap a worker at 20 fetches in flight). Inside an atomic block (tests wrap each test in
+    one) the connection must stay: closing it would break the block."""
+    if not connection.in_atomic_block:
+        connection.close()
 
 
 def attempt_run(*, claimed: ClaimedJob, worker: str) -> AttemptFinished:

@@ -1,6 +1,7 @@
 """The scrape task: one message per job, on the queue of its priority (``jobs.<priority>``).
 
-Thin: the message carries the job id only; ``job_run_attempt`` re-reads the job through its claim
+Thin: the message carries the job id, and the job's domain and timeout for the politeness gate
+(facts that never change after intake); ``job_run_attempt`` re-reads the job through its claim
 and does nothing for a duplicate. ``acks_late``: a message whose worker died is redelivered, and
 the claim makes that harmless.
 """
@@ -32,14 +33,21 @@ HARD_TIME_LIMIT_S = 300 + 120
     soft_time_limit=SOFT_TIME_LIMIT_S,
     time_limit=HARD_TIME_LIMIT_S,
 )
-def scrape_job(self: Any, job_id: str) -> None:
+def scrape_job(self: Any, job_id: str, domain: str | None = None, timeout_s: int | None = None) -> None:
     # The lease owner starts with the Celery hostname: a stopping worker gives back exactly the
     # jobs leased under its name (apps.scheduling.shutdown).
     host = self.request.hostname or socket.gethostname()
+    receipt = None
     try:
-        job_run_attempt(job_id=job_id, worker=f"{host}:{os.getpid()}:{threading.get_ident()}")
+        receipt = job_run_attempt(
+            job_id=job_id,
+            worker=f"{host}:{os.getpid()}:{threading.get_ident()}",
+            domain=domain,
+            timeout_s=timeout_s,
+        )
     finally:
         # A slot just freed up: the publisher keeps the broker shallow (SCRAPEJOBS_DISPATCH_DEPTH),
         # so ask it to refill now rather than at its next beat tick (coalesced to one run per
-        # 50 ms however many scrapes end).
-        publisher_nudge()
+        # 50 ms however many scrapes end). An attempt that ran asked already, with its receipt.
+        if receipt is None:
+            publisher_nudge()

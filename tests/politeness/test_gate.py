@@ -162,3 +162,31 @@ def test_a_job_refused_before_the_publishers_stamp_commits_is_still_deferred(ten
     job.refresh_from_db()
     assert (job.status, job.published_at) == ("queued", None)
     assert job.not_before > timezone.now() + timedelta(seconds=3)
+
+
+def test_a_message_naming_the_jobs_domain_is_gated_and_claimed_without_reading_the_row_first(tenant, target):
+    # Issue 7: the publisher puts the domain and timeout in the message, so the only statement
+    # before the fetch is the claim itself; the slot goes back with the receipt's round trip.
+    from django.test.utils import CaptureQueriesContext
+
+    DomainPolicy.objects.create(domain=DOMAIN, requests_per_second=1000, burst=1000, max_concurrency=1)
+    job = published_job(tenant, target.url("/bytes/10"))
+    domain_limits_get_query = 1  # the policy read, cached afterwards for POLICY_CACHE_S
+    with CaptureQueriesContext(connection) as queries:
+        receipt = job_run_attempt(job_id=job.id, worker="w:1:1", domain=DOMAIN, timeout_s=job.timeout_s)
+    assert receipt is not None and receipt.outcome == "succeeded"
+    statements = [q["sql"] for q in queries.captured_queries]
+    assert len(statements) == domain_limits_get_query + 1, statements
+    assert "politeness_domainpolicy" in statements[0] and "UPDATE jobs_job" in statements[1]
+    assert domain_state_get(domain=DOMAIN).in_flight == 0
+
+
+def test_a_duplicate_message_naming_the_domain_gives_its_slot_back_and_fetches_nothing(tenant, target):
+    DomainPolicy.objects.create(domain=DOMAIN, requests_per_second=1000, burst=1000, max_concurrency=1)
+    job = published_job(tenant, target.url("/bytes/10"))
+    for _ in range(2):
+        job_run_attempt(job_id=job.id, worker="w:1:1", domain=DOMAIN, timeout_s=job.timeout_s)
+    assert domain_state_get(domain=DOMAIN).in_flight == 0
+    assert len(target.requests_for("/bytes/10")) == 1
+    job.refresh_from_db()
+    assert job.attempts == 1

@@ -50,6 +50,18 @@ def test_each_unpublished_job_is_sent_once_and_stamped(make_tenant):
 
 
 @pytest.mark.django_db
+def test_a_message_carries_the_domain_and_timeout_the_workers_gate_needs(make_tenant):
+    # Issue 7: the worker's politeness gate runs before the claim; with these in the message it
+    # reads nothing from PostgreSQL before the claim.
+    tenant, _, _ = make_tenant()
+    job = job_create(tenant_id=tenant.id, url="http://shop.test/a", domain="shop.test", timeout_s=17)[0]
+    outbox_publish_batch(limit=10)
+    (raw,) = _broker().lrange("jobs.normal", 0, -1)
+    args, kwargs, _embed = json.loads(base64.b64decode(json.loads(raw)["body"]))
+    assert args == [str(job.id)] and kwargs == {"domain": "shop.test", "timeout_s": 17}
+
+
+@pytest.mark.django_db
 def test_a_job_goes_to_the_queue_of_its_priority(make_tenant):
     tenant, _, _ = make_tenant()
     (high,) = _jobs(tenant, 1, priority="high")

@@ -1,7 +1,7 @@
 """A local HTTP target for tests: a real threaded server on 127.0.0.1 with programmable answers.
 
 Routes (all deterministic, so results can be compared byte for byte):
-- ``/bytes/N``           N bytes of a fixed pseudo-random pattern (``body_for(N)``), streamed
+- ``/bytes/N[?delay=S]`` N bytes of a fixed pseudo-random pattern (``body_for(N)``), after S s
 - ``/status/C``          answers status C with a short body
 - ``/slow?delay=S``      waits S seconds before answering (a target that never answers: big S)
 - ``/drip?n=N&delay=S``  sends N bytes one chunk at a time, S seconds apart (a long download)
@@ -62,6 +62,8 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if seg[0] == "bytes":
                 n = int(seg[1])
+                if "delay" in q:  # a target that takes this long to answer (benchmarks: 0.5 s)
+                    time.sleep(float(q["delay"]))
                 self._send(200, _pattern(n))
             elif seg[0] == "status":
                 self._send(int(seg[1]), f"status {seg[1]}".encode(), {"Content-Type": "text/plain"})
