@@ -37,6 +37,7 @@ from bench.common import (
     throwaway_database,
     wait_until,
 )
+from bench.cpu import CpuMeter
 from scrapejobs import processes
 
 JOBS = int(os.environ.get("BENCH_E2E_JOBS", "2000"))
@@ -51,13 +52,36 @@ def _url(target: str, i: int, latency_ms: int) -> str:
     return f"{target}/bytes/{BODY_BYTES}?n={i}{delay}"
 
 
+def _classify(pid: int, cmdline: str, environ: dict[str, str]) -> str | None:
+    """The kinds of process whose CPU a job costs (bench/cpu.py)."""
+    if cmdline.startswith("postgres: "):
+        return "postgres" if " bench_e2e " in cmdline else None  # the backends of our database
+    if "redis-server" in cmdline:
+        return "redis"  # shared with anything else using that server
+    if "bench.common target" in cmdline:
+        return "target"
+    if "bench.naive_app" in cmdline:
+        return "naive_worker"
+    if not environ.get("DATABASE_URL", "").endswith("/bench_e2e"):
+        return None
+    if "bench.e2e submit" in cmdline:
+        return "submit"
+    if " beat " in cmdline:
+        return "beat"
+    if "--queues jobs." in cmdline:
+        return "worker"
+    if "--queues control" in cmdline:
+        return "writer"
+    return None
+
+
 def _ready(proc: Proc) -> bool:
     if proc.p.poll() is not None:
         raise RuntimeError(f"{proc.name} exited:\n{proc.output()[-3000:]}")
     return " ready." in proc.output()
 
 
-def _naive(target: str, latency_ms: int) -> float:
+def _naive(target: str, latency_ms: int) -> tuple[float, dict[str, float]]:
     broker = redis_url_db(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"), 2)
     env = dict(os.environ, NAIVE_BROKER_URL=broker, PYTHONUNBUFFERED="1")
     out = Path(tempfile.mkdtemp(prefix="bench-naive-"))
@@ -83,21 +107,23 @@ def _naive(target: str, latency_ms: int) -> float:
     try:
         with running(Proc("naive-worker", argv, env)) as (worker,):
             wait_until(lambda: _ready(worker), 60, "the naive worker")
-            started = time.time()
-            for i in range(JOBS):
-                fetch.delay(_url(target, i, latency_ms), str(out / f"{i}.body"))
-            wait_until(
-                lambda: sum(1 for p in out.iterdir() if p.suffix == ".body") >= JOBS,
-                TIMEOUT_S,
-                "the naive jobs",
-                interval=0.05,
-            )
-            return JOBS / (time.time() - started)
+            with CpuMeter(_classify) as meter:
+                started = time.time()
+                for i in range(JOBS):
+                    fetch.delay(_url(target, i, latency_ms), str(out / f"{i}.body"))
+                wait_until(
+                    lambda: sum(1 for p in out.iterdir() if p.suffix == ".body") >= JOBS,
+                    TIMEOUT_S,
+                    "the naive jobs",
+                    interval=0.05,
+                )
+                elapsed = time.time() - started
+            return JOBS / elapsed, meter.totals()
     finally:
         shutil.rmtree(out, ignore_errors=True)
 
 
-def _scrapejobs(target: str, latency_ms: int) -> tuple[float, dict[str, int]]:
+def _scrapejobs(target: str, latency_ms: int) -> tuple[float, dict[str, int], dict[str, float]]:
     results = Path(tempfile.mkdtemp(prefix="bench-results-"))
     with throwaway_database("e2e") as db:
         env = service_env(
@@ -113,6 +139,7 @@ def _scrapejobs(target: str, latency_ms: int) -> tuple[float, dict[str, int]]:
         try:
             with running(*procs) as (writer, _beat, worker):
                 wait_until(lambda: _ready(writer) and _ready(worker), 60, "writer and worker")
+                meter = CpuMeter(_classify).__enter__()
                 submit = Proc(
                     "submit",
                     [
@@ -135,10 +162,11 @@ def _scrapejobs(target: str, latency_ms: int) -> tuple[float, dict[str, int]]:
                 final = "SELECT count(*) FROM jobs_job WHERE status IN ('succeeded', 'failed', 'cancelled')"
                 wait_until(lambda: sql(db, final)[0][0] >= JOBS, TIMEOUT_S, "every job to be final", 0.05)
                 elapsed = time.time() - started
+                meter.__exit__()
         finally:
             shutil.rmtree(results, ignore_errors=True)
         counts = dict(sql(db, "SELECT status, count(*) FROM jobs_job GROUP BY status"))
-    return JOBS / elapsed, counts
+    return JOBS / elapsed, counts, meter.totals()
 
 
 def run() -> None:
@@ -152,9 +180,9 @@ def run() -> None:
                 f"e2e: {JOBS} jobs of {BODY_BYTES} bytes, target latency {latency_ms} ms, thread pool of "
                 f"{CONCURRENCY}, naive baseline first"
             )
-            naive = _naive(target, latency_ms)
+            naive, naive_cpu = _naive(target, latency_ms)
             flush_redis()
-            ours, counts = _scrapejobs(target, latency_ms)
+            ours, counts, ours_cpu = _scrapejobs(target, latency_ms)
             flush_redis()
             tag = f"e2e_{latency_ms}ms"
             figure(f"{tag}_scrapejobs_jobs_per_s", ours)
@@ -166,6 +194,11 @@ def run() -> None:
                 figure(f"{tag}_littles_law_jobs_per_s", ceiling)
                 figure(f"{tag}_scrapejobs_share_of_littles_law", ours / ceiling)
                 figure(f"{tag}_naive_share_of_littles_law", naive / ceiling)
+            # What a job costs in CPU, per process kind (bench/cpu.py): the coarse profile.
+            for side, cpu in (("scrapejobs", ours_cpu), ("naive", naive_cpu)):
+                for kind, seconds in sorted(cpu.items()):
+                    figure(f"{tag}_{side}_cpu_ms_per_job_{kind}", seconds * 1000 / JOBS)
+                figure(f"{tag}_{side}_cpu_ms_per_job_total", sum(cpu.values()) * 1000 / JOBS)
 
 
 def _submit(tenant_id: str, target: str, n: int, latency_ms: int) -> None:

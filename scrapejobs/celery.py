@@ -11,7 +11,7 @@ import logging
 import os
 
 from celery import Celery
-from celery.signals import after_setup_logger
+from celery.signals import after_setup_logger, worker_ready, worker_shutting_down
 from kombu import Queue
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "settings.base")
@@ -98,6 +98,22 @@ PER_TASK_LOGGERS = ("celery.app.trace", "celery.worker.strategy")
 def _quiet_per_task_lines(**_: object) -> None:
     for name in PER_TASK_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
+
+
+@worker_ready.connect
+def _start_nudge_listener(sender: object = None, **_: object) -> None:
+    # The component that runs the control tasks also answers nudges (scrapejobs/nudges.py).
+    if CONTROL_QUEUE in app.amqp.queues.consume_from:
+        from scrapejobs.nudges import nudge_listener_start  # noqa: PLC0415 - Django is set up by now
+
+        nudge_listener_start()
+
+
+@worker_shutting_down.connect
+def _stop_nudge_listener(**_: object) -> None:
+    from scrapejobs.nudges import nudge_listener_stop  # noqa: PLC0415
+
+    nudge_listener_stop()
 
 
 app.autodiscover_tasks()

@@ -26,11 +26,5 @@ def state_redis() -> redis.Redis:
     )
 
 
-# ``publisher_nudge`` coalesces a burst of nudges into one publisher run per PUBLISH_NUDGE_MS: the
-# first SET NX of a window sends the task, the others find the key set.
-PUBLISH_NUDGE_KEY = "sj:publish-nudge"
-PUBLISH_NUDGE_MS = 50
-
-
 def cancel_flag_key(job_id: str) -> str:
     return f"sj:cancel:{job_id}"

@@ -22,8 +22,9 @@ from django.utils import timezone
 
 from apps.jobs.lifecycle import plan_after_attempt
 from apps.jobs.models import FINAL_STATUSES, AttemptOutcome, Job, JobStatus
+from apps.jobs.nudges import PUBLISH, nudge
 from apps.jobs.receipts import AttemptFinished
-from apps.jobs.redis import PUBLISH_NUDGE_KEY, PUBLISH_NUDGE_MS, cancel_flag_key, state_redis
+from apps.jobs.redis import cancel_flag_key, state_redis
 
 logger = logging.getLogger(__name__)
 
@@ -100,24 +101,9 @@ def job_create(
 
 def publisher_nudge() -> None:
     """Ask the publisher to run now instead of at its next beat tick, so that a job normally
-    starts within milliseconds. Best effort: beat runs it every second anyway."""
-    try:
-        # Coalesce a burst of submissions into one publisher run per PUBLISH_NUDGE_MS.
-        if state_redis().set(PUBLISH_NUDGE_KEY, "1", nx=True, px=PUBLISH_NUDGE_MS):
-            publisher_nudge_send()
-    except Exception:  # noqa: BLE001 - the broker being down must not fail an accepted job
-        logger.warning("publisher nudge failed; beat will publish", exc_info=True)
-
-
-def publisher_nudge_send() -> None:
-    """Send the publisher task now, for a caller that already won the coalescing SET NX
-    (``publisher_nudge``, or the worker's receipt pipeline). Best effort, as the nudge."""
-    from scrapejobs.celery import app  # noqa: PLC0415 - avoid importing Celery at model import
-
-    try:
-        app.send_task("apps.publishing.tasks.outbox_publish", queue="control")
-    except Exception:  # noqa: BLE001 - the broker being down must not fail anything
-        logger.warning("publisher nudge failed; beat will publish", exc_info=True)
+    starts within milliseconds (apps.jobs.nudges: one Redis round trip, never an error). Best
+    effort: beat runs it every second anyway."""
+    nudge(PUBLISH)
 
 
 @dataclass(frozen=True)

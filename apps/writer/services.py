@@ -1,8 +1,8 @@
 """The leased batching writer (contract section 5, seed 000; FR-W1..FR-W4 in REQUIREMENTS.md).
 
 Workers append receipts to the Redis stream ``sj:receipts`` (``apps.writer.api.receipt_submit``)
-and go back to the network. A flush (nudged by the first receipt of a burst, ``writer_nudge``, so
-a finished job is final within milliseconds; and from beat every
+and go back to the network. A flush (nudged by every receipt, ``apps.jobs.nudges``, so a finished
+job is final within milliseconds; and from beat every
 ``SCRAPEJOBS_WRITER_FLUSH_INTERVAL_S``) takes the writer lease and, while there is backlog and time
 left in its budget, repeats:
 
@@ -53,6 +53,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
+from apps.jobs.nudges import WRITER, nudge
 from apps.jobs.receipts import AttemptFinished
 from apps.jobs.redis import state_redis
 from apps.jobs.services import ApplyStats, attempts_apply_finished
@@ -69,8 +70,6 @@ RETRY_AT = "sj:writer:retry"  # sorted set: stream id -> ms (Unix) of its next t
 BATCHES = "sj:writer:batches"  # list: the last BATCH_RECORDS transactions (JSON), newest first
 TOTALS = "sj:writer:totals"  # hash: running counters since the Redis database was created
 BATCH_RECORDS = 50
-NUDGE_KEY = "sj:writer:nudge"  # set while a nudge is outstanding (writer_nudge)
-NUDGE_MS = 50  # a burst of receipts sends at most one nudge per this many ms
 WANTED_KEY = "sj:writer:wanted"  # a flush found the lease taken: the holder drains once more
 PIPELINE_DEPTH = 2  # rounds in flight at once (see _drain)
 MAX_REDRAINS = 20  # a flush without a budget (writer_flush_once) still ends under steady marks
@@ -164,9 +163,6 @@ def writer_flush(
         stats.held = True
         started = time.time()
         try:
-            # From now on a new receipt nudges again (apps.writer.api): a receipt appended before
-            # this line is read by this drain, one appended after it sends its own nudge.
-            r.delete(NUDGE_KEY)
             _drain(r, lease, deadline=deadline, idle_ms=idle_ms, stats=stats)
         finally:
             if trace_key:
@@ -176,29 +172,16 @@ def writer_flush(
             break
         redrains += 1
         if redrains > MAX_REDRAINS or (deadline is not None and time.monotonic() >= deadline):
-            writer_nudge(coalesce=False)  # out of time: hand the mark on to a fresh flush
+            writer_nudge()  # out of time: hand the mark on to a fresh flush
             break
     return stats
 
 
-def writer_nudge(*, coalesce: bool = True) -> None:
-    """Ask for a flush now instead of at the next beat tick (so that a finished job is final in
-    the ledger within milliseconds). ``coalesce``: at most one nudge per NUDGE_MS, and none while
-    one is outstanding (a flush deletes NUDGE_KEY when it starts reading). Best effort: beat
-    flushes every SCRAPEJOBS_WRITER_FLUSH_INTERVAL_S anyway, so a broker error is only logged."""
-    from scrapejobs.celery import app  # noqa: PLC0415 - Celery is not needed to import this module
-
-    try:
-        if coalesce and not writer_redis().set(NUDGE_KEY, "1", nx=True, px=NUDGE_MS):
-            return
-        app.send_task(
-            "apps.writer.tasks.writer_flush",
-            queue="control",
-            # A nudge older than a few beat ticks is worth nothing: beat has flushed since.
-            expires=max(5.0, 5 * settings.SCRAPEJOBS_WRITER_FLUSH_INTERVAL_S),
-        )
-    except Exception:  # noqa: BLE001 - the broker being down must not fail the worker's receipt
-        logger.warning("writer nudge failed; beat will flush", exc_info=True)
+def writer_nudge() -> None:
+    """Ask for a flush now instead of at the next beat tick (apps.jobs.nudges; a receipt's own
+    nudge rides in ``receipt_submit``'s pipeline instead). Best effort: beat flushes every
+    SCRAPEJOBS_WRITER_FLUSH_INTERVAL_S anyway."""
+    nudge(WRITER)
 
 
 def _drain(r: Any, lease: Lease, *, deadline: float | None, idle_ms: int, stats: FlushStats) -> None:

@@ -12,8 +12,11 @@ from django.db import connections
 from django.utils import timezone
 
 from apps.jobs.models import Job
-from apps.jobs.services import job_create
+from apps.jobs.nudges import PUBLISH
+from apps.jobs.redis import state_redis
+from apps.jobs.services import job_create, publisher_nudge
 from apps.publishing.services import outbox_publish, outbox_publish_batch
+from tests.support.procs import wait_for
 
 
 def _broker() -> redis.Redis:
@@ -114,3 +117,29 @@ def test_concurrent_publishers_never_send_a_job_twice(make_tenant):
     ids = _queued_ids("jobs.normal")
     assert sum(sent) == 300 and len(ids) == 300
     assert sorted(ids) == sorted(str(j.id) for j in jobs)
+
+
+@pytest.mark.e2e
+@pytest.mark.django_db(transaction=True)
+def test_an_accepted_job_is_published_at_once_by_the_nudge_with_no_beat_running(services, make_tenant):
+    # apps.jobs.nudges: intake's nudge reaches the control process's listener, no broker message.
+    tenant, _, _ = make_tenant()
+    services().start("writer")
+    first = _jobs(tenant, 1)[0]
+    wait_for(
+        lambda: (
+            Job.objects.filter(id=first.id, published_at__isnull=False).exists()
+            or (publisher_nudge() and False)
+        ),
+        timeout=90,
+        interval=0.5,
+        what="the writer process to start and publish",
+    )
+    (job,) = _jobs(tenant, 1)
+    wait_for(
+        lambda: Job.objects.filter(id=job.id, published_at__isnull=False).exists(),
+        timeout=5,
+        interval=0.02,
+        what="the nudged publisher",
+    )
+    assert state_redis().llen(PUBLISH) == 0

@@ -1,0 +1,102 @@
+"""Where a benchmark's CPU goes: CPU time per kind of process, read from ``/proc`` (Linux).
+
+``CpuMeter(classify)`` samples ``/proc/<pid>/stat`` of every process a few times a second while it
+runs and keeps, per process, the CPU time (user + system) it used since the meter started (a
+process that starts meanwhile counts from zero; one that exits keeps what was last seen, so the
+meter misses at most one sampling interval of it). ``classify(pid, cmdline, environ)`` names the
+kind of a process, or None to leave it out; the totals are per kind, in CPU seconds.
+
+This is the "CPU profile" of issue 7 at the coarsest grain: how many milliseconds of CPU a job
+costs in the worker, the writer, beat, PostgreSQL (backends of the benchmark's own database) and
+the target, on a machine other people may be using at the same time.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+Classify = Callable[[int, str, dict[str, str]], str | None]
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # Field 2 (comm) may hold spaces: split after its closing parenthesis.
+    fields = raw[raw.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _environ(pid: int) -> dict[str, str]:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
+
+
+class CpuMeter:
+    def __init__(self, classify: Classify, interval_s: float = 0.2):
+        self.classify = classify
+        self.interval_s = interval_s
+        self._kinds: dict[int, str | None] = {}
+        self._first: dict[int, float] = {}
+        self._last: dict[int, float] = {}
+        self._started: set[int] = set()  # processes already running when the meter started
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cpu-meter", daemon=True)
+
+    def _sample(self, *, initial: bool = False) -> None:
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            pid = int(entry.name)
+            if pid not in self._kinds:
+                self._kinds[pid] = self.classify(pid, _cmdline(pid), _environ(pid))
+                if initial:
+                    self._started.add(pid)
+            if self._kinds[pid] is None:
+                continue
+            used = _cpu_seconds(pid)
+            if used is None:
+                continue
+            # A process first seen after the start counts all its CPU: it started during the run.
+            self._first.setdefault(pid, used if pid in self._started else 0.0)
+            self._last[pid] = used
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._sample()
+
+    def __enter__(self) -> CpuMeter:
+        self._sample(initial=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+    def totals(self) -> dict[str, float]:
+        """CPU seconds per kind used while the meter ran."""
+        out: dict[str, float] = defaultdict(float)
+        for pid, last in self._last.items():
+            kind = self._kinds.get(pid)
+            if kind is not None:
+                out[kind] += max(0.0, last - self._first.get(pid, 0.0))
+        return dict(out)

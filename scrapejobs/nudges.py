@@ -1,0 +1,119 @@
+"""The control process's nudge listener (apps.jobs.nudges): runs the outbox publisher or the
+receipts writer as soon as somebody asks, without a broker message per request.
+
+One thread blocks on ``BLPOP`` over the nudge lists; each kind has a runner thread that runs its
+task's body (the same function beat's tick runs as a Celery task) whenever it is poked. A poke
+while the runner is busy is remembered, once: however many nudges arrive during a run, one more
+run follows it, which is what both the publisher (refill the room that opened meanwhile) and the
+writer (read the receipts appended meanwhile) need. Each run is safe next to beat's: the publisher
+takes its advisory lock, the writer its lease.
+
+Started once per process by ``scrapejobs.celery`` in a worker that consumes the ``control`` queue
+(the "writer" component). If no such process runs, nothing is lost: beat still runs both every
+second.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+
+import redis
+from django.db import connection
+
+from apps.jobs.nudges import KINDS, PUBLISH, WRITER
+from apps.jobs.redis import state_redis
+
+logger = logging.getLogger(__name__)
+
+# BLPOP's own timeout: how often the listener wakes to see whether it should stop.
+BLOCK_S = 1
+
+
+class _Runner:
+    def __init__(self, name: str, fn: Callable[[], object], stop: threading.Event):
+        self.fn = fn
+        self.stop = stop
+        self.poked = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=f"nudge-{name}", daemon=True)
+
+    def poke(self) -> None:
+        self.poked.set()
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            if not self.poked.wait(BLOCK_S):
+                continue
+            self.poked.clear()  # before the run: a nudge during the run means one more run
+            try:
+                self.fn()
+            except Exception:  # noqa: BLE001 - the runner must outlive a failed run; beat retries
+                logger.exception("nudged run of %s failed", self.thread.name)
+            finally:
+                connection.close()  # this thread's database connection back to the pool
+
+
+class NudgeListener:
+    def __init__(self, runs: dict[str, Callable[[], object]]):
+        self.stop = threading.Event()
+        self.runners = {kind: _Runner(kind.rsplit(":", 1)[-1], fn, self.stop) for kind, fn in runs.items()}
+        self.thread = threading.Thread(target=self._listen, name="nudge-listener", daemon=True)
+
+    def start(self) -> NudgeListener:
+        for runner in self.runners.values():
+            runner.thread.start()
+        self.thread.start()
+        return self
+
+    def close(self, timeout: float = 5.0) -> None:
+        self.stop.set()
+        for t in (self.thread, *(r.thread for r in self.runners.values())):
+            t.join(timeout)
+
+    def _listen(self) -> None:
+        keys = list(self.runners)
+        while not self.stop.is_set():
+            try:
+                got = state_redis().blpop(keys, timeout=BLOCK_S)
+            except redis.RedisError:
+                logger.warning("nudge listener cannot reach Redis; beat keeps things going", exc_info=True)
+                self.stop.wait(BLOCK_S)
+                continue
+            if got:
+                self.runners[str(got[0])].poke()
+
+
+def _publish() -> object:
+    from apps.publishing.tasks import outbox_publish  # noqa: PLC0415 - needs the app registry
+
+    return outbox_publish()
+
+
+def _flush() -> object:
+    from apps.writer.tasks import writer_flush  # noqa: PLC0415 - needs the app registry
+
+    return writer_flush()
+
+
+_listener: tuple[int, NudgeListener] | None = None
+_lock = threading.Lock()
+
+
+def nudge_listener_start() -> NudgeListener:
+    """Start this process's listener (once; a forked child starts its own)."""
+    global _listener
+    with _lock:
+        if _listener is None or _listener[0] != os.getpid():
+            assert set(KINDS) == {PUBLISH, WRITER}
+            _listener = (os.getpid(), NudgeListener({PUBLISH: _publish, WRITER: _flush}).start())
+        return _listener[1]
+
+
+def nudge_listener_stop() -> None:
+    global _listener
+    with _lock:
+        if _listener is not None and _listener[0] == os.getpid():
+            _listener[1].close()
+        _listener = None
