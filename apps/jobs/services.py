@@ -129,8 +129,11 @@ def job_claim(*, job_id: uuid.UUID | str, worker: str) -> ClaimedJob | None:
     now = timezone.now()
     lease_until = now + timedelta(seconds=settings.SCRAPEJOBS_LEASE_SECONDS)
     # One statement, so one round trip and atomic without BEGIN/COMMIT: the conditional UPDATE
-    # decides who owns the job, and the attempt's row is written only for the winner.
-    with connection.cursor() as cur:
+    # decides who owns the job, and the attempt's row is written only for the winner. Prepared on
+    # its connection (a plain psycopg cursor binds server-side; prepare=True): it runs once per
+    # job, and parsing and planning it each time cost PostgreSQL more than executing it.
+    connection.ensure_connection()
+    with psycopg.Cursor(connection.connection) as cur:
         cur.execute(
             """
             WITH claimed AS (
@@ -148,7 +151,8 @@ def job_claim(*, job_id: uuid.UUID | str, worker: str) -> ClaimedJob | None:
             )
             SELECT attempts, method, url, headers, body, timeout_s, max_attempts FROM claimed
             """,
-            [worker, lease_until, now, now, str(job_id), now, worker, now],
+            [worker, lease_until, now, now, uuid.UUID(str(job_id)), now, worker, now],
+            prepare=True,
         )
         row = cur.fetchone()
     if row is None:
