@@ -18,7 +18,7 @@ from apps.jobs.ids import uuid7
 from apps.jobs.models import Job
 from apps.results.links import link_token_make
 from apps.results.selectors import ResultGone, result_link
-from apps.results.storage import ResultStoreFailed, result_key, result_store
+from apps.results.storage import ResultStoreFailed, result_key, result_store, results_storage
 from apps.scraping.fetch import FetchError
 from tests.support.procs import ROOT
 from tests.support.target import body_for
@@ -228,3 +228,15 @@ def test_an_s3_result_downloads_through_a_presigned_link(s3_results, make_tenant
     client.delete_object(Bucket=bucket, Key=stored.key)
     with pytest.raises(ResultGone):
         result_link(job=_succeeded_job(tenant, stored))
+
+
+def test_a_spool_directory_removed_under_a_running_process_is_made_again(local_results):
+    # The spool directory is made once per process (issue 7); an operator's clean-up that
+    # removes it must not make every later store fail.
+    import shutil
+
+    first = result_store(job_id=uuid7(), attempt=1, chunks=[b"one"])
+    shutil.rmtree(local_results / ".spool")
+    second = result_store(job_id=uuid7(), attempt=1, chunks=[b"two"])
+    with results_storage().open(first.key, "rb") as a, results_storage().open(second.key, "rb") as b:
+        assert (a.read(), b.read()) == (b"one", b"two")
