@@ -138,7 +138,9 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_SERIALIZER = "json"
 CELERY_TIMEZONE = "UTC"
 # A message is acknowledged after the task ran, and given back if the worker is lost: together
-# with the conditional claim this is at-least-once delivery with duplicates made harmless.
+# with the conditional claim this is at-least-once delivery with duplicates made harmless. The
+# scrape task is the exception: acknowledged at its start, with the sweeper, not redelivery, as its
+# recovery (apps/scraping/tasks.py says why).
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1

@@ -36,9 +36,10 @@ def test_a_hundred_slow_fetches_in_one_worker_hold_a_handful_of_connections(serv
     # libpq names every connection of the worker process after PGAPPNAME: pg_stat_activity tells
     # them apart from the writer's, beat's and this test's.
     app_name = "sj-issue7-worker"
-    services(**limits, PGAPPNAME=app_name, SCRAPEJOBS_DB_POOL_MAX_SIZE=str(POOL)).start(
+    worker = services(**limits, PGAPPNAME=app_name, SCRAPEJOBS_DB_POOL_MAX_SIZE=str(POOL)).start(
         "worker", concurrency=FETCHES
     )
+    wait_for(lambda: " ready." in worker.tail(200), 90, what="the worker to start")
     ids = [
         str(
             job_create(
@@ -51,13 +52,11 @@ def test_a_hundred_slow_fetches_in_one_worker_hold_a_handful_of_connections(serv
         for i in range(FETCHES)
     ]
 
-    # Every fetch reaches the target while the first ones still wait for their answer: all 100
-    # are in flight at once. With a connection held per fetch, no more than POOL could be.
-    wait_for(
-        lambda: len(target.requests_for("/bytes")) == FETCHES,
-        TARGET_DELAY_S - 1,
-        what=f"{FETCHES} fetches in flight at once",
-    )
+    # Every fetch reaches the target before the first one is answered: all 100 are in flight at
+    # once. With a connection held per fetch, no more than POOL could be.
+    wait_for(lambda: len(target.requests_for("/bytes")) == FETCHES, 60, what=f"{FETCHES} fetches")
+    arrivals = [t for t, *_ in target.requests_for("/bytes")]
+    assert max(arrivals) - min(arrivals) < TARGET_DELAY_S, "the fetches did not overlap"
     held = _worker_connections(app_name)
     assert 1 <= len(held) <= POOL, held
     # None of them is inside a transaction while the fetches wait.
@@ -74,3 +73,25 @@ def test_a_hundred_slow_fetches_in_one_worker_hold_a_handful_of_connections(serv
     with connection.cursor() as cur:
         cur.execute("SELECT count(*) FROM jobs_attempt WHERE job_id = ANY(%s::uuid[])", [ids])
         assert cur.fetchone()[0] == FETCHES  # one attempt each: nothing waited for a connection
+
+
+def test_a_scrape_message_is_acknowledged_when_its_task_starts(services, make_tenant, target):
+    # apps/scraping/tasks.py: the sweeper, not redelivery, recovers a job whose worker dies, and
+    # a late acknowledgement would hold the worker's prefetch slot until its event loop wakes.
+    import redis
+    from django.conf import settings
+
+    tenant = make_tenant()[0]
+    s = services()
+    s.start("writer")
+    s.start("beat")
+    s.start("worker", concurrency=4)
+    job = job_create(tenant_id=tenant.id, url=target.url("/slow?delay=4"), domain="127.0.0.1", timeout_s=30)[
+        0
+    ]
+    wait_for(lambda: target.requests_for("/slow"), 60, what="the fetch to reach the target")
+    broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    assert broker.hlen("unacked") == 0  # kombu's Redis transport keeps unacknowledged messages here
+    job.refresh_from_db()
+    assert job.status == "running"
+    wait_for(lambda: (job.refresh_from_db(), job.status)[1] == "succeeded", 30, what="the job to succeed")
