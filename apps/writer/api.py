@@ -7,9 +7,7 @@ applies receipts in batches, started by the nudge within milliseconds, or by bea
 
 from __future__ import annotations
 
-import json
-
-from apps.jobs.receipts import AttemptFinished
+from apps.jobs.receipts import AttemptFinished, receipt_encode
 from apps.writer.services import FIELD, NUDGE_KEY, NUDGE_MS, STREAM, writer_nudge, writer_redis
 
 
@@ -18,7 +16,7 @@ def receipt_submit(receipt: AttemptFinished) -> str:
     is harmless) and nudge the writer; returns its stream id. No trimming here: an entry leaves
     the stream only once the writer applied it (or moved it to the dead letters)."""
     pipe = writer_redis().pipeline(transaction=False)
-    pipe.xadd(STREAM, {FIELD: json.dumps(receipt.to_dict(), separators=(",", ":"))})
+    pipe.xadd(STREAM, {FIELD: receipt_encode(receipt)})
     # The nudge's coalescing key rides in the same round trip: only the first receipt of a burst
     # (or the first after a flush started reading) sends a flush task.
     pipe.set(NUDGE_KEY, "1", nx=True, px=NUDGE_MS)

@@ -10,6 +10,7 @@ import pytest
 from django.core.management import call_command
 
 from apps.jobs.models import Attempt, Job, JobStatus
+from apps.jobs.receipts import COMPACT_V1, receipt_decode
 from apps.jobs.services import job_claim, job_create
 from apps.writer.api import receipt_submit
 from apps.writer.services import FIELD, STREAM, writer_flush_once
@@ -36,7 +37,8 @@ def test_submitting_a_receipt_appends_it_to_the_stream_without_touching_the_data
     [(got_id, fields)] = state_redis().xrange(STREAM)
     assert got_id == entry_id
     body = json.loads(fields[FIELD])
-    assert (body["job_id"], body["attempt"], body["kind"]) == (job_id, 1, "attempt_finished")
+    assert body[:3] == [COMPACT_V1, job_id, 1]  # the compact form: version, then the natural key
+    assert receipt_decode(fields[FIELD]) == receipt(job_id, 1)
     assert Job.objects.get(id=job_id).status == JobStatus.RUNNING
 
     stats = writer_flush_once()
@@ -143,3 +145,4 @@ def test_jobs_made_final_by_the_writer_are_announced_on_commit() -> None:
         heard = [n.payload for n in listener.notifies(timeout=2, stop_after=2)]
     assert heard == [final.id]
     assert Job.objects.get(id=retried.id).status == JobStatus.QUEUED
+
