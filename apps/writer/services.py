@@ -13,8 +13,8 @@ left in its budget, repeats:
    are acknowledged with it);
 3. split them by job (crc32 of the job id modulo ``CONCURRENCY``) over ``CONCURRENCY`` threads,
    each with its own database connection, so two connections never touch one job; each thread
-   applies ``BATCH_SIZE`` receipts per transaction (``attempts_apply_finished``: four multi-row
-   statements, bounded by ``WRITE_TIMEOUT_SECONDS``); up to two rounds are in flight, so that a
+   applies ``BATCH_SIZE`` receipts per transaction (``attempts_apply_finished``: one multi-row
+   statement, bounded by ``WRITE_TIMEOUT_SECONDS``); up to two rounds are in flight, so that a
    connection never waits for the slowest one of its round;
 4. after commit, XACK and XDEL the entries: the stream only ever holds receipts not yet applied,
    so its first entry's id (a millisecond timestamp) is the writer's lag.
