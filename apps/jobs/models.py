@@ -44,14 +44,17 @@ class AttemptOutcome(models.TextChoices):
 
 class Job(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
-    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.PROTECT, related_name="jobs")
+    # No index of its own: jobs_tenant_newest (tenant, -id) serves every lookup by tenant.
+    tenant = models.ForeignKey(
+        "tenants.Tenant", on_delete=models.PROTECT, related_name="jobs", db_index=False
+    )
 
     # The request.
     method = models.CharField(max_length=8, choices=Method.choices, default=Method.GET)
     url = models.TextField()
     headers = models.JSONField(default=dict, blank=True)
     body = models.TextField(null=True, blank=True)
-    domain = models.CharField(max_length=255, db_index=True)
+    domain = models.CharField(max_length=255)  # indexed in Meta (jobs_job_domain_3f0e0f84)
     priority = models.CharField(max_length=8, choices=Priority.choices, default=Priority.NORMAL)
     callback_url = models.TextField(null=True, blank=True)
     timeout_s = models.PositiveIntegerField(default=30)
@@ -108,13 +111,11 @@ class Job(models.Model):
                 name="jobs_attempts_within_limit",
             ),
         ]
+        # Every index here is paid for by every write that moves a job (the writer rewrites the
+        # row and all of its indexes: a status change is never a HOT update), so each one names
+        # the query that needs it (apps/jobs/migrations/0002_writer_indexes.py dropped the rest).
+        # The publisher's queued-and-unpublished index is jobs_outbox_fair (apps/publishing).
         indexes = [
-            # outbox_publish_batch (apps/publishing/services.py): queued rows not yet sent.
-            models.Index(
-                fields=["not_before", "created_at"],
-                condition=Q(status="queued", published_at__isnull=True),
-                name="jobs_outbox_unpublished",
-            ),
             # jobs_sweep_expired_leases (apps/scheduling/services.py): running rows by lease.
             models.Index(
                 fields=["lease_expires_at"],
@@ -138,6 +139,10 @@ class Job(models.Model):
             models.Index(fields=["tenant", "-id"], name="jobs_tenant_newest"),
             models.Index(fields=["tenant", "status", "-id"], name="jobs_tenant_status_newest"),
             models.Index(fields=["tenant", "priority", "-id"], name="jobs_tenant_priority_newest"),
+            # The admin's domain filter (apps/jobs/admin.py) and a dead-letter group's jobs
+            # (apps/scheduling/selectors.py): domain = %s. Django's automatic db_index also built a
+            # varchar_pattern_ops twin for LIKE 'prefix%', which no query runs.
+            models.Index(fields=["domain"], name="jobs_job_domain_3f0e0f84"),
         ]
 
     def __str__(self) -> str:
@@ -151,7 +156,8 @@ class Job(models.Model):
 class Attempt(models.Model):
     """One try at fetching a job's URL, numbered from 1, kept forever with the job."""
 
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempt_set")
+    # No index of its own: attempts_unique_job_number (job, number) serves every lookup by job.
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempt_set", db_index=False)
     number = models.PositiveSmallIntegerField()
     worker = models.CharField(max_length=200, blank=True, default="")
     started_at = models.DateTimeField()

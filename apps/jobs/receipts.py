@@ -4,12 +4,24 @@ A receipt is a compact JSON-able record keyed by its natural key ``(job_id, atte
 the same receipt twice changes nothing, and a receipt whose attempt is no longer the job's
 current one cannot move the job (the attempt number is the fencing token; see
 ``apps.jobs.services.attempts_apply_finished``).
+
+On the wire (``receipt_encode`` / ``receipt_decode``) a receipt is a JSON array whose first
+element is the format version, the fields in a fixed order after it: about half the bytes of the
+JSON object and a third of the decoding time, which the writer pays for every receipt (issue #7).
+The object form (``to_dict``, with ``"kind"``) is what receipts looked like before; it still
+decodes, so receipts already in a stream or in the dead letters when this shipped still apply.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+import orjson
+
+# The compact format's version: the first element of the array. A new layout gets a new number
+# and a branch in receipt_decode; the old numbers keep decoding.
+COMPACT_V1 = 1
 
 
 @dataclass(frozen=True)
@@ -53,3 +65,51 @@ class AttemptFinished:
         d.pop("kind", None)
         result = d.pop("result", None)
         return cls(**d, result=ResultStored(**result) if result else None)
+
+
+def receipt_encode(r: AttemptFinished) -> bytes:
+    """The receipt as the compact JSON array (version first; the result, if any, as a nested
+    array), as UTF-8 bytes."""
+    res = r.result
+    return orjson.dumps(
+        [
+            COMPACT_V1,
+            r.job_id,
+            r.attempt,
+            r.outcome,
+            r.finished_at,
+            r.duration_ms,
+            r.worker,
+            r.http_status,
+            r.error_class,
+            r.error,
+            r.retry_after_s,
+            None if res is None else [res.key, res.size, res.sha256, res.content_type, res.http_status],
+        ]
+    )
+
+
+def receipt_decode(raw: str | bytes) -> AttemptFinished:
+    """A receipt from either wire format: the compact array or the older JSON object. Raises
+    ValueError, TypeError or KeyError on anything else (the writer dead-letters it)."""
+    d = orjson.loads(raw)
+    if type(d) is dict:  # the object form, written before the compact one
+        return AttemptFinished.from_dict(d)
+    if type(d) is not list or not d or d[0] != COMPACT_V1:
+        raise ValueError(f"not a receipt: {str(raw)[:100]!r}")
+    _v, job_id, attempt, outcome, finished_at, duration_ms, worker, status, err_cls, err, wait, res = d
+    if type(job_id) is not str or type(attempt) is not int:
+        raise TypeError(f"bad natural key: {job_id!r}, {attempt!r}")
+    return AttemptFinished(
+        job_id,
+        attempt,
+        outcome,
+        finished_at,
+        duration_ms,
+        worker,
+        status,
+        err_cls,
+        err,
+        wait,
+        None if res is None else ResultStored(*res),
+    )

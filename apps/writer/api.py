@@ -9,12 +9,11 @@ or by beat's next tick.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
 from apps.jobs.nudges import PUBLISH, WRITER, nudges_queue
-from apps.jobs.receipts import AttemptFinished
+from apps.jobs.receipts import AttemptFinished, receipt_encode
 from apps.writer.services import FIELD, STREAM, writer_redis
 
 
@@ -35,6 +34,6 @@ def receipt_submit(
     if also is not None:
         also(pipe)
     head = len(pipe)
-    pipe.xadd(STREAM, {FIELD: json.dumps(receipt.to_dict(), separators=(",", ":"))})
+    pipe.xadd(STREAM, {FIELD: receipt_encode(receipt)})
     nudges_queue(pipe, *((WRITER, PUBLISH) if nudge_publisher else (WRITER,)))
     return str(pipe.execute()[head])

@@ -9,6 +9,7 @@ from typing import Any
 
 import redis
 
+from apps.jobs.receipts import receipt_decode
 from apps.writer.services import (
     BATCHES,
     DEAD_LETTERS,
@@ -104,13 +105,13 @@ def dead_letters_list(*, limit: int = 200) -> list[DeadLetter]:
     for entry_id, fields in writer_redis().xrevrange(DEAD_LETTERS, count=limit):
         raw = fields.get(FIELD, "")
         try:
-            receipt = json.loads(raw)
-        except ValueError:
+            receipt: dict[str, Any] | None = receipt_decode(raw).to_dict()
+        except (ValueError, TypeError, KeyError):
             receipt = None
         out.append(
             DeadLetter(
                 id=entry_id,
-                receipt=receipt if isinstance(receipt, dict) else None,
+                receipt=receipt,
                 raw=raw,
                 error=fields.get("error", ""),
                 attempts=int(fields.get("attempts", 0)),

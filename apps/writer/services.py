@@ -13,8 +13,8 @@ left in its budget, repeats:
    are acknowledged with it);
 3. split them by job (crc32 of the job id modulo ``CONCURRENCY``) over ``CONCURRENCY`` threads,
    each with its own database connection, so two connections never touch one job; each thread
-   applies ``BATCH_SIZE`` receipts per transaction (``attempts_apply_finished``: four multi-row
-   statements, bounded by ``WRITE_TIMEOUT_SECONDS``); up to two rounds are in flight, so that a
+   applies ``BATCH_SIZE`` receipts per transaction (``attempts_apply_finished``: one multi-row
+   statement, bounded by ``WRITE_TIMEOUT_SECONDS``); up to two rounds are in flight, so that a
    connection never waits for the slowest one of its round;
 4. after commit, XACK and XDEL the entries: the stream only ever holds receipts not yet applied,
    so its first entry's id (a millisecond timestamp) is the writer's lag.
@@ -35,6 +35,7 @@ then drains once more, so a receipt appended after the holder's last read is not
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -54,7 +55,7 @@ from django.db import connection
 from django.utils import timezone
 
 from apps.jobs.nudges import WRITER, nudge
-from apps.jobs.receipts import AttemptFinished
+from apps.jobs.receipts import AttemptFinished, receipt_decode
 from apps.jobs.redis import state_redis
 from apps.jobs.services import ApplyStats, attempts_apply_finished
 from apps.writer.lease import Lease
@@ -74,7 +75,7 @@ WANTED_KEY = "sj:writer:wanted"  # a flush found the lease taken: the holder dra
 PIPELINE_DEPTH = 2  # rounds in flight at once (see _drain)
 MAX_REDRAINS = 20  # a flush without a budget (writer_flush_once) still ends under steady marks
 SWEEP_EVERY_S = 1.0  # how often a drain looks for due retries and abandoned entries
-FIELD = "r"  # the one field of a stream entry: the receipt as JSON
+FIELD = "r"  # the one field of a stream entry: the receipt (apps.jobs.receipts.receipt_encode)
 
 
 def writer_redis() -> Any:
@@ -87,16 +88,19 @@ def writer_redis() -> Any:
 CONSUMER = f"{socket.gethostname()}:{os.getpid()}"
 
 
-@dataclass
+@dataclass(slots=True)
 class Entry:
     id: str
     raw: str
     receipt: AttemptFinished
     duplicates: list[str] = field(default_factory=list)  # stream ids acknowledged with this one
+    # Some of its ids came from a retry or a reclaim (XCLAIM, XAUTOCLAIM), so they may have a
+    # failure count and a retry time to clear. A new receipt (XREADGROUP ">") never has them.
+    swept: bool = False
 
     @property
     def ids(self) -> list[str]:
-        return [self.id, *self.duplicates]
+        return [self.id, *self.duplicates] if self.duplicates else [self.id]
 
 
 @dataclass
@@ -204,8 +208,9 @@ def _drain(r: Any, lease: Lease, *, deadline: float | None, idle_ms: int, stats:
             sweep = time.monotonic() >= sweep_at
             if sweep:
                 sweep_at = time.monotonic() + SWEEP_EVERY_S
-            # Read the next round while the connections apply the previous ones.
-            busy = frozenset().union(*(round_.ids for round_ in inflight))
+            # Read the next round while the connections apply the previous ones. `busy` matters
+            # only to XAUTOCLAIM, so it is gathered only when sweeping.
+            busy = frozenset().union(*(round_.ids() for round_ in inflight)) if sweep else frozenset()
             fresh = (
                 _entries_take(r, count=room, reclaim_idle_ms=idle_ms, busy=busy, sweep=sweep, stats=stats)
                 if more and room > 0
@@ -254,6 +259,7 @@ def _entries_take(
     ``sweep``: look at due retries and abandoned entries too, not only at new receipts."""
     now_ms = int(time.time() * 1000)
     raw: list[tuple[str, dict[str, str] | None]] = []
+    fresh: list[tuple[str, list[str]]] = []
     # 1. Receipts whose backoff has passed. XCLAIM (idle 0) makes them ours whoever held them.
     due = r.zrangebyscore(RETRY_AT, "-inf", now_ms, start=0, num=count) if sweep else []
     if due:
@@ -280,32 +286,63 @@ def _entries_take(
             ]
     # 3. New receipts.
     if len(raw) < count:
-        for _stream, new in r.xreadgroup(GROUP, CONSUMER, {STREAM: ">"}, count=count - len(raw)) or []:
-            raw += new
-    stats.read += len(raw)
+        fresh = _stream_read_new(r, count=count - len(raw))
+    stats.read += len(raw) + len(fresh)
     entries: dict[tuple[str, int], Entry] = {}
     undecodable: list[tuple[str, str, str]] = []
+
+    def add(entry_id: str, text: str, *, swept: bool) -> None:
+        try:
+            receipt = receipt_decode(text)
+            key = (receipt.job_id, receipt.attempt)
+        except (ValueError, TypeError, KeyError) as exc:
+            undecodable.append((entry_id, text, f"undecodable receipt: {exc!r}"))
+            return
+        if (entry := entries.get(key)) is not None:
+            entry.duplicates.append(entry_id)
+            entry.swept |= swept
+        else:
+            entries[key] = Entry(id=entry_id, raw=text, receipt=receipt, swept=swept)
+
     for entry_id, fields in raw:
         if not fields:  # a pending id whose entry was deleted: nothing to apply
             r.pipeline().xack(STREAM, GROUP, entry_id).zrem(RETRY_AT, entry_id).hdel(
                 TRIES, entry_id
             ).execute()
             continue
-        text = fields.get(FIELD, "")
-        try:
-            receipt = AttemptFinished.from_dict(json.loads(text))
-            key = (str(receipt.job_id), int(receipt.attempt))
-        except (ValueError, TypeError, KeyError) as exc:
-            undecodable.append((entry_id, text, f"undecodable receipt: {exc!r}"))
-            continue
-        if key in entries:
-            entries[key].duplicates.append(entry_id)
-        else:
-            entries[key] = Entry(id=entry_id, raw=text, receipt=receipt)
+        add(entry_id, fields.get(FIELD, ""), swept=True)
+    for entry_id, flat in fresh:
+        # The entry's fields as the flat [name, value, ...] list Redis sends.
+        add(entry_id, flat[flat.index(FIELD) + 1] if FIELD in flat else "", swept=False)
     for entry_id, text, error in undecodable:
         _dead_letter_add(r, entry_id=entry_id, raw=text, error=error, attempts=0)
         stats.dead += 1
     return list(entries.values())
+
+
+def _stream_read_new(r: Any, *, count: int) -> list[tuple[str, list[str]]]:
+    """XREADGROUP ``>``: up to ``count`` receipts never delivered before, as (id, flat fields).
+
+    Sent without redis-py's reply callback, which turns every entry's fields into a dict (and a
+    RESP3 reply into the RESP2 shape): a few microseconds per receipt on the writer's busiest
+    thread (issue #7). Both reply shapes are read here: RESP3 ``{stream: entries}`` and RESP2
+    ``[[stream, entries]]``."""
+    reply = _callback_free(r.connection_pool).execute_command(
+        "XREADGROUP", "GROUP", GROUP, CONSUMER, "COUNT", count, "STREAMS", STREAM, ">"
+    )
+    if not reply:
+        return []
+    streams = reply.values() if isinstance(reply, dict) else (entries for _name, entries in reply)
+    return [(entry_id, flat) for entries in streams for entry_id, flat in entries]
+
+
+@functools.lru_cache(maxsize=8)
+def _callback_free(pool: redis.ConnectionPool) -> Any:
+    """A client on the same connection pool without XREADGROUP's reply callback (redis-py keeps
+    the callbacks per client, so the state client is left as it is)."""
+    client = redis.Redis(connection_pool=pool)
+    client.response_callbacks.pop("XREADGROUP", None)
+    return client
 
 
 def _entries_partition(
@@ -334,7 +371,10 @@ def _round_finish(r: Any, round_: _Round, *, stats: FlushStats) -> None:
     pipe = r.pipeline(transaction=True)
     done = [i for e in outcome.ok for i in e.ids]
     if done:
-        pipe.xack(STREAM, GROUP, *done).xdel(STREAM, *done).zrem(RETRY_AT, *done).hdel(TRIES, *done)
+        pipe.xack(STREAM, GROUP, *done).xdel(STREAM, *done)
+        # Only a retried or reclaimed entry can have a failure count or a retry time to clear.
+        if swept := [i for e in outcome.ok if e.swept for i in e.ids]:
+            pipe.zrem(RETRY_AT, *swept).hdel(TRIES, *swept)
     for record in outcome.transactions:
         pipe.lpush(BATCHES, json.dumps(record))
     pipe.ltrim(BATCHES, 0, BATCH_RECORDS - 1)
@@ -424,7 +464,7 @@ class _Appliers:
     def submit(self, groups: Sequence[list[Entry]]) -> _Round:
         """Queue ``groups[i]`` on connection i (empty ones skipped); ``wait()`` on the result."""
         work = [(i, g) for i, g in enumerate(groups) if g]
-        round_ = _Round(len(work), ids=frozenset(i for _, g in work for e in g for i in e.ids))
+        round_ = _Round(len(work), groups=[g for _, g in work])
         if not self._threads:
             self._start()
         for n, (i, group) in enumerate(work):
@@ -434,7 +474,7 @@ class _Appliers:
     @staticmethod
     def apply_here(group: list[Entry]) -> _Round:
         """Apply ``group`` now, on the calling thread's connection (nothing else is in flight)."""
-        round_ = _Round(1, ids=frozenset(i for e in group for i in e.ids))
+        round_ = _Round(1, groups=[group])
         round_.done(0, _group_apply(group))
         return round_
 
@@ -442,10 +482,14 @@ class _Appliers:
 class _Round:
     """The groups of one round being applied by the connections' threads."""
 
-    def __init__(self, n: int, *, ids: frozenset[str]):
-        self.ids = ids
+    def __init__(self, n: int, *, groups: list[list[Entry]]):
+        self._groups = groups
         self.results: list[_Outcome | BaseException | None] = [None] * n
         self._left = threading.Semaphore(0)
+
+    def ids(self) -> frozenset[str]:
+        """The stream ids being applied (asked for only when looking for abandoned entries)."""
+        return frozenset(i for g in self._groups for e in g for i in e.ids)
 
     def done(self, i: int, result: _Outcome | BaseException) -> None:
         self.results[i] = result

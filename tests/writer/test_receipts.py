@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
 
 from apps.jobs.models import Attempt, Job, JobStatus
+from apps.jobs.receipts import COMPACT_V1, receipt_decode
 from apps.jobs.services import job_claim, job_create
 from apps.writer.api import receipt_submit
 from apps.writer.services import FIELD, STREAM, writer_flush_once
 from apps.writer.services import writer_redis as state_redis
-from tests.writer.helpers import RunningJob, new_id, receipt, running_jobs_create
+from tests.writer.helpers import T0, RunningJob, new_id, receipt, running_jobs_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -36,7 +38,8 @@ def test_submitting_a_receipt_appends_it_to_the_stream_without_touching_the_data
     [(got_id, fields)] = state_redis().xrange(STREAM)
     assert got_id == entry_id
     body = json.loads(fields[FIELD])
-    assert (body["job_id"], body["attempt"], body["kind"]) == (job_id, 1, "attempt_finished")
+    assert body[:3] == [COMPACT_V1, job_id, 1]  # the compact form: version, then the natural key
+    assert receipt_decode(fields[FIELD]) == receipt(job_id, 1)
     assert Job.objects.get(id=job_id).status == JobStatus.RUNNING
 
     stats = writer_flush_once()
@@ -143,3 +146,79 @@ def test_jobs_made_final_by_the_writer_are_announced_on_commit() -> None:
         heard = [n.payload for n in listener.notifies(timeout=2, stop_after=2)]
     assert heard == [final.id]
     assert Job.objects.get(id=retried.id).status == JobStatus.QUEUED
+
+
+def test_one_batch_picks_each_jobs_next_state_from_its_locked_row(settings) -> None:
+    """FR-W2 in one transaction (the statement picks, per job, the plan for "cancel asked",
+    "last attempt" or neither): a retry goes back to the queue with a backoff, a last attempt
+    fails, a cancel asked for wins over a retry but not over a success, a duplicate and two
+    stale receipts (an older attempt; a job already final) move nothing, and only the jobs made
+    final are announced."""
+    import psycopg
+    from django.db import connection
+
+    settings.SCRAPEJOBS_DATABASE_WRITER_CONCURRENCY = 1
+    retry = RunningJob(id=new_id(), attempt=1, max_attempts=5)
+    last = RunningJob(id=new_id(), attempt=3, max_attempts=3)
+    cancel_retry = RunningJob(id=new_id(), attempt=1, max_attempts=5, cancel_requested=True)
+    cancel_success = RunningJob(id=new_id(), attempt=1, max_attempts=5, cancel_requested=True)
+    cancel_last = RunningJob(id=new_id(), attempt=2, max_attempts=2, cancel_requested=True)
+    older = RunningJob(id=new_id(), attempt=2, max_attempts=5, open_earlier=(1,))
+    final = RunningJob(id=new_id(), attempt=1, max_attempts=5)
+    running_jobs_create([retry, last, cancel_retry, cancel_success, cancel_last, older, final])
+    receipt_submit(receipt(final.id, 1, "failed_permanent"))
+    assert writer_flush_once().applied == 1
+
+    s = connection.settings_dict
+    with psycopg.connect(
+        host=s["HOST"] or None, port=s["PORT"] or None, user=s["USER"], dbname=s["NAME"], autocommit=True
+    ) as listener:
+        listener.execute("LISTEN scrapejobs_job_final")
+        receipt_submit(receipt(retry.id, 1, "failed_temporary", retry_after_s=600))
+        receipt_submit(receipt(retry.id, 1, "succeeded"))  # duplicate key: ignored
+        receipt_submit(receipt(last.id, 3, "failed_temporary"))
+        receipt_submit(receipt(cancel_retry.id, 1, "failed_temporary"))
+        receipt_submit(receipt(cancel_success.id, 1, "succeeded"))
+        receipt_submit(receipt(cancel_last.id, 2, "failed_temporary"))
+        receipt_submit(receipt(older.id, 1, "succeeded"))  # stale: the job is on attempt 2
+        receipt_submit(receipt(final.id, 1, "succeeded"))  # stale: the job is final
+        stats = writer_flush_once()
+        heard = sorted(n.payload for n in listener.notifies(timeout=1, stop_after=4))
+
+    assert (stats.read, stats.acked, stats.applied, stats.stale, stats.transactions) == (
+        8,
+        8,
+        5,
+        2,
+        1,
+    )  # the duplicate is acknowledged, not applied
+    jobs = {j.id.hex: j for j in Job.objects.all()}
+
+    def job(spec: RunningJob) -> Job:
+        return jobs[spec.id.replace("-", "")]
+
+    moved = job(retry)
+    assert (moved.status, moved.published_at, moved.finished_at) == (JobStatus.QUEUED, None, None)
+    assert moved.not_before is not None and moved.not_before >= T0 + timedelta(
+        seconds=61 + 600
+    )  # finished at T0+61, Retry-After
+    assert moved.last_error == {"class": "http_5xx", "message": "HTTP 503 on attempt 1", "http_status": 503}
+    assert moved.result_key is None and moved.lease_owner is None
+    assert (job(last).status, job(last).not_before) == (JobStatus.FAILED, None)
+    assert job(last).finished_at is not None and job(last).final_published_at is None
+    assert job(cancel_retry).status == JobStatus.CANCELLED
+    assert job(cancel_last).status == JobStatus.CANCELLED  # a cancel wins over the last failure
+    won = job(cancel_success)
+    assert (won.status, won.result_key, won.last_error) == (
+        JobStatus.SUCCEEDED,
+        f"results/{cancel_success.id}",
+        None,
+    )
+    assert won.result_stored_at == won.finished_at is not None
+    assert (job(older).status, job(older).attempts) == (JobStatus.RUNNING, 2)
+    assert Attempt.objects.get(job_id=older.id, number=1).outcome == "succeeded"
+    assert Attempt.objects.get(job_id=older.id, number=2).outcome is None
+    assert job(final).status == JobStatus.FAILED
+    assert Attempt.objects.get(job_id=final.id, number=1).outcome == "failed_permanent"
+    assert Attempt.objects.get(job_id=retry.id, number=1).outcome == "failed_temporary"
+    assert heard == sorted([last.id, cancel_retry.id, cancel_success.id, cancel_last.id])
