@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from apps.jobs.lifecycle import plan_after_attempt
 from apps.jobs.models import FINAL_STATUSES, AttemptOutcome, Job, JobStatus
+from apps.jobs.nudges import BackgroundNudge
 from apps.jobs.receipts import AttemptFinished
 from apps.jobs.redis import cancel_flag_key, state_redis
 
@@ -100,15 +101,22 @@ def job_create(
 
 def publisher_nudge() -> None:
     """Ask the publisher to run now instead of at its next beat tick, so that a job normally
-    starts within milliseconds. Best effort: beat runs it every second anyway."""
+    starts within milliseconds. Best effort and never blocking: the Redis and broker calls happen
+    on a background thread (apps.jobs.nudges), so a slow or absent Redis delays no request and
+    fails none; beat runs the publisher every SCRAPEJOBS_PUBLISH_INTERVAL_S anyway."""
+    _publisher_nudges.ask()
+
+
+def _publisher_nudge_send() -> None:
     from scrapejobs.celery import app  # noqa: PLC0415 - avoid importing Celery at model import
 
-    try:
-        # Coalesce a burst of submissions into one publisher run per 50 ms.
-        if state_redis().set("sj:publish-nudge", "1", nx=True, px=50):
-            app.send_task("apps.publishing.tasks.outbox_publish", queue="control")
-    except Exception:  # noqa: BLE001 - the broker being down must not fail an accepted job
-        logger.warning("publisher nudge failed; beat will publish", exc_info=True)
+    # Coalesce a burst of submissions from every process into one publisher run per 50 ms (each
+    # process already sends at most one per 50 ms).
+    if state_redis().set("sj:publish-nudge", "1", nx=True, px=50):
+        app.send_task("apps.publishing.tasks.outbox_publish", queue="control")
+
+
+_publisher_nudges = BackgroundNudge(_publisher_nudge_send, name="publisher nudge", min_interval_s=0.05)
 
 
 @dataclass(frozen=True)
