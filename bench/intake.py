@@ -2,11 +2,14 @@
 real app, next to a bare Django view that only inserts one row (bench/bare_app.py), same gunicorn
 command line, same database. Rate limiting is off for the benchmark.
 
-Two ways of loading it, each run against both:
+Two ways of loading it, each run against both (both servers up at once, used in turn):
 
 - closed loop: 32 concurrent keep-alive clients (4 processes x 8 threads, each thread one
-  ``http.client`` connection), the next request as soon as the answer came: throughput, p50, p99
-  and the ratio of the API to the bare view.
+  ``http.client`` connection), the next request as soon as the answer came. ``BENCH_INTAKE_ROUNDS``
+  rounds, each the API then the bare view, so that a change in the machine's load hits both
+  sides of a ratio alike: throughput, p50, p99 and the ratio of the API to the bare view (medians
+  over the rounds), and the CPU time the server processes spent per request, the figure that
+  depends least on what else the machine is doing.
 - open loop: requests on a fixed schedule at ``BENCH_INTAKE_OPEN_RATE`` per second whatever the
   server does, each one's latency counted from its scheduled send time, so that a slow answer
   cannot hide the queue behind it (coordinated omission). Up to ``OPEN_CONNECTIONS`` connections
@@ -36,6 +39,7 @@ from bench.common import (
     percentile,
     running,
     service_env,
+    sql,
     throwaway_database,
     wait_until,
 )
@@ -44,11 +48,12 @@ from scrapejobs import processes
 CLIENT_PROCESSES = 4
 THREADS_PER_PROCESS = 8  # 32 concurrent clients in all
 WARMUP_S = float(os.environ.get("BENCH_INTAKE_WARMUP_S", "2"))
-MEASURE_S = float(os.environ.get("BENCH_INTAKE_SECONDS", "10"))
+MEASURE_S = float(os.environ.get("BENCH_INTAKE_SECONDS", "10"))  # per round and per open loop
+ROUNDS = int(os.environ.get("BENCH_INTAKE_ROUNDS", "3"))
 WEB_WORKERS, WEB_THREADS = 2, 16  # the default web command line on this 2-core machine
 # Open loop: a steady load for the latency promise (NFR-2), ten times the seed's peak of 28 jobs/s.
 OPEN_RATE = float(os.environ.get("BENCH_INTAKE_OPEN_RATE", "300"))
-OPEN_THREADS_PER_PROCESS = 32  # 128 connections: at 300/s that is 400 ms of answers in flight
+OPEN_THREADS_PER_PROCESS = 32  # OPEN_CONNECTIONS = 128: at 300/s that is 400 ms of answers in flight
 LATE_MS = 5.0  # a send this much after its slot means every connection was busy (or the client lagged)
 
 
@@ -178,40 +183,74 @@ def _serve(name: str, argv: list[str], env: dict[str, str], port: int) -> Proc:
     return proc
 
 
+def _cpu_seconds(parent: int) -> float:
+    """User + system CPU time of ``parent``'s child processes (the gunicorn workers)."""
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == parent:
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _rows(db: str) -> int:
+    return int(sql(db, "SELECT count(*) FROM jobs_job")[0][0])
+
+
+def _closed_round(proc: Proc, port: int, token: str, db: str) -> tuple[float, float, float, int, float]:
+    """One closed-loop run and the server's CPU microseconds per job it created."""
+    rows, cpu = _rows(db), _cpu_seconds(proc.p.pid)
+    rps, p50, p99, errors = _closed(port, token)
+    created = _rows(db) - rows
+    return rps, p50, p99, errors, (_cpu_seconds(proc.p.pid) - cpu) * 1e6 / max(created, 1)
+
+
 def run() -> None:
     flush_redis()
     with throwaway_database("intake") as db:
         env = service_env(db)
         tenant_id, token = create_tenant(env)
-
-        port = free_port()
-        argv = processes.web(port=port, workers=WEB_WORKERS, threads=WEB_THREADS)
-        note(
-            f"intake: the API, {WEB_WORKERS} gunicorn workers x {WEB_THREADS} threads, 32 clients, {MEASURE_S:.0f}s"
-        )
-        with running(_serve("web", argv, env, port)):
-            api = _closed(port, token)
-            note(f"intake: the API, open loop at {OPEN_RATE:.0f} requests/s (NFR-2 at a steady load)")
-            api_open = _open(port, token)
-
-        port = free_port()
-        argv = processes.web(port=port, workers=WEB_WORKERS, threads=WEB_THREADS)
-        argv[argv.index("scrapejobs.wsgi:application")] = "bench.bare_app:application"
+        api_port, bare_port = free_port(), free_port()
+        api_argv = processes.web(port=api_port, workers=WEB_WORKERS, threads=WEB_THREADS)
+        bare_argv = processes.web(port=bare_port, workers=WEB_WORKERS, threads=WEB_THREADS)
+        bare_argv[bare_argv.index("scrapejobs.wsgi:application")] = "bench.bare_app:application"
         bare_env = dict(env, DJANGO_SETTINGS_MODULE="bench.bare_settings", BENCH_TENANT_ID=tenant_id)
-        note("intake: the bare Django view (one INSERT), same gunicorn command line, both loops")
-        with running(_serve("bare", argv, bare_env, port)):
-            bare = _closed(port, token)
-            bare_open = _open(port, token)
+        note(
+            f"intake: the API and the bare Django view (one INSERT), each {WEB_WORKERS} gunicorn workers x "
+            f"{WEB_THREADS} threads; {ROUNDS} rounds of 32 closed-loop clients for {MEASURE_S:.0f}s each, "
+            f"then an open loop at {OPEN_RATE:.0f} requests/s against each"
+        )
+        with running(
+            _serve("web", api_argv, env, api_port), _serve("bare", bare_argv, bare_env, bare_port)
+        ) as (
+            api_proc,
+            bare_proc,
+        ):
+            sides = {"api": (api_proc, api_port), "bare": (bare_proc, bare_port)}
+            closed: dict[str, list[tuple[float, float, float, int, float]]] = {"api": [], "bare": []}
+            for _ in range(ROUNDS):
+                for label, (proc, port) in sides.items():
+                    closed[label].append(_closed_round(proc, port, token, db))
+            opened = {label: _open(port, token) for label, (_, port) in sides.items()}
     flush_redis()
 
     figure("intake_loadavg_1m", os.getloadavg()[0])
-    for label, (rps, p50, p99, errors) in (("api", api), ("bare", bare)):
-        figure(f"intake_{label}_requests_per_s", rps)
-        figure(f"intake_{label}_p50_ms", p50)
-        figure(f"intake_{label}_p99_ms", p99)
-        figure(f"intake_{label}_errors", errors)
-    figure("intake_api_to_bare_throughput_ratio", api[0] / bare[0] if bare[0] else float("nan"))
-    for label, figures in (("api", api_open), ("bare", bare_open)):
+    for label, rounds in closed.items():
+        figure(f"intake_{label}_requests_per_s", median([r[0] for r in rounds]))
+        figure(f"intake_{label}_p50_ms", median([r[1] for r in rounds]))
+        figure(f"intake_{label}_p99_ms", median([r[2] for r in rounds]))
+        figure(f"intake_{label}_errors", sum(r[3] for r in rounds))
+        figure(f"intake_{label}_cpu_us_per_request", median([r[4] for r in rounds]))
+    ratios = [a[0] / b[0] for a, b in zip(closed["api"], closed["bare"], strict=True) if b[0]]
+    figure("intake_api_to_bare_throughput_ratio", median(ratios))
+    figure("intake_api_to_bare_throughput_ratio_min", min(ratios, default=float("nan")))
+    for label, figures in opened.items():
         for name, value in figures.items():
             figure(f"intake_{label}_open_{name}", value)
 
