@@ -20,6 +20,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from apps.jobs.inserts import job_insert
 from apps.jobs.lifecycle import plan_after_attempt
 from apps.jobs.models import FINAL_STATUSES, AttemptOutcome, Job, JobStatus
 from apps.jobs.nudges import BackgroundNudge
@@ -84,10 +85,10 @@ def job_create(
         if connection.in_atomic_block:
             # Inside the caller's transaction: a savepoint, so a duplicate key does not break it.
             with transaction.atomic():
-                job.save(force_insert=True)
+                job_insert(job)
         else:
             # Autocommit: the INSERT is its own transaction, one round trip (no BEGIN/COMMIT).
-            job.save(force_insert=True)
+            job_insert(job)
     except IntegrityError:
         if idempotency_key is None:
             raise
