@@ -73,11 +73,13 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # Serves /static/ (admin, API docs) from gunicorn itself: no separate file server to run.
     "whitenoise.middleware.WhiteNoiseMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
+    # Sessions, CSRF, user and messages serve the admin and dashboard pages: skipped under /api/
+    # (token-authenticated, CSRF-exempt), where they only cost time (scrapejobs/middleware.py).
+    "scrapejobs.middleware.BrowserSessionMiddleware",
     "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
+    "scrapejobs.middleware.BrowserCsrfViewMiddleware",
+    "scrapejobs.middleware.BrowserAuthenticationMiddleware",
+    "scrapejobs.middleware.BrowserMessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 

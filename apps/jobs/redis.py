@@ -9,9 +9,18 @@ cancel flags, rate-limit buckets, the writer lease) and the Celery broker uses
 from __future__ import annotations
 
 import functools
+import logging
+import threading
+import time
 
 import redis
 from django.conf import settings
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+# A call that fails open (the per-token rate limit on the request path) gives Redis this long to
+# connect and to answer; a healthy local Redis answers in well under a millisecond.
+FAIL_OPEN_TIMEOUT_S = 0.1
 
 
 @functools.cache
@@ -24,6 +33,46 @@ def state_redis() -> redis.Redis:
         health_check_interval=30,
         retry_on_timeout=True,
     )
+
+
+def fail_open_redis() -> redis.Redis:
+    """The state Redis for calls that must not hold up a request when Redis is slow or down
+    (NFR-1: accepting a job depends only on PostgreSQL): short timeouts, no retries; the caller
+    catches ``redis.RedisError`` and goes on without Redis."""
+    return _fail_open_client(settings.REDIS_URL)
+
+
+@functools.cache
+def _fail_open_client(url: str) -> redis.Redis:
+    return redis.Redis.from_url(
+        url,
+        decode_responses=True,
+        socket_timeout=FAIL_OPEN_TIMEOUT_S,
+        socket_connect_timeout=FAIL_OPEN_TIMEOUT_S,
+        retry=Retry(NoBackoff(), 0),
+    )
+
+
+class WarnEvery:
+    """A warning logged at most once per ``interval_s``, with how many were left out since: a Redis
+    outage under load must not write one line per request."""
+
+    def __init__(self, logger: logging.Logger, interval_s: float = 10.0):
+        self.logger, self.interval_s = logger, interval_s
+        self._last = float("-inf")
+        self._suppressed = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, message: str, *args: object, exc_info: BaseException | None = None) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last < self.interval_s:
+                self._suppressed += 1
+                return
+            self._last, suppressed, self._suppressed = now, self._suppressed, 0
+        if suppressed:
+            message += f" ({suppressed} more like this not logged)"
+        self.logger.warning(message, *args, exc_info=exc_info)
 
 
 def cancel_flag_key(job_id: str) -> str:

