@@ -12,10 +12,12 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+import threading
 import uuid
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import IO
 
 from django.conf import settings
 from django.core.files import File
@@ -73,14 +75,10 @@ def result_store(
     size = 0
     try:
         try:
-            spool = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed and removed in finally
-                prefix="result-", dir=_spool_dir(storage), delete=False
-            )
+            spool = _spool_open(storage, key)
         except FileNotFoundError:  # the spool directory was removed since this process made it
             _spool_dirs.clear()
-            spool = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed and removed in finally
-                prefix="result-", dir=_spool_dir(storage), delete=False
-            )
+            spool = _spool_open(storage, key)
     except OSError as e:
         raise ResultStoreFailed(f"cannot create a spool file: {e}") from e
     try:
@@ -115,6 +113,18 @@ def result_store(
         content_type=content_type,
         http_status=http_status,
     )
+
+
+def _spool_open(storage: Storage, key: str) -> IO[bytes]:
+    """A new spool file for ``key``. Next to local results it is named after the key and the
+    writing thread (unique: one thread stores one attempt at a time; a leftover of a killed
+    process is overwritten, not added to), which spares tempfile's random names and exclusive
+    create: about a third of storing a small body (issue 7). Elsewhere a temporary file."""
+    directory = _spool_dir(storage)
+    if directory is None:
+        return tempfile.NamedTemporaryFile(prefix="result-", delete=False)  # noqa: SIM115 - closed by the caller
+    name = f"{key.replace('/', '_')}.{os.getpid()}.{threading.get_ident()}"
+    return open(os.path.join(directory, name), "wb")  # noqa: SIM115 - closed by the caller
 
 
 def _local_move(storage: FileSystemStorage, key: str, spool: str) -> str:
