@@ -56,8 +56,8 @@ def job_run_attempt(
     What the attempt costs the shared services (issue 7): PostgreSQL once, for the claim (one
     statement), and its connection goes back to the pool before the fetch, so a fetch of any
     length holds no database connection and the number of fetches in flight is set by the
-    worker's threads alone; Redis twice, the gate's script before and one pipeline after (slot
-    release, receipt, nudges)."""
+    worker's threads alone; Redis three times: the gate's script before the claim, one cancel
+    check as the fetch starts, and one pipeline after it (slot release, receipt, nudges)."""
     # Politeness (NFR-5, apps.politeness): the job's domain must grant a token and a concurrency
     # slot BEFORE the claim, so that waiting spends no attempt. A refused job is already deferred
     # in the database when the turn is None (not held in this thread: the worker slot is free at
