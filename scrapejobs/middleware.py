@@ -25,15 +25,22 @@ def _is_api(request: HttpRequest) -> bool:
     return request.path_info.startswith(API_PREFIX)
 
 
-class BrowserSessionMiddleware(SessionMiddleware):
+class _SkippedForApi:
+    """Runs the middleware it is mixed into for every path but the API's."""
+
+    get_response: Callable[[HttpRequest], Any]
+
     def __call__(self, request: HttpRequest) -> Any:
-        return self.get_response(request) if _is_api(request) else super().__call__(request)
+        if _is_api(request):
+            return self.get_response(request)
+        return super().__call__(request)  # type: ignore[misc]
 
 
-class BrowserCsrfViewMiddleware(CsrfViewMiddleware):
-    def __call__(self, request: HttpRequest) -> Any:
-        return self.get_response(request) if _is_api(request) else super().__call__(request)
+class BrowserSessionMiddleware(_SkippedForApi, SessionMiddleware):
+    pass
 
+
+class BrowserCsrfViewMiddleware(_SkippedForApi, CsrfViewMiddleware):
     def process_view(
         self, request: HttpRequest, callback: Callable[..., Any], callback_args: Any, callback_kwargs: Any
     ) -> HttpResponseForbidden | None:
@@ -42,11 +49,9 @@ class BrowserCsrfViewMiddleware(CsrfViewMiddleware):
         return super().process_view(request, callback, callback_args, callback_kwargs)
 
 
-class BrowserAuthenticationMiddleware(AuthenticationMiddleware):
-    def __call__(self, request: HttpRequest) -> Any:
-        return self.get_response(request) if _is_api(request) else super().__call__(request)
+class BrowserAuthenticationMiddleware(_SkippedForApi, AuthenticationMiddleware):
+    pass
 
 
-class BrowserMessageMiddleware(MessageMiddleware):
-    def __call__(self, request: HttpRequest) -> Any:
-        return self.get_response(request) if _is_api(request) else super().__call__(request)
+class BrowserMessageMiddleware(_SkippedForApi, MessageMiddleware):
+    pass

@@ -24,7 +24,7 @@ from collections.abc import Callable
 import redis
 from django.db import connection
 
-from apps.jobs.nudges import KINDS, PUBLISH, WRITER
+from apps.jobs.nudges import PUBLISH, WRITER
 from apps.jobs.redis import state_redis
 
 logger = logging.getLogger(__name__)
@@ -121,7 +121,6 @@ def nudge_listener_start() -> NudgeListener:
     global _listener
     with _lock:
         if _listener is None or _listener[0] != os.getpid():
-            assert set(KINDS) == {PUBLISH, WRITER}
             _listener = (os.getpid(), NudgeListener({PUBLISH: _publish, WRITER: _flush}).start())
         return _listener[1]
 

@@ -35,7 +35,6 @@ logger = logging.getLogger(__name__)
 
 PUBLISH = "sj:nudge:publish"  # run the outbox publisher (a job was accepted, a worker slot freed)
 WRITER = "sj:nudge:writer"  # run the receipts writer (a receipt was appended)
-KINDS = (PUBLISH, WRITER)
 
 
 def nudges_queue(pipe: Any, *kinds: str) -> None:

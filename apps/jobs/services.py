@@ -183,22 +183,11 @@ def job_claim(*, job_id: uuid.UUID | str, worker: str) -> ClaimedJob | None:
     )
 
 
-def job_renew_lease(*, job_id: uuid.UUID | str, attempt: int, worker: str) -> bool:
-    """Heartbeat. Fenced by the attempt number: a worker whose lease expired and whose job was
-    taken again (a newer attempt) gets False and must stop."""
-    until = timezone.now() + timedelta(seconds=settings.SCRAPEJOBS_LEASE_SECONDS)
-    return (
-        Job.objects.filter(id=job_id, status=JobStatus.RUNNING, attempts=attempt, lease_owner=worker).update(
-            lease_expires_at=until
-        )
-        == 1
-    )
-
-
 def jobs_renew_leases(*, leases: Sequence[tuple[uuid.UUID | str, int, str]]) -> set[tuple[str, int]]:
     """Heartbeat for every lease a worker process holds, in one statement: ``leases`` are
-    ``(job_id, attempt, worker)``; returns the ``(job_id, attempt)`` renewed. One missing from the
-    answer is fenced off as in ``job_renew_lease`` (a newer attempt took the job, or it ended)."""
+    ``(job_id, attempt, worker)``; returns the ``(job_id, attempt)`` renewed. Fenced by the attempt
+    number: one missing from the answer is no longer its worker's (a newer attempt took the job
+    after its lease expired, or it ended), and that worker must stop."""
     if not leases:
         return set()
     until = timezone.now() + timedelta(seconds=settings.SCRAPEJOBS_LEASE_SECONDS)

@@ -17,7 +17,7 @@ from apps.jobs.services import (
     attempts_apply_finished,
     job_cancel,
     job_claim,
-    job_renew_lease,
+    jobs_renew_leases,
 )
 from apps.scheduling.services import (
     LEASE_EXPIRED,
@@ -102,7 +102,7 @@ def test_a_worker_that_comes_back_after_the_sweep_can_neither_renew_nor_record(m
     job = running_job(tenant, worker="w1@h:1:1")
     jobs_sweep_expired_leases()
 
-    assert job_renew_lease(job_id=job.id, attempt=1, worker="w1@h:1:1") is False
+    assert jobs_renew_leases(leases=[(job.id, 1, "w1@h:1:1")]) == set()
     late = AttemptFinished(job_id=str(job.id), attempt=1, outcome="succeeded", finished_at=2e9, duration_ms=1)
     assert attempts_apply_finished([late]).stale == 1
     job.refresh_from_db()
