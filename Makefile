@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 BENCH ?=
 PYTEST_ARGS ?=
 
-.PHONY: run test lint bench install clean
+.PHONY: run test lint bench install clean schema
 
 $(STAMP): requirements.txt requirements-dev.txt
 	@$(PY) -c "import sys; assert sys.version_info[:2] == (3, 11), sys.version" || { echo "need Python 3.11 (make PY=/path/to/python3.11)"; exit 1; }
@@ -33,6 +33,10 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m scrapejobs.embedded exec --dir .run/bench -- $(BIN)/python -m bench $(BENCH)
+
+# Rewrite the committed OpenAPI snapshot (tests/api/openapi.json) after a deliberate API change.
+schema: $(STAMP)
+	$(BIN)/python -m scrapejobs.embedded exec --dir .run/test -- $(BIN)/python manage.py spectacular --format openapi-json --file tests/api/openapi.json
 
 clean:
 	rm -rf .run
