@@ -16,13 +16,14 @@ It deliberately imports nothing from Django: it runs before settings can be read
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from urllib.parse import quote
@@ -43,6 +44,16 @@ def _wait_for_port(port: int, timeout: float = 10.0) -> None:
         except OSError:
             time.sleep(0.05)
     raise RuntimeError(f"embedded redis did not open port {port} within {timeout}s")
+
+
+def _term_with_parent() -> Callable[[], None] | None:
+    """For the Redis child, before exec: SIGTERM when this wrapper dies, even by SIGKILL (Linux),
+    since its own session no longer ties it to the terminal. libc is loaded here, in the parent."""
+    if not sys.platform.startswith("linux"):
+        return None
+    libc = ctypes.CDLL(None)
+    pr_set_pdeathsig = 1
+    return lambda: libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 @contextmanager
@@ -87,6 +98,12 @@ def embedded_redis(datadir: Path) -> Iterator[str]:
             str(datadir / "redis.log"),
         ],
         stdin=subprocess.DEVNULL,
+        # Its own session: a terminal's Ctrl-C reaches the whole foreground process group, and
+        # Redis would shut down at once, before the service's processes that still use it as
+        # their broker. It is stopped below, after the command has exited (issue 9, item 11).
+        # PostgreSQL needs nothing: pg_ctl already starts the postmaster in a session of its own.
+        start_new_session=True,
+        preexec_fn=_term_with_parent(),  # noqa: PLW1509 - this process starts no threads
     )
     try:
         _wait_for_port(port)

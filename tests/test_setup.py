@@ -60,7 +60,7 @@ def alive(pid: int) -> bool:
 
 
 class Supervisor:
-    def __init__(self, tmp_path: Path):
+    def __init__(self, tmp_path: Path, *, embedded_redis: bool = False):
         self.port, self.flower_port = free_port(), free_port()
         self.run_dir = tmp_path / "run"
         self.log = tmp_path / "supervise.log"
@@ -74,9 +74,23 @@ class Supervisor:
             SCRAPEJOBS_WEB_THREADS="4",
             SCRAPEJOBS_SHUTDOWN_TIMEOUT_S="20",
         )
+        argv = [sys.executable, "-m", "scrapejobs.supervise"]
+        if embedded_redis:  # `make run` on a machine without Redis: the wheel's server, like a newcomer's
+            for name in ("REDIS_URL", "CELERY_BROKER_URL"):
+                env.pop(name, None)
+            argv = [
+                sys.executable,
+                "-m",
+                "scrapejobs.embedded",
+                "exec",
+                "--dir",
+                str(tmp_path / "emb"),
+                "--",
+                *argv,
+            ]
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "scrapejobs.supervise"],
+                argv,
                 cwd=ROOT,
                 env=env,
                 stdout=out,
@@ -106,8 +120,8 @@ class Supervisor:
 
 
 @pytest.fixture
-def supervisor(tmp_path: Path) -> Iterator[Supervisor]:
-    sup = Supervisor(tmp_path)
+def supervisor(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Supervisor]:
+    sup = Supervisor(tmp_path, **getattr(request, "param", {}))
     try:
         yield sup
     finally:
@@ -195,6 +209,27 @@ def test_make_run_serves_a_job_from_submit_to_downloaded_result_and_stops_every_
     assert supervisor.proc.wait(60) == 0, supervisor.output()[-3000:]
     wait_for(lambda: not any(alive(p) for p in everything), timeout=10, what="every child to exit")
     assert "stopped" in supervisor.output().splitlines()[-1]
+
+
+@pytest.mark.parametrize("supervisor", [{"embedded_redis": True}], indirect=True)
+def test_ctrl_c_under_make_run_stops_the_embedded_redis_after_every_child(
+    supervisor: Supervisor, tmp_path: Path
+) -> None:
+    """A terminal's Ctrl-C goes to its whole foreground process group: make, the embedded wrapper,
+    the supervisor and (before issue 9, item 11) the embedded Redis, which then shut down first and
+    left web, worker, writer, beat and Flower without their broker: thousands of log lines, tracebacks,
+    Flower hanging. The servers must stop last, after the supervisor reports every child stopped."""
+    supervisor.wait_until_announced()
+    wait_for(lambda: re.search(r"^worker +\| .*ready", supervisor.output(), re.M), 60, what="the worker")
+    before = len(supervisor.output().splitlines())
+    os.killpg(supervisor.proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
+    assert supervisor.proc.wait(30) == 0, supervisor.output()[-3000:]
+    after = supervisor.output().splitlines()[before:]
+    redis_log = (tmp_path / "emb" / "redis" / "redis.log").read_text()
+    assert "SIGINT" not in redis_log, redis_log[-2000:]  # it was stopped by the wrapper (SIGTERM), last
+    assert not [line for line in after if "Traceback" in line or "Error" in line], "\n".join(after)
+    assert len(after) < 60, "\n".join(after)
+    assert "stopped" in after[-1]
 
 
 def _started_pids(supervisor: Supervisor, name: str) -> list[int]:
