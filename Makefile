@@ -8,13 +8,13 @@ STAMP := $(VENV)/.installed
 BENCH ?=
 PYTEST_ARGS ?=
 
-.PHONY: run test lint bench install clean schema
+.PHONY: run test lint bench install clean schema lock
 
 $(STAMP): requirements.txt requirements-dev.txt
 	@$(PY) -c "import sys; assert sys.version_info[:2] == (3, 11), sys.version" || { echo "need Python 3.11 (make PY=/path/to/python3.11)"; exit 1; }
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check -U pip
-	$(BIN)/pip install -q --disable-pip-version-check -r requirements-dev.txt
+	$(BIN)/pip install -q --disable-pip-version-check --require-hashes -r requirements-dev.txt
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -33,6 +33,12 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m scrapejobs.embedded exec --dir .run/bench -- $(BIN)/python -m bench $(BENCH)
+
+# Regenerate the lock files (every transitive dependency, pinned, with hashes) from requirements.in
+# and requirements-dev.in after editing them; `make install` then installs exactly those.
+lock: $(STAMP)
+	$(BIN)/uv pip compile requirements.in --generate-hashes --python-version 3.11 --universal -q --custom-compile-command "make lock" -o requirements.txt
+	$(BIN)/uv pip compile requirements.in requirements-dev.in --generate-hashes --python-version 3.11 --universal -q --custom-compile-command "make lock" -o requirements-dev.txt
 
 # Rewrite the committed OpenAPI snapshot (tests/api/openapi.json) after a deliberate API change.
 schema: $(STAMP)
