@@ -133,6 +133,7 @@ def service_env(database_url: str, **overrides: str) -> dict[str, str]:
         DATABASE_URL=database_url,
         REDIS_URL=redis_base,
         DJANGO_SETTINGS_MODULE="settings.base",
+        DJANGO_SECRET_KEY=os.environ.get("DJANGO_SECRET_KEY") or "bench-only-secret-key",
         SCRAPEJOBS_RATE_LIMIT_PER_SECOND="0",
         # The benchmark measures the pipeline against one local target: no per-domain politeness.
         SCRAPEJOBS_DOMAIN_DEFAULT_RPS="1000000",

@@ -11,7 +11,7 @@ import logging
 import os
 
 from celery import Celery
-from celery.signals import after_setup_logger, worker_ready, worker_shutting_down
+from celery.signals import after_setup_logger, beat_init, worker_init, worker_ready, worker_shutting_down
 from kombu import Queue
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "settings.base")
@@ -98,6 +98,19 @@ PER_TASK_LOGGERS = ("celery.app.trace", "celery.worker.strategy")
 def _quiet_per_task_lines(**_: object) -> None:
     for name in PER_TASK_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
+
+
+@worker_init.connect
+@beat_init.connect
+def _refuse_insecure_start(**_: object) -> None:
+    """Worker, writer and beat refuse to run with unsafe settings (apps/operators/checks.py).
+    SystemExit, not the check's exception: Celery logs and swallows an Exception from a signal
+    handler and would start anyway."""
+    from apps.operators.checks import insecure_settings  # noqa: PLC0415 - settings are loaded by now
+
+    problems = insecure_settings()
+    if problems:
+        raise SystemExit("refusing to start: " + " ".join(problems))
 
 
 @worker_ready.connect

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -215,6 +216,17 @@ def _restart_dead(children: Sequence[Child], env: dict[str, str]) -> int:
     return 0
 
 
+def _dev_secret_ensure(path: Path) -> None:
+    """A random secret key for this checkout, made once and kept (mode 0600) in the run dir, where
+    settings/base.py reads it when DJANGO_SECRET_KEY is not set: development needs no variable,
+    and its links are not signed with a public default (issue 9, item 7)."""
+    if path.exists():
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_urlsafe(48) + "\n")
+
+
 def main() -> int:
     env = dict(os.environ)
     env.setdefault("DJANGO_SETTINGS_MODULE", "settings.base")
@@ -225,6 +237,7 @@ def main() -> int:
         run_dir = ROOT / run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     env.setdefault("SCRAPEJOBS_BEAT_SCHEDULE", str(run_dir / "celerybeat-schedule"))
+    _dev_secret_ensure(run_dir / "secret-key")
     port = int(env.get("PORT", "8000"))
     host = env.get("SCRAPEJOBS_WEB_HOST", "127.0.0.1")
     base = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{port}"

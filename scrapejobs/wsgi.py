@@ -4,8 +4,11 @@ import os
 from django.core.wsgi import get_wsgi_application
 from django.urls import get_resolver
 
+from apps.operators.checks import refuse_insecure_start
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "settings.base")
 application = get_wsgi_application()
+refuse_insecure_start()  # no web with a public secret key, outside development (DJANGO_DEBUG)
 
 # Import the URLconf and every view module now rather than on the first request, then take what
 # is loaded (about 100,000 objects, all living as long as the process) out of the garbage

@@ -38,9 +38,34 @@ def _positive_float(name: str, default: float) -> float:
 
 # --- Django core -------------------------------------------------------------------------
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
-SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="dev-only-insecure-secret-key-change-me")
+# The directory `make run` keeps its state in (demo token, admin password, the development secret).
+SCRAPEJOBS_RUN_DIR = BASE_DIR / env.str("SCRAPEJOBS_RUN_DIR", default=".run/dev")  # relative: to the checkout
+# Signs result links, sessions and CSRF tokens: anyone who knows it can forge a result link.
+# Without DJANGO_SECRET_KEY the key `make run` generated for this checkout is used
+# (<run dir>/secret-key); with neither, a public placeholder that the web, the workers, beat and
+# manage.py refuse to start with unless DJANGO_DEBUG is on (apps/operators/checks.py).
+_DEV_SECRET_FILE = SCRAPEJOBS_RUN_DIR / "secret-key"
+INSECURE_SECRET_KEY = "insecure-placeholder-set-DJANGO_SECRET_KEY"
+SECRET_KEY = (
+    env.str("DJANGO_SECRET_KEY", default="")
+    or (_DEV_SECRET_FILE.read_text().strip() if _DEV_SECRET_FILE.is_file() else "")
+    or INSECURE_SECRET_KEY
+)
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "testserver"])
 CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
+# Behind a proxy that terminates TLS: trust its X-Forwarded-Proto, so links in answers (result
+# links, Location) are https:// and HSTS applies. Off by default: without such a proxy a client
+# could send the header itself.
+SCRAPEJOBS_BEHIND_TLS_PROXY = env.bool("SCRAPEJOBS_BEHIND_TLS_PROXY", default=False)
+if SCRAPEJOBS_BEHIND_TLS_PROXY:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# Session and CSRF cookies (the admin) only over https: on by default behind a TLS proxy.
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env.bool(
+    "DJANGO_SECURE_COOKIES", default=SCRAPEJOBS_BEHIND_TLS_PROXY
+)
+# Strict-Transport-Security on https answers; 0 (the default) sends none. Raise it once https works.
+SECURE_HSTS_SECONDS = _bounded_int("DJANGO_SECURE_HSTS_SECONDS", 0, 0, 63_072_000)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", default=False)
 # Absolute base URL used to build links in API answers when there is no request at hand (webhooks,
 # signed result links made by workers). Empty: built from the request.
 PUBLIC_BASE_URL = env.str("SCRAPEJOBS_PUBLIC_BASE_URL", default="").rstrip("/")

@@ -7,6 +7,7 @@ start (worker, beat, writer) get the same values through their environment.
 import os
 
 os.environ.setdefault("SCRAPEJOBS_ALLOW_PRIVATE_TARGETS", "true")  # targets are local servers
+os.environ.setdefault("DJANGO_SECRET_KEY", "tests-only-secret-key-never-used-in-a-deployment")
 os.environ.setdefault("SCRAPEJOBS_RATE_LIMIT_PER_SECOND", "0")  # the limit's own tests set it
 os.environ.setdefault("SCRAPEJOBS_DB_POOL", "false")  # pytest-django recreates the database
 os.environ.setdefault("SCRAPEJOBS_RETRY_BASE_S", "0.2")

@@ -49,7 +49,11 @@ def result_link(*, job: Job, request: HttpRequest | None = None, ttl_s: int | No
         url = _absolute(reverse("results:download", kwargs={"token": token}), request)
     else:
         # django-storages' S3Storage.url(name, parameters=None, expire=None, http_method=None).
-        url = storage.url(job.result_key, expire=ttl)  # type: ignore[call-arg]
+        # The presigned GET asks S3 to answer `Content-Disposition: attachment`, as the local
+        # links do: the target's HTML must not render inline under the bucket's origin.
+        url = storage.url(  # type: ignore[call-arg]
+            job.result_key, parameters={"ResponseContentDisposition": "attachment"}, expire=ttl
+        )
     return ResultLink(url=url, expires_at=datetime.fromtimestamp(int(expires), tz=UTC))
 
 

@@ -225,6 +225,8 @@ def test_an_s3_result_downloads_through_a_presigned_link(s3_results, make_tenant
     assert "X-Amz-Signature=" in link.url and "X-Amz-Expires=120" in link.url and f"/{bucket}/" in link.url
     with urllib.request.urlopen(link.url, timeout=10) as response:
         assert response.read() == data
+        # Never rendered inline under the bucket's origin (issue 9, item 7), as local links.
+        assert response.headers["Content-Disposition"] == "attachment"
     client.delete_object(Bucket=bucket, Key=stored.key)
     with pytest.raises(ResultGone):
         result_link(job=_succeeded_job(tenant, stored))
