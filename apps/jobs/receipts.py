@@ -14,7 +14,7 @@ decodes, so receipts already in a stream or in the dead letters when this shippe
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import orjson
@@ -22,6 +22,13 @@ import orjson
 # The compact format's version: the first element of the array. A new layout gets a new number
 # and a branch in receipt_decode; the old numbers keep decoding.
 COMPACT_V1 = 1
+# Rolling upgrades (issue 9, item 9): workers and the writer of two releases run side by side, so
+# a new field is only ever appended, after these, and is optional. A writer applies the fields it
+# knows and ignores the ones after them (a newer worker's); a newer writer reading an older
+# receipt takes a missing trailing field as its default. Only a layout that cannot be read that
+# way gets a new version number, which an older writer sets aside as a dead receipt.
+V1_FIELDS = 12  # the version and the eleven fields of the first layout
+RESULT_FIELDS = 5
 
 
 @dataclass(frozen=True)
@@ -61,10 +68,15 @@ class AttemptFinished:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> AttemptFinished:
-        d = dict(d)
-        d.pop("kind", None)
-        result = d.pop("result", None)
-        return cls(**d, result=ResultStored(**result) if result else None)
+        """The object form; keys this release does not know (a newer worker's) are ignored."""
+        known = {k: v for k, v in d.items() if k in _ATTEMPT_KEYS}
+        result = known.pop("result", None)
+        stored = ResultStored(**{k: v for k, v in result.items() if k in _RESULT_KEYS}) if result else None
+        return cls(**known, result=stored)
+
+
+_ATTEMPT_KEYS = frozenset(f.name for f in fields(AttemptFinished))
+_RESULT_KEYS = frozenset(f.name for f in fields(ResultStored))
 
 
 def receipt_encode(r: AttemptFinished) -> bytes:
@@ -95,9 +107,12 @@ def receipt_decode(raw: str | bytes) -> AttemptFinished:
     d = orjson.loads(raw)
     if type(d) is dict:  # the object form, written before the compact one
         return AttemptFinished.from_dict(d)
-    if type(d) is not list or not d or d[0] != COMPACT_V1:
+    if type(d) is not list or len(d) < V1_FIELDS or d[0] != COMPACT_V1:
         raise ValueError(f"not a receipt: {str(raw)[:100]!r}")
-    _v, job_id, attempt, outcome, finished_at, duration_ms, worker, status, err_cls, err, wait, res = d
+    # Fields after the first layout's were appended by a newer worker: not ours to know.
+    _v, job_id, attempt, outcome, finished_at, duration_ms, worker, status, err_cls, err, wait, res = d[
+        :V1_FIELDS
+    ]
     if type(job_id) is not str or type(attempt) is not int:
         raise TypeError(f"bad natural key: {job_id!r}, {attempt!r}")
     return AttemptFinished(
@@ -111,5 +126,5 @@ def receipt_decode(raw: str | bytes) -> AttemptFinished:
         err_cls,
         err,
         wait,
-        None if res is None else ResultStored(*res),
+        None if res is None else ResultStored(*res[:RESULT_FIELDS]),
     )

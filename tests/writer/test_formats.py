@@ -92,3 +92,49 @@ def test_a_dead_letter_shows_its_receipt_in_either_format() -> None:
     r.xadd("sj:receipts:dead", {FIELD: json.dumps(receipt(job_id, 3).to_dict()), "error": "e"})
     shown = [(d.receipt or {}).get("attempt") for d in dead_letters_list()]
     assert shown == [3, 2, None]
+
+
+# --- Rolling upgrades (issue 9, item 9) ------------------------------------------------------
+
+
+def _newer_worker_receipts(r: AttemptFinished) -> list[str]:
+    """What a worker of a later release writes: the same receipt with fields this release does not
+    know, appended to the compact array (and to its nested result), or as extra object keys."""
+    compact = json.loads(receipt_encode(r))
+    compact += ["a later field", {"nested": [1, 2]}]
+    if compact[11] is not None:
+        compact[11] = [*compact[11], "a later result field"]
+    obj = r.to_dict() | {"later_field": 3}
+    if obj["result"] is not None:
+        obj["result"] = obj["result"] | {"etag": "x"}
+    return [json.dumps(compact), json.dumps(obj)]
+
+
+def test_a_newer_workers_receipt_decodes_to_the_fields_this_release_knows() -> None:
+    stored = ResultStored(key="k", size=3, sha256="0" * 64, content_type="text/html", http_status=200)
+    for r in (
+        receipt(new_id(), 2, "failed_temporary", retry_after_s=4.0),
+        receipt(new_id(), 1, result=stored),
+    ):
+        for raw in _newer_worker_receipts(r):
+            assert receipt_decode(raw) == r
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_writer_applies_a_newer_workers_receipts_and_sets_none_aside() -> None:
+    """Before: a receipt with a field this writer does not know failed to decode, was retried and
+    ended in the dead receipts; its job stayed `running` until the sweeper spent an attempt."""
+    jobs = [RunningJob(id=new_id(), attempt=1, max_attempts=3) for _ in range(2)]
+    running_jobs_create(jobs)
+    r = state_redis()
+    compact, _ = _newer_worker_receipts(receipt(jobs[0].id, 1))
+    _, obj = _newer_worker_receipts(receipt(jobs[1].id, 1, "failed_permanent", error="gone"))
+    r.xadd(STREAM, {FIELD: compact})
+    r.xadd(STREAM, {FIELD: obj})
+
+    stats = writer_flush_once()
+
+    assert (stats.read, stats.applied, stats.acked, stats.dead) == (2, 2, 2, 0)
+    assert dead_letters_list() == []
+    assert Job.objects.get(id=jobs[0].id).status == JobStatus.SUCCEEDED
+    assert Job.objects.get(id=jobs[1].id).status == JobStatus.FAILED
