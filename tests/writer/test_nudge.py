@@ -36,8 +36,8 @@ def _flush_tasks_queued() -> int:
 @pytest.mark.e2e
 def test_a_receipt_is_applied_by_the_writer_process_with_no_beat_running(services) -> None:
     """Only the writer process runs (no beat): the receipt's own nudge starts the flush."""
-    ready, later = new_id(), new_id()
-    running_jobs_create([RunningJob(id=i, attempt=1, max_attempts=5) for i in (ready, later)])
+    ready, later = new_id(), [new_id() for _ in range(5)]
+    running_jobs_create([RunningJob(id=i, attempt=1, max_attempts=5) for i in (ready, *later)])
     services().start("writer")
     # The process needs a few seconds to boot; until then resubmit (a duplicate is harmless, and a
     # nudge left unconsumed expires) so that the measurement below starts with a listening writer.
@@ -48,11 +48,21 @@ def test_a_receipt_is_applied_by_the_writer_process_with_no_beat_running(service
         what="the writer process to start and apply its first nudged receipt",
     )
 
-    started = time.monotonic()
-    receipt_submit(receipt(later, 1, "failed_permanent"))
-    wait_for(lambda: _status(later) == JobStatus.FAILED, timeout=10, interval=0.02, what="the nudged flush")
-    # No beat runs, so nothing but the nudge can have flushed; the figure is for the failure message.
-    assert time.monotonic() - started < 10
+    # No beat runs, so nothing but a receipt's own nudge can flush. The bound is the nudge's
+    # promise (milliseconds, not beat's tick); the wait is longer so that a miss shows its figure.
+    latencies = []
+    for job_id in later:
+        started = time.monotonic()
+        receipt_submit(receipt(job_id, 1, "failed_permanent"))
+        wait_for(
+            lambda j=job_id: _status(j) == JobStatus.FAILED,
+            timeout=30,
+            interval=0.01,
+            what="the nudged flush",
+        )
+        latencies.append(time.monotonic() - started)
+    latencies.sort()
+    assert latencies[len(latencies) // 2] < 0.5 and latencies[-1] < 3.0, latencies
 
 
 def test_a_burst_of_receipts_leaves_one_nudge_and_no_broker_message() -> None:
