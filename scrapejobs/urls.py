@@ -1,5 +1,5 @@
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import URLPattern, URLResolver, include, path
 
 from apps.intake.views import JobCreateView
 from apps.query.views import JobListView
@@ -11,7 +11,7 @@ class JobCollectionView(JobCreateView, JobListView):
     neither API app imports the other."""
 
 
-api_v1 = [
+api_v1: list[URLPattern | URLResolver] = [
     path("jobs", JobCollectionView.as_view(), name="jobs"),
     path("", include("apps.intake.urls")),  # POST /jobs/{id}/cancel
     path("", include("apps.query.urls")),  # GET /jobs/{id}, attempts, result
