@@ -20,7 +20,7 @@ api_v1: list[URLPattern | URLResolver] = [
 
 urlpatterns = [
     path("", include("apps.operators.urls")),  # /healthz, /readyz, /metrics
-    path("admin/", admin.site.urls),  # the operators' pages (jobs, dead letters, writer, tenants)
+    path("admin/", admin.site.urls),  # the operators' pages
     path("api/v1/", include(api_v1)),
     path("results/", include("apps.results.urls")),  # signed local result links
 ]
