@@ -1,14 +1,30 @@
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import URLPattern, URLResolver, include, path
+
+from apps.intake.views import JobCreateView
+from apps.query.views import JobListView
+
+
+class JobCollectionView(JobCreateView, JobListView):
+    """/jobs answers POST (intake: submit) and GET (query: list); each method keeps its own view
+    code and schema, this class only shares the path. It lives here, above both apps, because
+    neither API app imports the other."""
+
+
+api_v1: list[URLPattern | URLResolver] = [
+    path("jobs", JobCollectionView.as_view(), name="jobs"),
+    path("", include("apps.intake.urls")),  # POST /jobs/{id}/cancel
+    path("", include("apps.query.urls")),  # GET /jobs/{id}, attempts, result
+    path("", include("apps.api.urls")),  # the OpenAPI schema and its docs page
+]
 
 urlpatterns = [
-    path("", include("apps.operators.urls")),  # /healthz, /readyz, /metrics, dashboard
-    path("admin/", admin.site.urls),
-    path("api/v1/", include("apps.intake.urls")),  # POST /jobs, cancel, schema, docs
-    path("api/v1/", include("apps.query.urls")),  # GET /jobs, /jobs/{id}, attempts, result
+    path("", include("apps.operators.urls")),  # /healthz, /readyz, /metrics
+    path("admin/", admin.site.urls),  # the operators' pages
+    path("api/v1/", include(api_v1)),
     path("results/", include("apps.results.urls")),  # signed local result links
 ]
 
-# JSON errors for /api/ paths no view answered (Django's pages elsewhere); see apps/intake/errors.py.
-handler404 = "apps.intake.errors.page_not_found"
-handler500 = "apps.intake.errors.server_error"
+# JSON errors for /api/ paths no view answered (Django's pages elsewhere); see apps/api/errors.py.
+handler404 = "apps.api.errors.page_not_found"
+handler500 = "apps.api.errors.server_error"

@@ -6,7 +6,7 @@ from django.conf import settings
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 
-from apps.intake.errors import ApiError
+from apps.api.errors import ApiError
 
 
 class BoundedJSONParser(JSONParser):

@@ -14,7 +14,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.intake.errors import ApiError, error_body, not_found
+from apps.api import selectors
+from apps.api.errors import ApiError, error_body, not_found
+from apps.api.serializers import ErrorOutput, base_url, job_links
 from apps.intake.parsers import BoundedJSONParser
 from apps.intake.serializers import (
     JobCreatedOutput,
@@ -25,8 +27,6 @@ from apps.intake.serializers import (
     request_fingerprint,
 )
 from apps.jobs.services import IdempotencyConflict, job_cancel, job_create
-from apps.query import selectors
-from apps.query.serializers import ErrorOutput, base_url, job_links
 from apps.tenants.authentication import BearerTokenAuthentication, TenantPrincipal
 from apps.tenants.throttling import token_rate_take
 

@@ -3,7 +3,8 @@
 Everything is read-only: a job changes state only through ``apps.jobs.services``, so an operator's
 edit can never skip the rules the API and the workers keep. The two things an operator does,
 cancel and requeue, are actions calling ``job_cancel`` and ``jobs_requeue``: the same services the
-API calls. Nothing is added or deleted here (attempts are kept forever with their job).
+API calls, offered to staff holding the job's change permission. Nothing is added or deleted here
+(attempts are kept forever with their job).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from django.contrib import admin, messages
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest
 
+from apps.admin_mixins import ReadOnlyAdminMixin
 from apps.jobs.models import Attempt, Job
 from apps.jobs.services import job_cancel, jobs_requeue
 
@@ -22,19 +24,6 @@ from apps.jobs.services import job_cancel, jobs_requeue
 # load would be a full scan; the newest jobs are the ones an operator is looking at.
 _DOMAIN_SAMPLE = 10_000
 _DOMAIN_CHOICES = 30
-
-
-class _ReadOnly:
-    """View-only pages (no form, no Save); actions still run, through the services."""
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 class DomainFilter(admin.SimpleListFilter):
@@ -62,7 +51,7 @@ class DomainFilter(admin.SimpleListFilter):
         return queryset.filter(domain=value) if value else queryset
 
 
-class AttemptInline(_ReadOnly, admin.TabularInline):
+class AttemptInline(ReadOnlyAdminMixin, admin.TabularInline):
     model = Attempt
     extra = 0
     can_delete = False
@@ -82,7 +71,7 @@ class AttemptInline(_ReadOnly, admin.TabularInline):
 
 
 @admin.register(Job)
-class JobAdmin(_ReadOnly, admin.ModelAdmin):
+class JobAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = (
         "id",
         "tenant",
@@ -173,12 +162,7 @@ class JobAdmin(_ReadOnly, admin.ModelAdmin):
             return super().get_search_results(request, queryset, term)
         return queryset.filter(id=job_id), False
 
-    def has_operate_permission(self, request: HttpRequest) -> bool:
-        """Cancel and requeue are for operators holding the model's change permission, even
-        though the pages themselves are view-only."""
-        return request.user.has_perm("jobs.change_job")
-
-    @admin.action(description="Cancel selected jobs", permissions=["operate"])
+    @admin.action(description="Cancel selected jobs", permissions=["change"])
     def cancel_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         outcomes = {"cancelled": 0, "cancel_requested": 0, "final": 0}
         for job_id in queryset.values_list("id", flat=True):
@@ -191,7 +175,7 @@ class JobAdmin(_ReadOnly, admin.ModelAdmin):
 
     @admin.action(
         description="Requeue selected jobs (failed or cancelled; fresh attempt budget)",
-        permissions=["operate"],
+        permissions=["change"],
     )
     def requeue_jobs(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         ids = list(queryset.values_list("id", flat=True))
@@ -203,7 +187,7 @@ class JobAdmin(_ReadOnly, admin.ModelAdmin):
 
 
 @admin.register(Attempt)
-class AttemptAdmin(_ReadOnly, admin.ModelAdmin):
+class AttemptAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = (
         "job",
         "number",

@@ -1,4 +1,5 @@
-"""Reads for the job API. Every read is scoped by tenant: another tenant's job does not exist.
+"""Reads for the query endpoints. Every read is scoped by tenant: another tenant's job does not
+exist (apps.api.selectors holds the reads intake makes too).
 
 ``job_wait_final`` is the single-flight waiting of contract section 6 seen from a caller: it
 LISTENs before it reads, so a job that becomes final between the read and the wait still wakes
@@ -7,8 +8,6 @@ it, and it re-reads on a timer in case a notification is lost (a NOTIFY is not d
 
 from __future__ import annotations
 
-import base64
-import binascii
 import time
 import uuid
 from typing import Any
@@ -18,6 +17,7 @@ from django.db import connections
 from django.db.models import QuerySet
 from psycopg import sql
 
+from apps.api.selectors import parse_job_id
 from apps.jobs.models import Attempt, Job
 from apps.jobs.services import JOB_FINAL_CHANNEL
 
@@ -49,15 +49,6 @@ RESULT_COLUMNS = (
 WAIT_RECHECK_S = 1.0
 
 
-def parse_job_id(job_id: uuid.UUID | str) -> uuid.UUID | None:
-    if isinstance(job_id, uuid.UUID):
-        return job_id
-    try:
-        return uuid.UUID(job_id)
-    except (ValueError, TypeError, AttributeError):
-        return None
-
-
 def job_get(*, tenant_id: uuid.UUID, job_id: uuid.UUID | str, with_result: bool = False) -> Job | None:
     """The tenant's job, or None (missing, malformed id, or another tenant's: all alike)."""
     parsed = parse_job_id(job_id)
@@ -67,31 +58,7 @@ def job_get(*, tenant_id: uuid.UUID, job_id: uuid.UUID | str, with_result: bool 
     return Job.objects.only(*columns).filter(id=parsed, tenant_id=tenant_id).first()
 
 
-def job_exists(*, tenant_id: uuid.UUID, job_id: uuid.UUID | str) -> bool:
-    parsed = parse_job_id(job_id)
-    return parsed is not None and Job.objects.filter(id=parsed, tenant_id=tenant_id).exists()
-
-
-# --- List and cursor ---------------------------------------------------------------------
-
-
-class BadCursor(ValueError):
-    pass
-
-
-def cursor_encode(job_id: uuid.UUID) -> str:
-    """Opaque to callers: the last id of the page, base64url without padding."""
-    return base64.urlsafe_b64encode(job_id.bytes).rstrip(b"=").decode("ascii")
-
-
-def cursor_decode(cursor: str) -> uuid.UUID:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-    except (binascii.Error, ValueError):
-        raise BadCursor(cursor) from None
-    if len(raw) != 16:
-        raise BadCursor(cursor)
-    return uuid.UUID(bytes=raw)
+# --- List ---------------------------------------------------------------------------------
 
 
 def job_list(

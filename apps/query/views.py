@@ -10,19 +10,18 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.intake.errors import ApiError, not_found
-from apps.jobs.models import JobStatus, Priority
-from apps.query import selectors
-from apps.query.serializers import (
-    AttemptPageOutput,
+from apps.api.errors import ApiError, not_found
+from apps.api.pagination import BadCursor, cursor_decode, cursor_encode
+from apps.api.serializers import (
     ErrorOutput,
     JobOutput,
-    JobPageOutput,
-    ResultOutput,
     attempt_representation,
     base_url,
     job_representation,
 )
+from apps.jobs.models import JobStatus, Priority
+from apps.query import selectors
+from apps.query.serializers import AttemptPageOutput, JobPageOutput, ResultOutput
 from apps.results.selectors import ResultGone, result_link
 
 _ERR = OpenApiResponse(ErrorOutput)
@@ -73,8 +72,8 @@ class JobListView(APIView):
         before = None
         if "cursor" in params:
             try:
-                before = selectors.cursor_decode(params["cursor"])
-            except selectors.BadCursor:
+                before = cursor_decode(params["cursor"])
+            except BadCursor:
                 raise serializers.ValidationError(
                     {"cursor": ["Not a cursor returned by this API."]}
                 ) from None
@@ -89,7 +88,7 @@ class JobListView(APIView):
         return Response(
             {
                 "items": [job_representation(j, base=base) for j in jobs],
-                "next_cursor": None if next_id is None else selectors.cursor_encode(next_id),
+                "next_cursor": None if next_id is None else cursor_encode(next_id),
             }
         )
 

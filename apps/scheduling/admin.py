@@ -2,8 +2,8 @@
 
 A list of failed jobs with their attempt history, a grouped page ("by domain and last error") so
 that a hundred jobs to one domain answering 401 show up as one row with a count, and two actions,
-requeue and discard, for one job, a selection, or a whole group. Everything goes through
-``apps.scheduling.services``; nothing is edited by hand.
+requeue and discard, for one job, a selection, or a whole group, for staff holding the change
+permission. Everything goes through ``apps.scheduling.services``; nothing is edited by hand.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
@@ -18,6 +19,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.http import urlencode
 
+from apps.admin_mixins import ReadOnlyAdminMixin
 from apps.jobs.admin import AttemptInline
 from apps.scheduling.models import DeadLetter
 from apps.scheduling.selectors import (
@@ -71,7 +73,7 @@ class HttpStatusFilter(admin.SimpleListFilter):
 
 
 @admin.register(DeadLetter)
-class DeadLetterAdmin(admin.ModelAdmin):
+class DeadLetterAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = (
         "id",
         "tenant",
@@ -109,15 +111,6 @@ class DeadLetterAdmin(admin.ModelAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         return dead_letters_annotated().select_related("tenant")
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
     @admin.display(description="last error class", ordering="error_class")
     def error_class_shown(self, obj: Any) -> str:
         return obj.error_class or NO_CLASS
@@ -126,12 +119,12 @@ class DeadLetterAdmin(admin.ModelAdmin):
     def error_http_status_shown(self, obj: Any) -> str:
         return obj.error_http_status or ""
 
-    @admin.action(description="Requeue (fresh attempt budget, history kept)")
+    @admin.action(description="Requeue (fresh attempt budget, history kept)", permissions=["change"])
     def requeue(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         n = dead_letters_requeue(job_ids=queryset.values_list("id", flat=True))
         self.message_user(request, f"Requeued {n} job(s).", messages.SUCCESS)
 
-    @admin.action(description="Discard (the jobs stay failed; they leave this list)")
+    @admin.action(description="Discard (the jobs stay failed; they leave this list)", permissions=["change"])
     def discard(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         n = dead_letters_discard(job_ids=queryset.values_list("id", flat=True), discarded_by=_who(request))
         self.message_user(request, f"Discarded {n} dead letter(s).", messages.SUCCESS)
@@ -148,9 +141,11 @@ class DeadLetterAdmin(admin.ModelAdmin):
 
     def grouped_view(self, request: HttpRequest) -> HttpResponse:
         """GET: one row per (domain, last error class, HTTP status) with a count. POST: requeue
-        or discard every job of one group."""
+        or discard every job of one group (the change permission, like the actions)."""
+        if not self.has_view_or_change_permission(request):
+            raise PermissionDenied
         if request.method == "POST":
-            if not self.has_view_permission(request):
+            if not self.has_change_permission(request):
                 return HttpResponse(status=403)
             group = dead_letters_in_group(
                 domain=request.POST.get("domain", ""),
@@ -180,6 +175,7 @@ class DeadLetterAdmin(admin.ModelAdmin):
             "opts": self.model._meta,
             "groups": groups,
             "changelist_url": changelist,
+            "can_change": self.has_change_permission(request),
         }
         return TemplateResponse(request, "admin/scheduling/deadletter/grouped.html", context)
 

@@ -14,20 +14,20 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from apps.admin_mixins import ReadOnlyAdminMixin
 from apps.tenants.models import ApiToken, Tenant
 from apps.tenants.services import tenant_create, token_create, token_revoke
 
 
-class ApiTokenInline(admin.TabularInline):
+class ApiTokenInline(ReadOnlyAdminMixin, admin.TabularInline):
+    """Read-only: the "Create a new API token" action makes tokens, and shows them once."""
+
     model = ApiToken
     extra = 0
     can_delete = False
     fields = ("name", "prefix", "created_at", "revoked_at")
     readonly_fields = fields
     verbose_name = "API token (only its first characters are known)"
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False  # the "Create a new API token" action makes tokens, and shows them once
 
 
 @admin.register(Tenant)
@@ -73,8 +73,10 @@ class TenantAdmin(admin.ModelAdmin):
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
-    """Tokens by prefix; revoking goes through ``token_revoke`` (read-only otherwise)."""
+class ApiTokenAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Tokens by prefix; revoking goes through ``token_revoke`` (read-only otherwise). None is
+    added here (the tenant's "Create a new API token" action makes them, shown once) and none is
+    deleted: a revoked row keeps who had access and until when."""
 
     list_display = ("prefix", "tenant", "name", "created_at", "revoked_at")
     list_filter = ("revoked_at", "tenant")
@@ -82,12 +84,6 @@ class ApiTokenAdmin(admin.ModelAdmin):
     fields = ("tenant", "name", "prefix", "created_at", "revoked_at")
     readonly_fields = fields
     actions = ("revoke",)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False  # made by the tenant's "Create a new API token" action, shown once
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False  # revoke instead: the row keeps who had access and until when
 
     @admin.action(description="Revoke selected tokens", permissions=["change"])
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:

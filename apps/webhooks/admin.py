@@ -1,37 +1,30 @@
 """Webhook deliveries and their attempt log in the Django admin (contract 8, FR-7).
 
-Read-only; the one thing an operator does is redeliver, through
+Read-only; the one thing an operator does is redeliver (with the change permission), through
 ``apps.webhooks.services.webhook_deliveries_redeliver``.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from apps.admin_mixins import ReadOnlyAdminMixin
 from apps.webhooks.models import WebhookAttempt, WebhookDelivery
 from apps.webhooks.services import webhook_deliveries_redeliver
 
 
-class WebhookAttemptInline(admin.TabularInline):
+class WebhookAttemptInline(ReadOnlyAdminMixin, admin.TabularInline):
     model = WebhookAttempt
     extra = 0
     can_delete = False
     ordering = ("number",)
     fields = readonly_fields = ("number", "started_at", "status_code", "duration_ms", "error")
 
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
 
 @admin.register(WebhookDelivery)
-class WebhookDeliveryAdmin(admin.ModelAdmin):
+class WebhookDeliveryAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = (
         "id",
         "job",
@@ -66,16 +59,7 @@ class WebhookDeliveryAdmin(admin.ModelAdmin):
         "last_error",
     )
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    @admin.action(description="Redeliver now (fresh retry schedule)")
+    @admin.action(description="Redeliver now (fresh retry schedule)", permissions=["change"])
     def redeliver(self, request: HttpRequest, queryset: QuerySet[WebhookDelivery]) -> None:
         n = webhook_deliveries_redeliver(delivery_ids=queryset.values_list("id", flat=True))
         self.message_user(request, f"{n} deliver(y/ies) will be sent again.", messages.SUCCESS)

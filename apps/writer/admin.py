@@ -10,6 +10,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 
+from apps.admin_mixins import ReadOnlyAdminMixin
 from apps.writer.models import WriterDeadLetter
 from apps.writer.selectors import dead_letters_list, writer_status
 from apps.writer.services import dead_letters_drop, dead_letters_replay
@@ -18,13 +19,7 @@ PAGE = 200
 
 
 @admin.register(WriterDeadLetter)
-class WriterDeadLetterAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
+class WriterDeadLetterAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from django.contrib.messages import get_messages
 from django.test import Client
+from django.utils import timezone
 
 from apps.jobs.models import Attempt, Job, JobStatus
 from apps.jobs.redis import cancel_flag_key, state_redis
@@ -236,3 +237,105 @@ def test_tenants_are_found_by_name_or_by_id(admin_client: Client, shop: Tenant, 
     assert str(shop.pk) in by_name.content.decode() and str(analyst.pk) not in by_name.content.decode()
     by_id = admin_client.get(TENANTS, {"q": str(analyst.pk)}).content.decode()
     assert str(analyst.pk) in by_id and str(shop.pk) not in by_id
+
+
+# --- Read-only pages, actions for the change permission (apps/admin_mixins.py) -------------
+
+
+def staff_with(client: Client, *codenames: str, username: str = "staff") -> Client:
+    from django.contrib.auth.models import Permission, User
+
+    user = User.objects.create_user(username, password="x", is_staff=True)
+    user.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
+    client.force_login(user)
+    return client
+
+
+def failed(job: Job) -> Job:
+    Job.objects.filter(pk=job.pk).update(status=JobStatus.FAILED, finished_at=timezone.now())
+    return job
+
+
+def webhook_delivery(job: Job) -> Any:
+    from apps.webhooks.models import WebhookDelivery
+
+    return WebhookDelivery.objects.create(
+        job=job, event="failed", url="https://hooks.example/", body="{}", created_at=timezone.now()
+    )
+
+
+# The read-only admins with actions: changelist, model (its permission codenames), its actions, a row.
+READ_ONLY_ADMINS = [
+    pytest.param(JOBS, "job", ("cancel_jobs", "requeue_jobs"), make_job, id="jobs"),
+    pytest.param(
+        "/admin/scheduling/deadletter/",
+        "deadletter",
+        ("requeue", "discard"),
+        lambda t: failed(make_job(t)),
+        id="dead-letters",
+    ),
+    pytest.param(
+        "/admin/webhooks/webhookdelivery/",
+        "webhookdelivery",
+        ("redeliver",),
+        lambda t: webhook_delivery(make_job(t)),
+        id="webhook-deliveries",
+    ),
+    pytest.param("/admin/tenants/apitoken/", "apitoken", ("revoke",), lambda t: t.tokens.get(), id="tokens"),
+]
+
+
+def offered_actions(client: Client, changelist: str) -> set[str]:
+    response = client.get(changelist)
+    assert response.status_code == 200
+    return set(re.findall(r'<option value="([a-z_]+)"', response.content.decode()))
+
+
+@pytest.mark.parametrize(("changelist", "model", "actions", "make_row"), READ_ONLY_ADMINS)
+def test_a_staff_member_who_may_only_view_is_offered_none_of_the_actions(
+    client: Client, shop: Tenant, changelist: str, model: str, actions: tuple[str, ...], make_row: Any
+) -> None:
+    make_row(shop)
+    offered = offered_actions(staff_with(client, f"view_{model}"), changelist)
+    assert offered.isdisjoint(actions)
+
+
+@pytest.mark.parametrize(("changelist", "model", "actions", "make_row"), READ_ONLY_ADMINS)
+def test_a_staff_member_with_the_change_permission_is_offered_the_actions_on_view_only_pages(
+    client: Client, shop: Tenant, changelist: str, model: str, actions: tuple[str, ...], make_row: Any
+) -> None:
+    row = make_row(shop)
+    staff_with(client, f"view_{model}", f"change_{model}")
+    assert set(actions) <= offered_actions(client, changelist)
+    page = client.get(f"{changelist}{row.pk}/change/")
+    assert page.status_code == 200 and 'name="_save"' not in page.content.decode()
+    assert client.get(f"{changelist}add/").status_code == 403
+    assert client.get(f"{changelist}{row.pk}/delete/").status_code == 403
+
+
+def test_a_staff_member_with_the_change_permission_can_cancel_jobs(client: Client, shop: Tenant) -> None:
+    job = make_job(shop)
+    staff_with(client, "view_job", "change_job")
+    client.post(JOBS, {"action": "cancel_jobs", "_selected_action": [str(job.id)]})
+    job.refresh_from_db()
+    assert job.status == JobStatus.CANCELLED
+
+
+def test_requeueing_dead_letters_needs_the_change_permission(client: Client, shop: Tenant) -> None:
+    dead = "/admin/scheduling/deadletter/"
+    grouped = f"{dead}grouped/"
+    job = failed(make_job(shop))
+    whole_group = {"domain": "shop.example", "error_class": "", "http_status": "", "action": "requeue"}
+
+    viewer = staff_with(Client(), "view_deadletter")
+    viewer.post(dead, {"action": "requeue", "_selected_action": [str(job.id)]})
+    assert viewer.post(grouped, whole_group).status_code == 403
+    assert "Requeue all" not in viewer.get(grouped).content.decode()
+    job.refresh_from_db()
+    assert job.status == JobStatus.FAILED
+
+    operator = staff_with(client, "view_deadletter", "change_deadletter", username="operator")
+    assert "Requeue all" in operator.get(grouped).content.decode()
+    operator.post(dead, {"action": "requeue", "_selected_action": [str(job.id)]})
+    job.refresh_from_db()
+    assert job.status == JobStatus.QUEUED

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from apps.api.pagination import cursor_encode
 from apps.jobs.models import Job
-from apps.query.selectors import cursor_encode
 from tests.query import helpers
 
 pytestmark = pytest.mark.django_db

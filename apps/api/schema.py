@@ -1,5 +1,5 @@
 """OpenAPI extensions: how the bearer token appears in the schema (drf-spectacular finds
-extensions by import; apps.intake.apps imports this module at start-up)."""
+extensions by import; apps.api.apps imports this module at start-up)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,131 @@
+"""How jobs, their attempts and errors look in API answers, for every API app.
+
+The representation is built by plain functions (a list page holds up to 500 jobs and DRF's
+field machinery would cost more than the query); the serializer classes describe the same shape
+for the OpenAPI document, and tests/api checks that the two agree.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.http import HttpRequest
+from rest_framework import serializers
+from rest_framework.request import Request
+
+from apps.jobs.models import Attempt, AttemptOutcome, Job, JobStatus, Method, Priority
+
+API_PREFIX = "/api/v1"
+
+
+def base_url(request: Request | HttpRequest) -> str:
+    return settings.PUBLIC_BASE_URL or f"{request.scheme}://{request.get_host()}"
+
+
+def job_links(*, base: str, job_id: uuid.UUID | str) -> dict[str, str]:
+    own = f"{base}{API_PREFIX}/jobs/{job_id}"
+    return {"self": own, "result": f"{own}/result", "attempts": f"{own}/attempts", "cancel": f"{own}/cancel"}
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat().replace("+00:00", "Z")
+
+
+def job_representation(job: Job, *, base: str) -> dict[str, Any]:
+    last = job.last_error
+    return {
+        "id": str(job.id),
+        "url": job.url,
+        "method": job.method,
+        "status": job.status,
+        "priority": job.priority,
+        "attempts": job.attempts,
+        "max_attempts": job.max_attempts,
+        "last_error": None
+        if not last
+        else {
+            "class": last.get("class"),
+            "message": last.get("message"),
+            "http_status": last.get("http_status"),
+        },
+        "created_at": _iso(job.created_at),
+        "started_at": _iso(job.started_at),
+        "finished_at": _iso(job.finished_at),
+        "links": job_links(base=base, job_id=job.id),
+    }
+
+
+def attempt_representation(a: Attempt) -> dict[str, Any]:
+    return {
+        "number": a.number,
+        "started_at": _iso(a.started_at),
+        "finished_at": _iso(a.finished_at),
+        "outcome": a.outcome,
+        "http_status": a.http_status,
+        "error_class": a.error_class,
+        "error": a.error,
+        "duration_ms": a.duration_ms,
+    }
+
+
+# --- Shapes for the OpenAPI document -----------------------------------------------------
+
+
+class JobLinksOutput(serializers.Serializer):
+    self = serializers.URLField()  # type: ignore[assignment]
+    result = serializers.URLField()
+    attempts = serializers.URLField()
+    cancel = serializers.URLField()
+
+
+class LastErrorOutput(serializers.Serializer):
+    message = serializers.CharField(allow_null=True)
+    http_status = serializers.IntegerField(allow_null=True)
+
+
+# "class" is a Python keyword: declare it after the class body.
+LastErrorOutput._declared_fields["class"] = serializers.CharField(
+    allow_null=True, help_text="Error class, e.g. timeout, http_404, refused_address."
+)
+
+
+class JobOutput(serializers.Serializer):
+    id = serializers.UUIDField()
+    url = serializers.CharField()
+    method = serializers.ChoiceField(choices=Method.choices)
+    status = serializers.ChoiceField(choices=JobStatus.choices)
+    priority = serializers.ChoiceField(choices=Priority.choices)
+    attempts = serializers.IntegerField(help_text="Attempts started so far.")
+    max_attempts = serializers.IntegerField()
+    last_error = LastErrorOutput(allow_null=True)
+    created_at = serializers.DateTimeField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+    links = JobLinksOutput()
+
+
+class AttemptOutput(serializers.Serializer):
+    number = serializers.IntegerField()
+    started_at = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField(allow_null=True)
+    outcome = serializers.ChoiceField(choices=AttemptOutcome.choices, allow_null=True)
+    http_status = serializers.IntegerField(allow_null=True)
+    error_class = serializers.CharField(allow_null=True)
+    error = serializers.CharField(allow_null=True)
+    duration_ms = serializers.IntegerField(allow_null=True)
+
+
+# The body of every error answer (apps.api.errors builds it). No docstring: it would show in
+# the schema.
+class ErrorOutput(serializers.Serializer):
+    type = serializers.CharField()
+    code = serializers.CharField()
+    detail = serializers.CharField()
+    fields = serializers.DictField(  # type: ignore[assignment]  # a field, popped by the metaclass
+        child=serializers.ListField(child=serializers.CharField()),
+        required=False,
+        help_text="Validation errors only: field name → messages.",
+    )
