@@ -2,7 +2,7 @@
 
 The callback is a third party like any target: it may be slow, hostile or point inside our
 network. So the host is resolved once, its addresses are checked with the fetcher's rule
-(``apps.scraping.addresses``), and the connection goes to a checked address (a second DNS answer
+(``apps.outbound.addresses``), and the connection goes to a checked address (a second DNS answer
 cannot swap in 127.0.0.1);
 TLS still verifies the certificate against the host name. The whole call (connect, send, answer)
 is bounded by a timer that shuts the socket down: socket timeouts alone bound each read, not a
@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
-from apps.scraping.addresses import AddressRefused, resolve_allowed
+from apps.outbound.addresses import AddressRefused, resolve_allowed
 
 USER_AGENT = "scrapejobs-webhooks/1.0"
 # We read a little of the answer (it is logged), never the whole of a hostile one.
