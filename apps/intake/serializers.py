@@ -19,7 +19,7 @@ from django.conf import settings
 from rest_framework import serializers
 
 from apps.jobs.models import Method, Priority
-from apps.scraping.addresses import is_public_address
+from apps.outbound.addresses import is_public_address
 
 MAX_URL_LENGTH = 8192
 MAX_HOSTNAME = 253  # DNS limit; jobs.domain holds it

@@ -13,7 +13,8 @@ the lease expired) and exits. Jobs that finish within the grace period finish no
 process is SIGKILLed instead, nothing here runs and the sweeper recovers the jobs after their
 lease: this only shortens that wait.
 
-Code that runs long can also look at ``worker_is_stopping()`` and stop early.
+Code that runs long can also look at ``apps.runtime.shutdown.worker_is_stopping()`` (set by the
+same signal) and stop early.
 """
 
 from __future__ import annotations
@@ -31,12 +32,8 @@ logger = logging.getLogger(__name__)
 # The scrape task and how its messages name the job (apps/scraping/tasks.py).
 SCRAPE_TASK = "apps.scraping.tasks.scrape_job"
 
-_stopping = threading.Event()
-
-
-def worker_is_stopping() -> bool:
-    """True once this worker process was told to stop (SIGTERM / SIGINT)."""
-    return _stopping.is_set()
+# Set by the first SIGTERM / SIGINT: a second one does not start a second watchdog.
+_watchdog_started = threading.Event()
 
 
 def _job_id_of(request: Any) -> str | None:
@@ -89,9 +86,9 @@ def _watchdog(hostname: str, grace: float) -> None:
 @worker_shutting_down.connect
 def _on_worker_shutting_down(sender: str | None = None, how: str | None = None, **_: Any) -> None:
     """Runs in the worker's main process from the signal handler: keep it to starting a thread."""
-    if _stopping.is_set():
+    if _watchdog_started.is_set():
         return
-    _stopping.set()
+    _watchdog_started.set()
     grace = float(settings.SCRAPEJOBS_WORKER_SHUTDOWN_GRACE_S)
     hostname = str(sender or "")
     threading.Thread(target=_watchdog, args=(hostname, grace), name="shutdown-watchdog", daemon=True).start()

@@ -31,7 +31,7 @@ from django.db import connection
 
 from apps.jobs.redis import cancel_flag_key, state_redis
 from apps.jobs.services import jobs_renew_leases
-from apps.scraping.fetch import FetchInterrupt
+from apps.outbound.interrupt import FetchInterrupt
 
 logger = logging.getLogger(__name__)
 

@@ -25,7 +25,8 @@ from apps.jobs.redis import cancel_flag_key, state_redis
 from apps.jobs.services import ClaimedJob, job_claim
 from apps.politeness.services import job_domain_turn
 from apps.results.storage import ResultStoreFailed, result_store
-from apps.scraping.fetch import FetchError, FetchRequest, fetch_open
+from apps.scraping.errors import FetchError
+from apps.scraping.fetch import FetchRequest, fetch_open
 from apps.scraping.leases import LeaseHandle, lease_keeper
 from apps.writer.api import receipt_submit
 

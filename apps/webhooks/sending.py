@@ -1,27 +1,34 @@
 """One webhook POST, bounded in time and refused for private addresses.
 
 The callback is a third party like any target: it may be slow, hostile or point inside our
-network. So the host is resolved once, its addresses are checked with the fetcher's rule
-(``apps.scraping.addresses``), and the connection goes to a checked address (a second DNS answer
-cannot swap in 127.0.0.1);
-TLS still verifies the certificate against the host name. The whole call (connect, send, answer)
-is bounded by a timer that shuts the socket down: socket timeouts alone bound each read, not a
-callback that drips one byte a second.
+network. So the call goes through the fetcher's guarded connection pool
+(``apps.outbound.connections``): the host is resolved there, only the addresses the fetcher's rule
+allows are connected to (each in turn, until one answers), and the connected socket's peer is
+checked before a byte is sent, so a second DNS answer cannot swap in 127.0.0.1. TLS verifies the
+certificate against the host name. Redirects are not followed: a 3xx is the answer.
+
+Time: the name's resolution and the connect share ``SCRAPEJOBS_WEBHOOK_CONNECT_TIMEOUT_S``, and
+the whole call (connect, send, answer) is bounded by ``SCRAPEJOBS_WEBHOOK_TIMEOUT_S``. Socket
+timeouts alone bound each read, not a callback that drips one byte a second, so a timer fires the
+call's ``FetchInterrupt`` at the deadline, which shuts its socket down.
 """
 
 from __future__ import annotations
 
 import http.client
-import socket
-import ssl
 import threading
 import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+import urllib3
 from django.conf import settings
+from urllib3.exceptions import HTTPError
+from urllib3.util import SKIP_HEADER
 
-from apps.scraping.addresses import AddressRefused, resolve_allowed
+from apps.outbound.addresses import AddressRefused
+from apps.outbound.connections import pool_manager
+from apps.outbound.interrupt import FetchInterrupt, Interrupted, request_context
 
 USER_AGENT = "scrapejobs-webhooks/1.0"
 # We read a little of the answer (it is logged), never the whole of a hostile one.
@@ -41,15 +48,6 @@ class PostOutcome:
         return self.status_code is not None and 200 <= self.status_code < 300
 
 
-def _resolve(host: str, port: int) -> str:
-    """The first address of ``host`` the private-address rule allows (the fetcher's rule,
-    ``SCRAPEJOBS_ALLOW_PRIVATE_TARGETS`` included); raises AddressRefused or OSError."""
-    # Bounded like the connect: a callback whose DNS never answers costs one connect timeout.
-    timeout = settings.SCRAPEJOBS_WEBHOOK_CONNECT_TIMEOUT_S
-    _family, sockaddr = resolve_allowed(host, port, timeout_s=timeout)[0]
-    return str(sockaddr[0])
-
-
 def webhook_post(*, url: str, body: bytes, headers: dict[str, str]) -> PostOutcome:
     """POST ``body`` to ``url``; never raises, never takes much longer than
     ``SCRAPEJOBS_WEBHOOK_TIMEOUT_S``. Redirects are not followed (a 3xx is a failed attempt)."""
@@ -64,55 +62,52 @@ def webhook_post(*, url: str, body: bytes, headers: dict[str, str]) -> PostOutco
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return PostOutcome(None, 0, f"unusable callback url {url!r}", permanent=True)
     host = parts.hostname
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    request_headers = {
+        "Host": host if parts.port is None else f"{host}:{parts.port}",
+        "User-Agent": USER_AGENT,
+        "Content-Type": "application/json",
+        "Content-Length": str(len(body)),
+        "Connection": "close",
+        # No Accept-Encoding: the answer is logged as it comes (urllib3 would add one otherwise).
+        "Accept-Encoding": SKIP_HEADER,
+        **headers,
+    }
 
-    sock: socket.socket | None = None
-    watchdog: threading.Timer | None = None
+    interrupt = FetchInterrupt()
+    # The hard bound: whatever the callback does, its socket is shut at the deadline.
+    watchdog = threading.Timer(total, interrupt.fire)
+    watchdog.daemon = True
+    watchdog.start()
+    response: urllib3.BaseHTTPResponse | None = None
     try:
-        ip = _resolve(host, port)
-        sock = socket.create_connection((ip, port), timeout=connect_timeout)
-        if parts.scheme == "https":
-            sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
-        remaining = max(total - (time.monotonic() - started), 0.01)
-        sock.settimeout(remaining)
-        # The hard bound: whatever the callback does, the socket is shut at the deadline.
-        watchdog = threading.Timer(remaining, _shut, args=(sock,))
-        watchdog.daemon = True
-        watchdog.start()
-        conn = http.client.HTTPConnection(host, port)
-        conn.sock = sock  # already connected to the checked address
-        host_header = host if parts.port is None else f"{host}:{parts.port}"
-        conn.putrequest("POST", path, skip_host=True, skip_accept_encoding=True)
-        for name, value in {
-            "Host": host_header,
-            "User-Agent": USER_AGENT,
-            "Content-Type": "application/json",
-            "Content-Length": str(len(body)),
-            "Connection": "close",
-            **headers,
-        }.items():
-            conn.putheader(name, value)
-        conn.endheaders(body)
-        response = conn.getresponse()
-        answer = response.read(MAX_ANSWER_BYTES)
+        with request_context(interrupt=interrupt, deadline=started + total):
+            response = pool_manager().urlopen(
+                "POST",
+                url,
+                body=body,
+                headers=request_headers,
+                redirect=False,
+                retries=False,
+                preload_content=False,
+                decode_content=False,
+                timeout=urllib3.Timeout(
+                    connect=connect_timeout, read=max(total - (time.monotonic() - started), 0.01)
+                ),
+            )
+            answer = response.read(MAX_ANSWER_BYTES)
         error = None if 200 <= response.status < 300 else f"HTTP {response.status}: {answer[:200]!r}"
         return PostOutcome(response.status, elapsed_ms(), error)
     except AddressRefused as exc:
         return PostOutcome(None, elapsed_ms(), str(exc), permanent=True)
-    except (OSError, http.client.HTTPException) as exc:
+    except (HTTPError, OSError, http.client.HTTPException, Interrupted) as exc:
         if time.monotonic() - started >= total:
             return PostOutcome(None, elapsed_ms(), f"timed out after {total:g}s")
         return PostOutcome(None, elapsed_ms(), f"{type(exc).__name__}: {exc}")
     finally:
-        if watchdog is not None:
-            watchdog.cancel()
-        if sock is not None:
-            sock.close()
-
-
-def _shut(sock: socket.socket) -> None:
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
+        watchdog.cancel()
+        # Let go of the connection before it goes back to the pool, where the timer must not
+        # reach it; closed first, as the call asked for (Connection: close).
+        interrupt.forget()
+        if response is not None:
+            response.close()
+            response.release_conn()

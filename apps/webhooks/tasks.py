@@ -7,7 +7,7 @@ from django.conf import settings
 from redis.exceptions import LockError
 
 from apps.jobs.redis import state_redis
-from apps.scheduling.shutdown import worker_is_stopping
+from apps.runtime.shutdown import worker_is_stopping
 from apps.webhooks.services import webhooks_deliver_due, webhooks_enqueue_final
 
 # One deliverer at a time: a slow callback can then hold one thread of the process that runs the

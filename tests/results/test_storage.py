@@ -19,7 +19,7 @@ from apps.jobs.models import Job
 from apps.results.links import link_token_make
 from apps.results.selectors import ResultGone, result_link
 from apps.results.storage import ResultStoreFailed, result_key, result_store, results_storage
-from apps.scraping.fetch import FetchError
+from apps.scraping.errors import FetchError
 from tests.support.procs import ROOT
 from tests.support.target import body_for
 

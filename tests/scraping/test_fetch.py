@@ -8,8 +8,9 @@ from email.utils import formatdate
 import pytest
 from django.test import override_settings
 
-from apps.scraping import addresses, fetch
-from apps.scraping.fetch import FetchError, FetchLimits, FetchRequest, fetch_open, parse_retry_after
+from apps.outbound import addresses, connections
+from apps.scraping.errors import FetchError, parse_retry_after
+from apps.scraping.fetch import FetchLimits, FetchRequest, fetch_open
 from tests.scraping.servers import extra_server
 from tests.support.target import body_for
 
@@ -166,7 +167,7 @@ def test_the_connected_peer_is_checked_even_if_resolution_was_fooled(target, mon
     # Stand-in for a DNS answer that changed between the check and the connect: the candidate
     # list says nothing is wrong, the socket's peer is what refuses.
     monkeypatch.setattr(
-        fetch, "resolve_allowed", lambda host, port, **_: [(socket.AF_INET, ("127.0.0.1", port))]
+        connections, "resolve_allowed", lambda host, port, **_: [(socket.AF_INET, ("127.0.0.1", port))]
     )
     with override_settings(SCRAPEJOBS_ALLOW_PRIVATE_TARGETS=False):
         err = _error(target.url("/bytes/10"))

@@ -8,9 +8,11 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from apps.scraping import addresses, fetch
-from apps.scraping.addresses import resolve_allowed
-from apps.scraping.fetch import FetchError, FetchInterrupt, FetchLimits, FetchRequest, fetch_open
+from apps.outbound import addresses, connections
+from apps.outbound.addresses import resolve_allowed
+from apps.outbound.interrupt import FetchInterrupt
+from apps.scraping.errors import FetchError
+from apps.scraping.fetch import FetchLimits, FetchRequest, fetch_open
 from tests.support.procs import wait_for
 
 LIMITS = FetchLimits(connect_timeout_s=5, max_bytes=1_000_000, max_redirects=5, user_agent="scrapejobs-test")
@@ -122,7 +124,7 @@ def test_firing_after_a_fetch_ended_leaves_the_pooled_connection_to_whoever_uses
     thread.join(10)
     assert outcome == [b"finally"]
     # One connection served both: otherwise this test would prove nothing.
-    assert fetch._pool_manager().connection_from_url(target.base_url).num_connections == 1
+    assert connections.pool_manager().connection_from_url(target.base_url).num_connections == 1
 
 
 # --- Name resolution within the deadline ----------------------------------------------------

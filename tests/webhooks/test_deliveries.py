@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 
@@ -16,6 +17,7 @@ from django.utils import timezone
 from apps.jobs.models import Job
 from apps.jobs.receipts import AttemptFinished
 from apps.jobs.services import attempts_apply_finished, job_cancel, job_claim
+from apps.outbound import addresses
 from apps.webhooks.models import DeliveryStatus, WebhookAttempt, WebhookDelivery
 from apps.webhooks.sending import PostOutcome
 from apps.webhooks.services import (
@@ -242,3 +244,113 @@ def test_the_admin_lists_deliveries_by_status_and_redelivers(make_tenant, target
 
     delivery.refresh_from_db()
     assert delivery.status == DeliveryStatus.PENDING and delivery.next_attempt_at is not None
+
+
+# --- The call itself: the shared guarded connection pool -------------------------------------
+
+
+def _resolve_to(monkeypatch, *ips: str) -> None:
+    """Stand in for the DNS: every name resolves to ``ips``, in that order."""
+    monkeypatch.setattr(
+        addresses, "system_resolve", lambda host, port: [(socket.AF_INET, (ip, port)) for ip in ips]
+    )
+
+
+@pytest.mark.django_db
+def test_the_call_is_one_post_with_the_same_headers_and_body_as_ever(make_tenant, target, fast_retries):
+    tenant, _, _ = make_tenant()
+    job = succeeded_job(tenant, callback_url=target.url("/echo?x=1#frag"))
+    webhooks_enqueue_final()
+
+    webhooks_deliver_due(budget_s=0.1)
+
+    delivery = WebhookDelivery.objects.get(job=job)
+    assert delivery.status == DeliveryStatus.DELIVERED and delivery.last_status_code == 200
+    [(_at, path, method, headers, body)] = target.requests_for("/echo")
+    assert (path, method, body) == ("/echo", "POST", delivery.body.encode())
+    assert list(headers) == [
+        "Host",
+        "User-Agent",
+        "Content-Type",
+        "Content-Length",
+        "Connection",
+        SIGNATURE_HEADER,
+        "Scrapejobs-Delivery",
+    ]
+    assert headers["Host"] == f"127.0.0.1:{target.server_address[1]}"
+    assert headers["User-Agent"] == "scrapejobs-webhooks/1.0"
+    assert headers["Content-Type"] == "application/json" and headers["Connection"] == "close"
+    assert headers["Content-Length"] == str(len(body))
+    assert headers["Scrapejobs-Delivery"] == str(delivery.id)
+
+
+@pytest.mark.django_db
+def test_a_callback_whose_first_address_refuses_connections_is_delivered_through_the_next(
+    make_tenant, target, fast_retries, monkeypatch
+):
+    # 127.0.0.2 is this machine too, but nothing listens there: the target is bound to 127.0.0.1.
+    _resolve_to(monkeypatch, "127.0.0.2", "127.0.0.1")
+    tenant, _, _ = make_tenant()
+    job = succeeded_job(tenant, callback_url=f"http://hooks.test:{target.server_address[1]}/status/200")
+    webhooks_enqueue_final()
+
+    webhooks_deliver_due(budget_s=0.1)
+
+    delivery = WebhookDelivery.objects.get(job=job)
+    assert delivery.status == DeliveryStatus.DELIVERED and delivery.attempts == 1
+    assert len(target.requests_for("/status/200")) == 1
+
+
+@pytest.mark.django_db
+def test_a_callback_name_resolving_to_loopback_is_refused_without_retrying(
+    make_tenant, target, fast_retries, monkeypatch
+):
+    fast_retries.SCRAPEJOBS_ALLOW_PRIVATE_TARGETS = False
+    _resolve_to(monkeypatch, "127.0.0.1")
+    tenant, _, _ = make_tenant()
+    job = succeeded_job(tenant, callback_url=f"http://hooks.test:{target.server_address[1]}/echo")
+    webhooks_enqueue_final()
+
+    webhooks_deliver_due(budget_s=0.1)
+
+    delivery = WebhookDelivery.objects.get(job=job)
+    assert delivery.status == DeliveryStatus.FAILED and delivery.attempts == 1
+    assert "refused" in delivery.last_error and delivery.last_status_code is None
+    assert target.requests_for("/echo") == []
+
+
+@pytest.mark.django_db
+def test_a_redirect_is_recorded_as_the_answer_and_not_followed(make_tenant, target, fast_retries):
+    tenant, _, _ = make_tenant()
+    job = succeeded_job(tenant, callback_url=target.url("/redirect/1"))
+    webhooks_enqueue_final()
+
+    webhooks_deliver_due(budget_s=0.1)
+
+    attempt = WebhookAttempt.objects.get(delivery__job=job)
+    assert attempt.status_code == 302 and attempt.error.startswith("HTTP 302")
+    assert WebhookDelivery.objects.get(job=job).status == DeliveryStatus.PENDING  # retried later
+    assert [r[1] for r in target.requests_for("/redirect")] == ["/redirect/1"]
+
+
+@pytest.mark.django_db
+def test_a_callback_is_refused_on_the_connected_peer_even_if_resolution_was_fooled(
+    make_tenant, target, fast_retries, monkeypatch
+):
+    # Stand-in for a DNS answer that changed between the check and the connect: the candidate
+    # list says nothing is wrong, the socket's peer is what refuses.
+    monkeypatch.setattr(
+        "apps.outbound.connections.resolve_allowed",
+        lambda host, port, **_: [(socket.AF_INET, ("127.0.0.1", port))],
+    )
+    fast_retries.SCRAPEJOBS_ALLOW_PRIVATE_TARGETS = False
+    tenant, _, _ = make_tenant()
+    job = succeeded_job(tenant, callback_url=f"http://hooks.test:{target.server_address[1]}/echo")
+    webhooks_enqueue_final()
+
+    webhooks_deliver_due(budget_s=0.1)
+
+    delivery = WebhookDelivery.objects.get(job=job)
+    assert delivery.status == DeliveryStatus.FAILED and delivery.attempts == 1
+    assert "refused address 127.0.0.1" in delivery.last_error
+    assert target.requests_for("/echo") == []

@@ -5,7 +5,7 @@ import socket
 import pytest
 from django.test import override_settings
 
-from apps.scraping.addresses import AddressRefused, is_public_address, resolve_allowed
+from apps.outbound.addresses import AddressRefused, is_public_address, resolve_allowed
 
 
 @pytest.mark.parametrize(

@@ -2,9 +2,10 @@
 
 Targets are untrusted: a URL naming ``localhost``, a private network, a link-local or cloud
 metadata address would let a tenant read our own infrastructure (SSRF). The rule is applied to
-the IP address actually connected to, not to the URL's text: ``apps.scraping.fetch`` resolves the
-name itself, checks each candidate here, connects to an allowed one and checks the socket's peer,
-so a DNS answer that changes between a check and the connect (rebinding) cannot get through.
+the IP address actually connected to, not to the URL's text: ``apps.outbound.connections``
+resolves the name itself, checks each candidate here, connects to an allowed one and checks the
+socket's peer, so a DNS answer that changes between a check and the connect (rebinding) cannot get
+through. Intake also uses ``is_public_address`` to refuse literal private addresses up front.
 
 ``SCRAPEJOBS_ALLOW_PRIVATE_TARGETS=true`` (development and tests) turns the rule off.
 
