@@ -27,7 +27,7 @@ from apps.politeness.services import job_domain_turn
 from apps.results.storage import ResultStoreFailed, result_store
 from apps.scraping.fetch import FetchError, FetchRequest, fetch_open
 from apps.scraping.leases import LeaseHandle, lease_keeper
-from apps.writer.api import receipt_submit
+from apps.writer.submit import receipt_submit
 
 logger = logging.getLogger(__name__)
 

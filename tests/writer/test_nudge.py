@@ -13,9 +13,10 @@ from django.conf import settings
 from apps.jobs.models import Job, JobStatus
 from apps.jobs.nudges import WRITER
 from apps.jobs.redis import state_redis
-from apps.writer.api import receipt_submit
 from apps.writer.lease import Lease
-from apps.writer.services import LEASE_KEY, WANTED_KEY, writer_flush
+from apps.writer.services import writer_flush
+from apps.writer.streams import LEASE_KEY, WANTED_KEY
+from apps.writer.submit import receipt_submit
 from tests.support.procs import wait_for
 from tests.writer.helpers import RunningJob, new_id, receipt, running_jobs_create
 
