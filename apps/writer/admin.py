@@ -1,5 +1,5 @@
 """Operators' page for the writer: its status and its dead receipts, with replay and drop (one,
-selected, or all). Thin: reads through selectors, acts through services."""
+selected, or all). Thin: reads through selectors, acts through ``apps.writer.dead_receipts``."""
 
 from __future__ import annotations
 
