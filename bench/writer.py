@@ -141,9 +141,9 @@ def _measure() -> None:
 
     from apps.jobs.models import Job, JobStatus
     from apps.jobs.services import attempts_apply_finished
-    from apps.writer.api import receipt_submit
     from apps.writer.selectors import writer_status
     from apps.writer.services import writer_flush_once
+    from apps.writer.submit import receipt_submit
 
     rng = random.Random(7)
     writer_ids, direct_ids = _jobs_create(RECEIPTS), _jobs_create(BASELINE)

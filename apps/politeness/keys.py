@@ -15,7 +15,7 @@ class DomainKeys:
     throttled: str  # sorted set: recent 429/503 answers, scored by time
 
     def ticket(self, job_id: str) -> str:
-        """A deferred job's booked place in the domain's line (see services._ACQUIRE)."""
+        """A deferred job's booked place in the domain's line (see lua/permit_acquire.lua)."""
         return f"{self.state.rsplit(':', 1)[0]}:ticket:{job_id}"
 
 

@@ -16,8 +16,9 @@ Each domain has, in Redis (keys in ``apps.politeness.keys``):
   waiting for, again and again. A job holding a ticket passes the line; a job without one waits
   behind the booked ones.
 
-Each operation is one Lua script, so concurrent workers cannot both spend the last token or take
-the last slot, and every time is the Redis server's clock (``TIME``): workers' clocks may differ.
+Each operation is one Lua script (``apps/politeness/lua/``), so concurrent workers cannot both
+spend the last token or take the last slot, and every time is the Redis server's clock (``TIME``):
+workers' clocks may differ.
 
 The worker asks before it claims (``job_domain_turn``): waiting spends no attempt, and a refused
 job waits in PostgreSQL (``job_defer_for_domain``: the publisher sends it again once its
@@ -33,6 +34,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -63,87 +65,11 @@ TICKET_GRACE_S = 120
 # failure (every worker would otherwise hit the target unthrottled during the outage).
 UNAVAILABLE_DEFER_S = 5.0
 
-# KEYS: state hash, slots zset, the job's ticket. ARGV: rate/s, burst, cap, holder, slot ttl (s).
-# Returns {granted 0/1, wait ms, reason}. Reasons: cooldown, queue (deferred jobs are booked
-# ahead of this one), concurrency, rate.
-_ACQUIRE = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local rate, burst, cap = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local holder, slot_ttl, grace = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
-local s = redis.call('HMGET', KEYS[1], 'tokens', 'ts', 'next', 'cooldown')
-local tokens = tonumber(s[1]) or burst
-local ts = tonumber(s[2]) or now
-local nxt = tonumber(s[3]) or 0
-local cooldown = tonumber(s[4]) or 0
-tokens = math.min(burst, tokens + math.max(0, now - ts) * rate)
-local ticket = redis.call('EXISTS', KEYS[3]) == 1
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-local reason, wait = '', 0
-if cooldown > now then
-  reason, wait = 'cooldown', cooldown - now
-elseif (not ticket) and nxt > now then
-  reason, wait = 'queue', nxt - now
-elseif redis.call('ZCARD', KEYS[2]) >= cap then
-  reason, wait = 'concurrency', 1 / rate
-elseif tokens < 1 then
-  reason, wait = 'rate', (1 - tokens) / rate
-end
-local granted = 0
-if reason == '' then
-  granted = 1
-  tokens = tokens - 1
-  redis.call('ZADD', KEYS[2], string.format('%.6f', now + slot_ttl), holder)
-  -- The set lives as long as its longest holder (holders have different timeouts).
-  local keep = math.ceil((slot_ttl + 1) * 1000)
-  if redis.call('PTTL', KEYS[2]) < keep then redis.call('PEXPIRE', KEYS[2], keep) end
-  redis.call('DEL', KEYS[3])
-elseif ticket and reason == 'rate' then
-  -- A booked job back a moment before its token (several booked jobs can come back in one
-  -- publisher tick): it keeps its place and its ticket, and tries again when the token is due.
-  redis.call('PEXPIRE', KEYS[3], math.ceil((wait + grace) * 1000))
-else
-  -- Book the next place in the domain's line, 1/rate after the last one booked.
-  local at = math.max(nxt, now + wait)
-  nxt = at + 1 / rate
-  wait = at - now
-  redis.call('SET', KEYS[3], '1', 'PX', math.ceil((wait + grace) * 1000))
-end
-redis.call('HSET', KEYS[1], 'tokens', string.format('%.6f', tokens), 'ts', string.format('%.6f', now),
-           'next', string.format('%.6f', nxt))
-local horizon = math.max(nxt, cooldown, now + burst / rate) - now + 60
-redis.call('PEXPIRE', KEYS[1], math.ceil(horizon * 1000))
-return {granted, math.ceil(wait * 1000), reason}
-"""
-
-# KEYS: state hash, throttled zset. ARGV: retry-after s (0: none), throttled 0/1, threshold,
-# window s, cooldown s (0: repeated throttles cool nothing), max cooldown s, unique member.
-# Returns the domain's cooldown left, in ms (0: none).
-_RECORD = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local retry_after, throttled = tonumber(ARGV[1]), ARGV[2]
-local threshold, window, cool, max_cool = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local untl = 0
-if retry_after > 0 then untl = now + math.min(retry_after, max_cool) end
-if throttled == '1' and cool > 0 then
-  redis.call('ZADD', KEYS[2], string.format('%.6f', now), ARGV[7])
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - window)
-  redis.call('EXPIRE', KEYS[2], window)
-  if redis.call('ZCARD', KEYS[2]) >= threshold then
-    untl = math.max(untl, now + cool)
-    redis.call('DEL', KEYS[2])
-  end
-end
-local cur = tonumber(redis.call('HGET', KEYS[1], 'cooldown')) or 0
-if untl > cur then
-  redis.call('HSET', KEYS[1], 'cooldown', string.format('%.6f', untl))
-  local keep = math.ceil((untl - now + 60) * 1000)
-  if redis.call('PTTL', KEYS[1]) < keep then redis.call('PEXPIRE', KEYS[1], keep) end
-  cur = untl
-end
-return math.ceil(math.max(cur - now, 0) * 1000)
-"""
+# The scripts, one file each in lua/ (their KEYS, ARGV and replies are described there), read
+# once at import. Each operation is one script: see the module docstring.
+_LUA = Path(__file__).resolve().parent / "lua"
+_ACQUIRE = (_LUA / "permit_acquire.lua").read_text(encoding="utf-8")
+_RECORD = (_LUA / "outcome_record.lua").read_text(encoding="utf-8")
 
 _scripts: dict[str, Any] = {}
 

@@ -28,7 +28,7 @@ from apps.results.storage import ResultStoreFailed, result_store
 from apps.scraping.errors import FetchError
 from apps.scraping.fetch import FetchRequest, fetch_open
 from apps.scraping.leases import LeaseHandle, lease_keeper
-from apps.writer.api import receipt_submit
+from apps.writer.submit import receipt_submit
 
 logger = logging.getLogger(__name__)
 

@@ -8,7 +8,8 @@ from redis.exceptions import LockError
 
 from apps.jobs.redis import state_redis
 from apps.runtime.shutdown import worker_is_stopping
-from apps.webhooks.services import webhooks_deliver_due, webhooks_enqueue_final
+from apps.webhooks.services import webhooks_deliver_due as _webhooks_deliver_due
+from apps.webhooks.services import webhooks_enqueue_final as _webhooks_enqueue_final
 
 # One deliverer at a time: a slow callback can then hold one thread of the process that runs the
 # `webhooks` queue (the writer, next to the publisher and sweeper), never all of them.
@@ -19,14 +20,14 @@ DELIVER_BUDGET_S = 20.0
 @shared_task(
     name="apps.webhooks.tasks.webhooks_enqueue_final", queue="control", soft_time_limit=50, time_limit=60
 )
-def enqueue_final() -> int:
-    return webhooks_enqueue_final()
+def webhooks_enqueue_final() -> int:
+    return _webhooks_enqueue_final()
 
 
 @shared_task(
     name="apps.webhooks.tasks.webhooks_deliver_due", queue="webhooks", soft_time_limit=90, time_limit=120
 )
-def deliver_due() -> int:
+def webhooks_deliver_due() -> int:
     lock = state_redis().lock(
         DELIVERER_LOCK, timeout=DELIVER_BUDGET_S + settings.SCRAPEJOBS_WEBHOOK_TIMEOUT_S + 30, blocking=False
     )
@@ -34,7 +35,7 @@ def deliver_due() -> int:
         return 0  # another run is delivering; beat sends the next tick in a second
     try:
         # A stopping worker finishes the calls in flight and claims no more.
-        return webhooks_deliver_due(budget_s=DELIVER_BUDGET_S, should_stop=worker_is_stopping)
+        return _webhooks_deliver_due(budget_s=DELIVER_BUDGET_S, should_stop=worker_is_stopping)
     finally:
         try:
             lock.release()

@@ -1,6 +1,8 @@
 """No tables: the writer's state lives in Redis. ``WriterDeadLetter`` is an unmanaged model
-only so that the Django admin lists a "Writer dead letters" page (apps/writer/admin.py) with
-the usual permissions; it is never queried."""
+only so that the Django admin lists a page for the writer's status and dead receipts
+(apps/writer/admin.py) with the usual permissions; it is never queried. Its class name, verbose
+names and permissions keep their old "dead letter" wording: they are the admin's URL
+(/admin/writer/writerdeadletter/), permission codenames and migration state."""
 
 from __future__ import annotations
 

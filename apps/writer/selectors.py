@@ -10,9 +10,9 @@ from typing import Any
 import redis
 
 from apps.jobs.receipts import receipt_decode
-from apps.writer.services import (
+from apps.writer.streams import (
     BATCHES,
-    DEAD_LETTERS,
+    DEAD_RECEIPTS,
     FIELD,
     GROUP,
     LEASE_KEY,
@@ -30,7 +30,7 @@ class WriterStatus:
     pending: int  # read by a writer, not yet acknowledged (in flight, or waiting for a retry)
     unread: int  # not yet read by any writer
     waiting_retry: int  # failed at least once, waiting for their backoff
-    dead_letters: int
+    dead_receipts: int
     lease_holder: str | None
     lease_ttl_ms: int | None
     last_batches: list[dict[str, Any]] = field(default_factory=list)  # newest first
@@ -44,7 +44,7 @@ class WriterStatus:
             ("pending", self.pending),
             ("unread", self.unread),
             ("waiting_retry", self.waiting_retry),
-            ("dead_letters", self.dead_letters),
+            ("dead_receipts", self.dead_receipts),
             ("lease_holder", self.lease_holder or "-"),
             ("lease_ttl_ms", self.lease_ttl_ms if self.lease_ttl_ms is not None else "-"),
             ("last_batch_sizes", " ".join(map(str, sizes)) or "-"),
@@ -60,7 +60,7 @@ def writer_status() -> WriterStatus:
     pipe.xlen(STREAM)
     pipe.xrange(STREAM, count=1)
     pipe.zcard(RETRY_AT)
-    pipe.xlen(DEAD_LETTERS)
+    pipe.xlen(DEAD_RECEIPTS)
     pipe.get(LEASE_KEY)
     pipe.pttl(LEASE_KEY)
     pipe.lrange(BATCHES, 0, 19)
@@ -80,7 +80,7 @@ def writer_status() -> WriterStatus:
         pending=pending,
         unread=max(0, length - pending),
         waiting_retry=waiting,
-        dead_letters=dead,
+        dead_receipts=dead,
         lease_holder=holder,
         lease_ttl_ms=ttl if ttl and ttl > 0 else None,
         last_batches=[json.loads(b) for b in batches],
@@ -89,7 +89,7 @@ def writer_status() -> WriterStatus:
 
 
 @dataclass(frozen=True)
-class DeadLetter:
+class DeadReceipt:
     id: str
     receipt: dict[str, Any] | None  # None: the receipt could not be decoded (see raw)
     raw: str
@@ -99,17 +99,17 @@ class DeadLetter:
     stream_id: str
 
 
-def dead_letters_list(*, limit: int = 200) -> list[DeadLetter]:
-    """The newest dead letters first."""
+def dead_receipts_list(*, limit: int = 200) -> list[DeadReceipt]:
+    """The newest dead receipts first."""
     out = []
-    for entry_id, fields in writer_redis().xrevrange(DEAD_LETTERS, count=limit):
+    for entry_id, fields in writer_redis().xrevrange(DEAD_RECEIPTS, count=limit):
         raw = fields.get(FIELD, "")
         try:
             receipt: dict[str, Any] | None = receipt_decode(raw).to_dict()
         except (ValueError, TypeError, KeyError):
             receipt = None
         out.append(
-            DeadLetter(
+            DeadReceipt(
                 id=entry_id,
                 receipt=receipt,
                 raw=raw,
@@ -124,7 +124,7 @@ def dead_letters_list(*, limit: int = 200) -> list[DeadLetter]:
 
 def receipts_applied_before() -> datetime | None:
     """The moment before which every submitted receipt has been applied (or set aside as a dead
-    letter): the Redis time of the oldest receipt still in the stream. None when the stream is
+    receipt): the Redis time of the oldest receipt still in the stream. None when the stream is
     empty, i.e. everything submitted so far is applied.
 
     The sweeper uses it: a job whose lease expired while a receipt for it may still be waiting

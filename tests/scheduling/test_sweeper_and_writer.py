@@ -18,9 +18,10 @@ from apps.jobs.models import Attempt, Job, JobStatus
 from apps.jobs.receipts import AttemptFinished
 from apps.jobs.services import job_claim, job_create
 from apps.scheduling.services import jobs_sweep_expired_leases
-from apps.writer.api import receipt_submit
 from apps.writer.selectors import receipts_applied_before
-from apps.writer.services import FIELD, RETRY_AT, STREAM, writer_flush_once, writer_redis
+from apps.writer.services import writer_flush_once
+from apps.writer.streams import FIELD, RETRY_AT, STREAM, writer_redis
+from apps.writer.submit import receipt_submit
 
 pytestmark = pytest.mark.django_db
 

@@ -7,8 +7,8 @@ import pytest
 
 from apps.jobs.models import Attempt, Job, JobStatus
 from apps.jobs.redis import state_redis
-from apps.writer.api import receipt_submit
-from apps.writer.services import STREAM
+from apps.writer.streams import STREAM
+from apps.writer.submit import receipt_submit
 from tests.support.procs import wait_for
 from tests.writer.helpers import RunningJob, new_id, receipt, running_jobs_create
 

@@ -16,8 +16,8 @@ from django.db import connection
 
 from apps.jobs.receipts import AttemptFinished
 from apps.jobs.redis import state_redis
-from apps.writer.api import receipt_submit
-from apps.writer.services import DEAD_LETTERS, GROUP, STREAM
+from apps.writer.streams import DEAD_RECEIPTS, GROUP, STREAM
+from apps.writer.submit import receipt_submit
 from tests.support.procs import Proc, service_env, wait_for
 from tests.writer.helpers import T0, RunningJob, new_id, receipt, running_jobs_create
 
@@ -165,7 +165,7 @@ def test_ten_thousand_receipts_survive_a_writer_killed_mid_batch_and_fold_exactl
     """FR-W1, FR-W2, FR-W3: duplicates, replays and stale-attempt receipts; the first writer
     process is SIGKILLed while it holds read-but-unacknowledged receipts; a second one reclaims
     them. The database equals the independent fold, every row was updated at most once, and the
-    stream ends fully acknowledged with no dead letters."""
+    stream ends fully acknowledged with no dead receipts."""
     rng = random.Random(20261129)
     specs = []
     for i in range(2000):
@@ -223,7 +223,7 @@ def test_ten_thousand_receipts_survive_a_writer_killed_mid_batch_and_fold_exactl
             what="every receipt applied and acknowledged",
         )
         second.stop()
-        assert r.xlen(DEAD_LETTERS) == 0
+        assert r.xlen(DEAD_RECEIPTS) == 0
 
         jobs, attempts, moved = _expected_fold(specs, current, stale)
         with connection.cursor() as cur:

@@ -1,6 +1,6 @@
 """The receipt's wire format (issue #7): the compact array the workers write now, and the JSON
 object they wrote before, which the writer still applies (receipts already in a stream, or
-replayed from the dead letters, when the compact format shipped)."""
+replayed from the dead receipts, when the compact format shipped)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import pytest
 
 from apps.jobs.models import Attempt, Job, JobStatus
 from apps.jobs.receipts import AttemptFinished, ResultStored, receipt_decode, receipt_encode
-from apps.writer.selectors import dead_letters_list
-from apps.writer.services import FIELD, STREAM, writer_flush_once
-from apps.writer.services import writer_redis as state_redis
+from apps.writer.selectors import dead_receipts_list
+from apps.writer.services import writer_flush_once
+from apps.writer.streams import FIELD, STREAM
+from apps.writer.streams import writer_redis as state_redis
 from tests.writer.helpers import RunningJob, new_id, receipt, running_jobs_create
 
 ODD = 'quote " backslash \\ tab \t newline \n unicode é ✓ 🙂 and a NUL-free end'
@@ -77,20 +78,20 @@ def test_the_writer_applies_old_and_compact_receipts_side_by_side() -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_dead_letter_shows_its_receipt_in_either_format() -> None:
-    """The admin's dead-letter list decodes both forms; a compact receipt the writer cannot
+def test_a_dead_receipt_shows_its_receipt_in_either_format() -> None:
+    """The admin's dead-receipt list decodes both forms; a compact receipt the writer cannot
     decode (an unknown version) is shown raw."""
     r = state_redis()
     job_id = new_id()
     r.xadd(STREAM, {FIELD: '[99, "x", 1]'})
     writer_flush_once()
-    [d] = dead_letters_list()
+    [d] = dead_receipts_list()
     assert d.receipt is None and d.raw == '[99, "x", 1]' and "undecodable" in d.error
     # A valid receipt for a job that does not exist is not an error (it is stale), so shape one
-    # by hand as the dead-letter list would find it.
+    # by hand as the dead-receipt list would find it.
     r.xadd("sj:receipts:dead", {FIELD: receipt_encode(receipt(job_id, 2)), "error": "e"})
     r.xadd("sj:receipts:dead", {FIELD: json.dumps(receipt(job_id, 3).to_dict()), "error": "e"})
-    shown = [(d.receipt or {}).get("attempt") for d in dead_letters_list()]
+    shown = [(d.receipt or {}).get("attempt") for d in dead_receipts_list()]
     assert shown == [3, 2, None]
 
 
@@ -135,6 +136,6 @@ def test_the_writer_applies_a_newer_workers_receipts_and_sets_none_aside() -> No
     stats = writer_flush_once()
 
     assert (stats.read, stats.applied, stats.acked, stats.dead) == (2, 2, 2, 0)
-    assert dead_letters_list() == []
+    assert dead_receipts_list() == []
     assert Job.objects.get(id=jobs[0].id).status == JobStatus.SUCCEEDED
     assert Job.objects.get(id=jobs[1].id).status == JobStatus.FAILED

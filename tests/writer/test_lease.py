@@ -11,9 +11,9 @@ import time
 import pytest
 
 from apps.jobs.redis import state_redis
-from apps.writer.api import receipt_submit
 from apps.writer.lease import Lease
-from apps.writer.services import LEASE_KEY
+from apps.writer.streams import LEASE_KEY
+from apps.writer.submit import receipt_submit
 from tests.support.procs import Proc, service_env, wait_for
 from tests.writer.helpers import RunningJob, new_id, receipt, running_jobs_create
 

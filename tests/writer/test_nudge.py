@@ -4,6 +4,7 @@ that finds the writer busy is answered by the busy writer."""
 
 from __future__ import annotations
 
+import functools
 import time
 
 import pytest
@@ -13,9 +14,10 @@ from django.conf import settings
 from apps.jobs.models import Job, JobStatus
 from apps.jobs.nudges import WRITER
 from apps.jobs.redis import state_redis
-from apps.writer.api import receipt_submit
 from apps.writer.lease import Lease
-from apps.writer.services import LEASE_KEY, WANTED_KEY, writer_flush
+from apps.writer.services import writer_flush
+from apps.writer.streams import LEASE_KEY, WANTED_KEY
+from apps.writer.submit import receipt_submit
 from tests.support.procs import wait_for
 from tests.writer.helpers import RunningJob, new_id, receipt, running_jobs_create
 
@@ -24,6 +26,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def _status(job_id: str) -> str:
     return str(Job.objects.values_list("status", flat=True).get(id=job_id))
+
+
+def _is_failed(job_id: str) -> bool:
+    return _status(job_id) == JobStatus.FAILED
 
 
 def _flush_tasks_queued() -> int:
@@ -54,12 +60,7 @@ def test_a_receipt_is_applied_by_the_writer_process_with_no_beat_running(service
     for job_id in later:
         started = time.monotonic()
         receipt_submit(receipt(job_id, 1, "failed_permanent"))
-        wait_for(
-            lambda j=job_id: _status(j) == JobStatus.FAILED,
-            timeout=30,
-            interval=0.01,
-            what="the nudged flush",
-        )
+        wait_for(functools.partial(_is_failed, job_id), timeout=30, interval=0.01, what="the nudged flush")
         latencies.append(time.monotonic() - started)
     latencies.sort()
     assert latencies[len(latencies) // 2] < 0.5 and latencies[-1] < 3.0, latencies

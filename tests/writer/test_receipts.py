@@ -13,9 +13,10 @@ from django.core.management import call_command
 from apps.jobs.models import Attempt, Job, JobStatus
 from apps.jobs.receipts import COMPACT_V1, receipt_decode
 from apps.jobs.services import job_claim, job_create
-from apps.writer.api import receipt_submit
-from apps.writer.services import FIELD, STREAM, writer_flush_once
-from apps.writer.services import writer_redis as state_redis
+from apps.writer.services import writer_flush_once
+from apps.writer.streams import FIELD, STREAM
+from apps.writer.streams import writer_redis as state_redis
+from apps.writer.submit import receipt_submit
 from tests.writer.helpers import T0, RunningJob, new_id, receipt, running_jobs_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -118,7 +119,7 @@ def test_writer_status_reports_lag_backlog_and_batches(capsys) -> None:
     time.sleep(0.05)
     call_command("writer_status")
     out = dict(line.split(": ", 1) for line in capsys.readouterr().out.splitlines())
-    assert (out["stream_length"], out["unread"], out["dead_letters"]) == ("3", "3", "0")
+    assert (out["stream_length"], out["unread"], out["dead_receipts"]) == ("3", "3", "0")
     assert int(out["lag_ms"]) >= 50
 
     writer_flush_once()

@@ -1,4 +1,4 @@
-"""``python manage.py writer_status``: the writer's lag, backlog, batches and dead letters as
+"""``python manage.py writer_status``: the writer's lag, backlog, batches and dead receipts as
 ``name: value`` lines (the same figures as the admin's writer page)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from apps.writer.selectors import writer_status
 
 
 class Command(BaseCommand):
-    help = "Show the leased writer's lag, pending receipts, batch sizes and dead letters."
+    help = "Show the leased writer's lag, pending receipts, batch sizes and dead receipts."
 
     def handle(self, *args: Any, **options: Any) -> None:
         for name, value in writer_status().lines():

@@ -1,4 +1,4 @@
-"""How workers hand over their bookkeeping: ``receipt_submit`` (FR-W1).
+"""The worker side of the writer: ``receipt_submit`` hands over a worker's bookkeeping (FR-W1).
 
 A worker calls it after a fetch. It is one Redis round trip (XADD to the receipts stream, plus
 the nudges, plus whatever the caller adds to the same pipeline, e.g. giving back its
@@ -14,7 +14,7 @@ from typing import Any
 
 from apps.jobs.nudges import PUBLISH, WRITER, nudges_queue
 from apps.jobs.receipts import AttemptFinished, receipt_encode
-from apps.writer.services import FIELD, STREAM, writer_redis
+from apps.writer.streams import FIELD, STREAM, writer_redis
 
 
 def receipt_submit(
@@ -25,7 +25,7 @@ def receipt_submit(
 ) -> str:
     """Append the receipt (keyed by its natural key ``(job_id, attempt)``, so submitting it twice
     is harmless) and nudge the writer; returns its stream id. No trimming here: an entry leaves
-    the stream only once the writer applied it (or moved it to the dead letters).
+    the stream only once the writer applied it (or moved it to the dead receipts).
 
     ``also`` queues the caller's own commands on the same pipeline (they run first).
     ``nudge_publisher``: a worker slot is free, so ask the publisher to refill the broker too.

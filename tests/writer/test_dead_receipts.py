@@ -1,5 +1,5 @@
 """FR-W4: failing receipts are retried with backoff, isolated from their batch, and end in the
-dead letters after MAX_ATTEMPTS, where operators replay or drop them (services and admin)."""
+dead receipts after MAX_ATTEMPTS, where operators replay or drop them (services and admin)."""
 
 from __future__ import annotations
 
@@ -13,17 +13,12 @@ from django.db import connection
 from django.test import Client
 
 from apps.jobs.models import Job, JobStatus
-from apps.writer.api import receipt_submit
-from apps.writer.selectors import dead_letters_list, writer_status
-from apps.writer.services import (
-    DEAD_LETTERS,
-    STREAM,
-    TRIES,
-    dead_letters_drop,
-    dead_letters_replay,
-    writer_flush_once,
-)
-from apps.writer.services import writer_redis as state_redis
+from apps.writer.dead_receipts import dead_receipts_drop, dead_receipts_replay
+from apps.writer.selectors import dead_receipts_list, writer_status
+from apps.writer.services import writer_flush_once
+from apps.writer.streams import DEAD_RECEIPTS, STREAM, TRIES
+from apps.writer.streams import writer_redis as state_redis
+from apps.writer.submit import receipt_submit
 from tests.support.procs import wait_for
 from tests.writer.helpers import RunningJob, new_id, receipt, running_jobs_create
 
@@ -36,13 +31,13 @@ def _jobs(n: int) -> list[RunningJob]:
     return specs
 
 
-def test_a_poison_receipt_lands_in_the_dead_letters_after_max_attempts_while_its_batch_is_applied(
+def test_a_poison_receipt_lands_in_the_dead_receipts_after_max_attempts_while_its_batch_is_applied(
     settings,
 ) -> None:
     """FR-W4: two poison receipts (a NUL byte PostgreSQL refuses in text; an HTTP status out of
     smallint range) in one batch with 30 good ones. The first flush applies the 30; each poison
-    receipt is retried only after its backoff (0.3 s, then 0.6 s) and dead-lettered on its third
-    failure, with its error; the stream ends empty."""
+    receipt is retried only after its backoff (0.3 s, then 0.6 s) and set aside as a dead receipt
+    on its third failure, with its error; the stream ends empty."""
     settings.SCRAPEJOBS_DATABASE_WRITER_MAX_ATTEMPTS = 3
     settings.SCRAPEJOBS_DATABASE_WRITER_RETRY_DELAY_SECONDS = 0.3
     settings.SCRAPEJOBS_DATABASE_WRITER_BATCH_SIZE = 100
@@ -66,9 +61,9 @@ def test_a_poison_receipt_lands_in_the_dead_letters_after_max_attempts_while_its
     assert writer_flush_once().read == 0  # still in its backoff: not retried yet
     assert r.hmget(TRIES, poison_ids) == ["1", "1"]
 
-    wait_for(lambda: writer_flush_once().dead == 2, timeout=10, interval=0.05, what="dead letters")
+    wait_for(lambda: writer_flush_once().dead == 2, timeout=10, interval=0.05, what="dead receipts")
     assert time.monotonic() - started >= 0.3 + 0.6  # both backoffs were waited out
-    dead = {d.receipt["job_id"]: d for d in dead_letters_list() if d.receipt}
+    dead = {d.receipt["job_id"]: d for d in dead_receipts_list() if d.receipt}
     assert set(dead) == {nul.id, huge.id}
     assert "0x00" in dead[nul.id].error and dead[nul.id].attempts == 3
     assert "out of range" in dead[huge.id].error
@@ -76,14 +71,14 @@ def test_a_poison_receipt_lands_in_the_dead_letters_after_max_attempts_while_its
     assert (r.xlen(STREAM), r.hlen(TRIES)) == (0, 0)
     assert Job.objects.get(id=nul.id).status == JobStatus.RUNNING
     status = writer_status()
-    assert (status.dead_letters, status.pending, status.stream_length) == (2, 0, 0)
+    assert (status.dead_receipts, status.pending, status.stream_length) == (2, 0, 0)
 
 
-def test_an_undecodable_entry_goes_to_the_dead_letters_at_once() -> None:
+def test_an_undecodable_entry_goes_to_the_dead_receipts_at_once() -> None:
     """FR-W4: retrying cannot fix a receipt that is not one."""
     state_redis().xadd(STREAM, {"r": "{not json"})
     assert writer_flush_once().dead == 1
-    [d] = dead_letters_list()
+    [d] = dead_receipts_list()
     assert d.receipt is None and d.raw == "{not json" and "undecodable" in d.error
 
 
@@ -98,10 +93,10 @@ def _lock_job(job_id: str, locked: threading.Event, release: threading.Event) ->
         conn.rollback()
 
 
-def test_a_receipt_that_timed_out_is_applied_when_replayed_from_the_dead_letters(settings) -> None:
+def test_a_receipt_that_timed_out_is_applied_when_replayed_from_the_dead_receipts(settings) -> None:
     """FR-W4 with WRITE_TIMEOUT_SECONDS: a job row locked elsewhere makes its receipt's batch
-    time out; the other receipt of the batch is applied, this one is dead-lettered (one attempt
-    allowed here). Once the lock is gone, replaying it through the service applies it."""
+    time out; the other receipt of the batch is applied, this one is set aside as a dead receipt
+    (one attempt allowed here). Once the lock is gone, replaying it through the service applies it."""
     settings.SCRAPEJOBS_DATABASE_WRITER_MAX_ATTEMPTS = 1
     settings.SCRAPEJOBS_DATABASE_WRITE_TIMEOUT_SECONDS = 0.3
     blocked, free = _jobs(2)
@@ -117,44 +112,44 @@ def test_a_receipt_that_timed_out_is_applied_when_replayed_from_the_dead_letters
         release.set()
         holder.join()
     assert (stats.applied, stats.dead) == (1, 1)
-    [d] = dead_letters_list()
+    [d] = dead_receipts_list()
     assert d.receipt is not None and d.receipt["job_id"] == blocked.id
     assert "statement timeout" in d.error
     assert Job.objects.get(id=blocked.id).status == JobStatus.RUNNING
 
-    assert dead_letters_replay(ids=[d.id]) == 1
-    assert state_redis().xlen(DEAD_LETTERS) == 0
+    assert dead_receipts_replay(ids=[d.id]) == 1
+    assert state_redis().xlen(DEAD_RECEIPTS) == 0
     assert writer_flush_once().applied == 1
     assert Job.objects.get(id=blocked.id).status == JobStatus.SUCCEEDED
 
 
-def _dead_letters(n: int) -> None:
+def _dead_receipts(n: int) -> None:
     r = state_redis()
     for i in range(n):
         r.xadd(STREAM, {"r": f"garbage {i}"})
     assert writer_flush_once().dead == n
 
 
-def test_dead_letters_are_replayed_and_dropped_one_or_in_bulk_through_the_services() -> None:
+def test_dead_receipts_are_replayed_and_dropped_one_or_in_bulk_through_the_services() -> None:
     """FR-W4: replay puts the receipt back on the writer's stream; drop deletes it."""
-    _dead_letters(5)
+    _dead_receipts(5)
     r = state_redis()
-    first, second, *rest = [d.id for d in dead_letters_list()]
-    assert dead_letters_drop(ids=[first]) == 1
-    assert dead_letters_replay(ids=[second]) == 1
-    assert r.xlen(DEAD_LETTERS) == 3 and r.xlen(STREAM) == 1
+    first, second, *rest = [d.id for d in dead_receipts_list()]
+    assert dead_receipts_drop(ids=[first]) == 1
+    assert dead_receipts_replay(ids=[second]) == 1
+    assert r.xlen(DEAD_RECEIPTS) == 3 and r.xlen(STREAM) == 1
     assert [f["r"] for _, f in r.xrange(STREAM)] == ["garbage 3"]
-    assert dead_letters_replay() == 3
-    assert r.xlen(DEAD_LETTERS) == 0 and r.xlen(STREAM) == 4
+    assert dead_receipts_replay() == 3
+    assert r.xlen(DEAD_RECEIPTS) == 0 and r.xlen(STREAM) == 4
     assert writer_flush_once().dead == 4
-    assert dead_letters_drop() == 4
-    assert r.xlen(DEAD_LETTERS) == 0
+    assert dead_receipts_drop() == 4
+    assert r.xlen(DEAD_RECEIPTS) == 0
 
 
-def test_operators_see_and_act_on_dead_letters_in_the_admin() -> None:
-    """FR-W4 / visibility: the admin page lists the writer's status and its dead letters; the
+def test_operators_see_and_act_on_dead_receipts_in_the_admin() -> None:
+    """FR-W4 / visibility: the admin page lists the writer's status and its dead receipts; the
     drop and replay actions (selected, or all) go through the services."""
-    _dead_letters(3)
+    _dead_receipts(3)
     admin = get_user_model().objects.create_superuser("ops", "ops@example.test", "pw")
     client = Client()
     client.force_login(admin)
@@ -162,17 +157,17 @@ def test_operators_see_and_act_on_dead_letters_in_the_admin() -> None:
     page = client.get(url)
     assert page.status_code == 200
     body = page.content.decode()
-    ids = [d.id for d in dead_letters_list()]
-    assert all(i in body for i in ids) and "lag_ms" in body and "dead_letters" in body
+    ids = [d.id for d in dead_receipts_list()]
+    assert all(i in body for i in ids) and "lag_ms" in body and "dead_receipts" in body
     assert url in client.get("/admin/").content.decode()
 
     res = client.post(url, {"action": "drop", "scope": "selected", "ids": [ids[0]]})
     assert res.status_code == 302
-    assert [d.id for d in dead_letters_list()] == ids[1:]
+    assert [d.id for d in dead_receipts_list()] == ids[1:]
     res = client.post(url, {"action": "replay", "scope": "all"})
     assert res.status_code == 302
     r = state_redis()
-    assert r.xlen(DEAD_LETTERS) == 0 and r.xlen(STREAM) == 2
+    assert r.xlen(DEAD_RECEIPTS) == 0 and r.xlen(STREAM) == 2
 
     # Without permission: nothing happens.
     staff = get_user_model().objects.create_user("viewer", "v@example.test", "pw", is_staff=True)

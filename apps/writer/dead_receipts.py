@@ -1,0 +1,80 @@
+"""Dead receipts: receipts the writer could not apply, set aside (FR-W4).
+
+A receipt that failed ``MAX_ATTEMPTS`` times, or that cannot even be decoded, is moved by the
+flush (``apps.writer.services``) to the stream ``DEAD_RECEIPTS`` with its error, and acknowledged,
+so that it never holds the writer back. Operators see them on the writer's admin page and replay
+(after fixing the cause) or drop them, one, selected or all. (The stream's cap keeps the name of
+its setting, ``SCRAPEJOBS_DATABASE_WRITER_DEAD_LETTER_MAXLEN``: deployments set it.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+
+from apps.writer.streams import DEAD_RECEIPTS, FIELD, GROUP, RETRY_AT, STREAM, TOTALS, TRIES, writer_redis
+
+
+def dead_receipt_add(r: Any, *, entry_id: str, raw: str, error: str, attempts: int) -> None:
+    """Move one entry from the receipts stream to the dead receipts, with its error, in one
+    MULTI: it is in exactly one of the two streams, and no longer pending or scheduled."""
+    fields = {
+        FIELD: raw,
+        "error": error[:4000],
+        "stream_id": entry_id,
+        "attempts": str(attempts),
+        "failed_at": timezone.now().isoformat(),
+    }
+    pipe = r.pipeline(transaction=True)
+    pipe.xadd(
+        DEAD_RECEIPTS, fields, maxlen=settings.SCRAPEJOBS_DATABASE_WRITER_DEAD_LETTER_MAXLEN, approximate=True
+    )
+    pipe.xack(STREAM, GROUP, entry_id).xdel(STREAM, entry_id).zrem(RETRY_AT, entry_id).hdel(TRIES, entry_id)
+    pipe.hincrby(TOTALS, "dead", 1)
+    pipe.execute()
+
+
+def dead_receipts_replay(*, ids: Iterable[str] | None = None) -> int:
+    """Append dead receipts back to the receipts stream (as new entries, with a fresh failure
+    count) and remove them from the dead receipts. ``ids=None``: all of them. Returns how many."""
+    r = writer_redis()
+    replayed = 0
+    for batch in _dead_receipt_batches(r, ids):
+        pipe = r.pipeline(transaction=True)
+        for entry_id, fields in batch:
+            pipe.xadd(STREAM, {FIELD: fields.get(FIELD, "")})
+            pipe.xdel(DEAD_RECEIPTS, entry_id)
+        pipe.execute()
+        replayed += len(batch)
+    return replayed
+
+
+def dead_receipts_drop(*, ids: Iterable[str] | None = None) -> int:
+    """Delete dead receipts for good. ``ids=None``: all of them. Returns how many."""
+    r = writer_redis()
+    dropped = 0
+    for batch in _dead_receipt_batches(r, ids):
+        dropped += int(r.xdel(DEAD_RECEIPTS, *[entry_id for entry_id, _ in batch]))
+    return dropped
+
+
+def _dead_receipt_batches(
+    r: Any, ids: Iterable[str] | None, size: int = 500
+) -> Iterable[list[tuple[str, dict[str, str]]]]:
+    if ids is None:
+        start = "-"
+        while batch := r.xrange(DEAD_RECEIPTS, min=start, count=size):
+            yield batch
+            start = "(" + batch[-1][0]
+        return
+    wanted = list(dict.fromkeys(ids))
+    for i in range(0, len(wanted), size):
+        pipe = r.pipeline(transaction=False)
+        for entry_id in wanted[i : i + size]:
+            pipe.xrange(DEAD_RECEIPTS, min=entry_id, max=entry_id)
+        found = [hit[0] for hit in pipe.execute() if hit]
+        if found:
+            yield found

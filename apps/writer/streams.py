@@ -1,0 +1,91 @@
+"""The writer's Redis keys, its consumer name and its stream helpers (contract section 5, FR-W1).
+
+Workers append receipts to ``STREAM`` (``apps.writer.submit``); the flush (``apps.writer.services``)
+reads them in the consumer group ``GROUP``, and sets the poisoned ones aside in ``DEAD_RECEIPTS``
+(``apps.writer.dead_receipts``). The key strings are data in running deployments: they keep their
+values whatever the Python names around them are called.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import socket
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from apps.jobs.receipts import AttemptFinished
+from apps.jobs.redis import state_redis
+
+STREAM = "sj:receipts"
+GROUP = "writer"
+DEAD_RECEIPTS = "sj:receipts:dead"  # stream: poisoned receipts (apps.writer.dead_receipts)
+LEASE_KEY = "sj:writer:lease"
+TRIES = "sj:writer:tries"  # hash: stream id -> failed applications so far
+RETRY_AT = "sj:writer:retry"  # sorted set: stream id -> ms (Unix) of its next try
+BATCHES = "sj:writer:batches"  # list: the last BATCH_RECORDS transactions (JSON), newest first
+TOTALS = "sj:writer:totals"  # hash: running counters since the Redis database was created
+BATCH_RECORDS = 50
+WANTED_KEY = "sj:writer:wanted"  # a flush found the lease taken: the holder drains once more
+FIELD = "r"  # the one field of a stream entry: the receipt (apps.jobs.receipts.receipt_encode)
+
+
+def writer_redis() -> Any:
+    """The state Redis client, typed loosely: redis-py 8 annotates every reply as a union of
+    bytes, str and awaitables, which ``decode_responses=True`` and the sync client rule out."""
+    return state_redis()
+
+
+# One consumer name per process: XAUTOCLAIM moves a dead process's pending entries to the living.
+CONSUMER = f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclass(slots=True)
+class Entry:
+    id: str
+    raw: str
+    receipt: AttemptFinished
+    duplicates: list[str] = field(default_factory=list)  # stream ids acknowledged with this one
+    # Some of its ids came from a retry or a reclaim (XCLAIM, XAUTOCLAIM), so they may have a
+    # failure count and a retry time to clear. A new receipt (XREADGROUP ">") never has them.
+    swept: bool = False
+
+    @property
+    def ids(self) -> list[str]:
+        return [self.id, *self.duplicates] if self.duplicates else [self.id]
+
+
+def stream_group_ensure(r: Any) -> None:
+    # Idempotent; from id 0 so that receipts appended before the group existed are read too.
+    try:
+        r.xgroup_create(STREAM, GROUP, id="0", mkstream=True)
+    except redis.ResponseError as exc:
+        if "BUSYGROUP" not in str(exc):
+            raise
+
+
+def stream_read_new(r: Any, *, count: int) -> list[tuple[str, list[str]]]:
+    """XREADGROUP ``>``: up to ``count`` receipts never delivered before, as (id, flat fields).
+
+    Sent without redis-py's reply callback, which turns every entry's fields into a dict (and a
+    RESP3 reply into the RESP2 shape): a few microseconds per receipt on the writer's busiest
+    thread (issue #7). Both reply shapes are read here: RESP3 ``{stream: entries}`` and RESP2
+    ``[[stream, entries]]``."""
+    reply = _callback_free(r.connection_pool).execute_command(
+        "XREADGROUP", "GROUP", GROUP, CONSUMER, "COUNT", count, "STREAMS", STREAM, ">"
+    )
+    if not reply:
+        return []
+    streams = reply.values() if isinstance(reply, dict) else (entries for _name, entries in reply)
+    return [(entry_id, flat) for entries in streams for entry_id, flat in entries]
+
+
+@functools.lru_cache(maxsize=8)
+def _callback_free(pool: redis.ConnectionPool) -> Any:
+    """A client on the same connection pool without XREADGROUP's reply callback (redis-py keeps
+    the callbacks per client, so the state client is left as it is)."""
+    client = redis.Redis(connection_pool=pool)
+    client.response_callbacks.pop("XREADGROUP", None)
+    return client
