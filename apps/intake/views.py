@@ -24,7 +24,8 @@ from apps.intake.serializers import (
     job_create_input_lean,
     request_fingerprint,
 )
-from apps.jobs.services import IdempotencyConflict, job_cancel, job_create
+from apps.jobs.cancel_requeue import job_cancel
+from apps.jobs.intake import IdempotencyConflict, job_create
 from apps.query import selectors
 from apps.query.serializers import ErrorOutput, base_url, job_links
 from apps.tenants.authentication import BearerTokenAuthentication, TenantPrincipal

@@ -55,9 +55,9 @@ from django.db import connection
 from django.utils import timezone
 
 from apps.jobs.nudges import WRITER, nudge
+from apps.jobs.receipt_fold import ApplyStats, attempts_apply_finished
 from apps.jobs.receipts import AttemptFinished, receipt_decode
 from apps.jobs.redis import state_redis
-from apps.jobs.services import ApplyStats, attempts_apply_finished
 from apps.writer.lease import Lease
 
 logger = logging.getLogger(__name__)
