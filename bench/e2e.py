@@ -207,7 +207,7 @@ def _submit(tenant_id: str, target: str, n: int, latency_ms: int) -> None:
     import django
 
     django.setup()
-    from apps.jobs.services import job_create
+    from apps.jobs.intake import job_create
 
     tenant = uuid.UUID(tenant_id)
     started = time.time()

@@ -140,7 +140,7 @@ def _measure() -> None:
     from django.conf import settings
 
     from apps.jobs.models import Job, JobStatus
-    from apps.jobs.services import attempts_apply_finished
+    from apps.jobs.receipt_fold import attempts_apply_finished
     from apps.writer.selectors import writer_status
     from apps.writer.services import writer_flush_once
     from apps.writer.submit import receipt_submit

@@ -2,9 +2,12 @@
 
 import pytest
 
+from apps.jobs.cancel_requeue import job_cancel
+from apps.jobs.claims import job_claim
+from apps.jobs.intake import job_create
 from apps.jobs.models import Attempt, Job, JobStatus
+from apps.jobs.receipt_fold import attempts_apply_finished
 from apps.jobs.receipts import AttemptFinished
-from apps.jobs.services import attempts_apply_finished, job_cancel, job_claim, job_create
 
 pytestmark = pytest.mark.django_db
 

@@ -26,7 +26,8 @@ from apps.intake.serializers import (
     job_create_input_lean,
     request_fingerprint,
 )
-from apps.jobs.services import IdempotencyConflict, job_cancel, job_create
+from apps.jobs.cancel_requeue import job_cancel
+from apps.jobs.intake import IdempotencyConflict, job_create
 from apps.tenants.authentication import BearerTokenAuthentication, TenantPrincipal
 from apps.tenants.throttling import token_rate_take
 

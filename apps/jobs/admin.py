@@ -1,6 +1,6 @@
 """Jobs and attempts in the Django admin (FR-9, contract section 8).
 
-Everything is read-only: a job changes state only through ``apps.jobs.services``, so an operator's
+Everything is read-only: a job changes state only through the services of ``apps.jobs``, so an operator's
 edit can never skip the rules the API and the workers keep. The two things an operator does,
 cancel and requeue, are actions calling ``job_cancel`` and ``jobs_requeue``: the same services the
 API calls, offered to staff holding the job's change permission. Nothing is added or deleted here
@@ -17,8 +17,8 @@ from django.db.models import Count, QuerySet
 from django.http import HttpRequest
 
 from apps.admin_mixins import ReadOnlyAdminMixin
+from apps.jobs.cancel_requeue import job_cancel, jobs_requeue
 from apps.jobs.models import Attempt, Job
-from apps.jobs.services import job_cancel, jobs_requeue
 
 # How far back the domain filter looks for its choices: grouping the whole table on every page
 # load would be a full scan; the newest jobs are the ones an operator is looking at.

@@ -114,22 +114,23 @@ class Job(models.Model):
         # Every index here is paid for by every write that moves a job (the writer rewrites the
         # row and all of its indexes: a status change is never a HOT update), so each one names
         # the query that needs it (apps/jobs/migrations/0002_writer_indexes.py dropped the rest).
-        # The publisher's queued-and-unpublished index is jobs_outbox_fair (apps/publishing).
+        # The publisher's queued-and-unpublished index is jobs_outbox_fair (apps/publishing's
+        # migration; its queries are in apps/jobs/outbox.py).
         indexes = [
-            # jobs_sweep_expired_leases (apps/scheduling/services.py): running rows by lease.
+            # jobs_lose_expired_leases (apps/jobs/sweeping.py): running rows by lease.
             models.Index(
                 fields=["lease_expires_at"],
                 condition=Q(status="running"),
                 name="jobs_running_by_lease",
             ),
-            # jobs_sweep_unclaimed (apps/scheduling/services.py): published but never taken.
+            # jobs_sweep_unclaimed (apps/jobs/sweeping.py): published but never taken.
             models.Index(
                 fields=["published_at"],
                 condition=Q(status="queued", published_at__isnull=False),
                 name="jobs_published_untaken",
             ),
-            # webhooks_enqueue_final (apps/webhooks/services.py): final jobs whose end is not
-            # yet announced (webhooks).
+            # jobs_final_unannounced_lock (apps/jobs/final_notices.py), for the webhooks: final
+            # jobs whose end is not yet announced.
             models.Index(
                 fields=["finished_at"],
                 condition=Q(status__in=["succeeded", "failed", "cancelled"], final_published_at__isnull=True),

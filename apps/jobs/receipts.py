@@ -3,7 +3,7 @@
 A receipt is a compact JSON-able record keyed by its natural key ``(job_id, attempt)``. Applying
 the same receipt twice changes nothing, and a receipt whose attempt is no longer the job's
 current one cannot move the job (the attempt number is the fencing token; see
-``apps.jobs.services.attempts_apply_finished``).
+``apps.jobs.receipt_fold.attempts_apply_finished``).
 
 On the wire (``receipt_encode`` / ``receipt_decode``) a receipt is a JSON array whose first
 element is the format version, the fields in a fixed order after it: about half the bytes of the

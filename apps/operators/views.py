@@ -10,7 +10,7 @@ from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.http import require_GET
 
-from apps.jobs.models import JobStatus
+from apps.jobs.selectors import jobs_counts
 
 
 @functools.cache
@@ -49,42 +49,20 @@ def readyz(request: HttpRequest) -> HttpResponse:
     )
 
 
-# One statement, one pass over jobs_job per scrape (O(jobs); a scrape every 15-60 s is fine up to
-# millions of rows). Kept exact rather than estimated because alerts watch the queued figures.
-_METRICS_SQL = """
-SELECT status,
-       count(*),
-       EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE status = 'queued')),
-       count(*) FILTER (WHERE status = 'running' AND lease_expires_at < now())
-  FROM jobs_job
- GROUP BY status
-"""
-
-
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
     """Prometheus text format: jobs by status, age of the oldest queued job, running jobs past
     their lease (their worker is gone; the sweeper will requeue them)."""
-    counts = {s.value: 0 for s in JobStatus}
-    oldest = 0.0
-    past_lease = 0
-    with connection.cursor() as cur:
-        cur.execute(_METRICS_SQL)
-        for status, count, age, expired in cur.fetchall():
-            counts[status] = count
-            if status == JobStatus.QUEUED and age is not None:
-                oldest = float(age)
-            if status == JobStatus.RUNNING:
-                past_lease = expired
+    counts = jobs_counts()
     lines = [
         "# HELP scrapejobs_jobs Jobs by status.",
         "# TYPE scrapejobs_jobs gauge",
-        *(f'scrapejobs_jobs{{status="{s}"}} {n}' for s, n in counts.items()),
+        *(f'scrapejobs_jobs{{status="{s}"}} {n}' for s, n in counts.by_status.items()),
         "# HELP scrapejobs_oldest_queued_job_age_seconds Age of the oldest queued job (0 when none).",
         "# TYPE scrapejobs_oldest_queued_job_age_seconds gauge",
-        f"scrapejobs_oldest_queued_job_age_seconds {max(oldest, 0.0):.3f}",
+        f"scrapejobs_oldest_queued_job_age_seconds {max(counts.oldest_queued_age_s, 0.0):.3f}",
         "# HELP scrapejobs_jobs_running_past_lease Running jobs whose lease has expired.",
         "# TYPE scrapejobs_jobs_running_past_lease gauge",
-        f"scrapejobs_jobs_running_past_lease {past_lease}",
+        f"scrapejobs_jobs_running_past_lease {counts.running_past_lease}",
     ]
     return HttpResponse("\n".join(lines) + "\n", content_type="text/plain; version=0.0.4; charset=utf-8")

@@ -33,16 +33,13 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import redis
 from django.conf import settings
-from django.db import transaction
-from django.utils import timezone
 
-from apps.jobs.models import Job, JobStatus
+from apps.jobs.outbox import job_defer_for_domain
 from apps.jobs.redis import state_redis
 from apps.politeness.keys import domain_keys
 from apps.politeness.selectors import domain_limits_get, job_runnable_get
@@ -140,32 +137,6 @@ def domain_outcome_record(*, domain: str, http_status: int | None, retry_after_s
         ],
     )
     return int(left_ms) / 1000.0
-
-
-def job_defer_for_domain(*, job_id: uuid.UUID | str, wait_s: float) -> bool:
-    """Put a job refused by its domain back in the outbox, to be published again after
-    ``wait_s``; its attempts are unchanged (no attempt was spent). Conditional: only a queued job
-    that was published (the message we are handling) is deferred; False means another process
-    changed it first (cancelled, claimed by a duplicate message, already deferred)."""
-    with transaction.atomic():
-        # The row lock closes a race with the publisher: it sends the message before its stamp
-        # commits, so the worker can hold the message while the row still reads unpublished. A
-        # plain conditional UPDATE would skip that row without waiting (its WHERE fails on the
-        # visible version), and the stamp committed after it would leave the job published with
-        # no message: stuck until the sweeper's republish. FOR UPDATE waits for the publisher.
-        published_at = (
-            Job.objects.select_for_update()
-            .filter(id=job_id, status=JobStatus.QUEUED)
-            .values_list("published_at", flat=True)
-            .first()
-        )
-        if published_at is None:
-            return False
-        now = timezone.now()
-        Job.objects.filter(id=job_id).update(
-            published_at=None, not_before=now + timedelta(seconds=wait_s), updated_at=now
-        )
-    return True
 
 
 @dataclass(eq=False)

@@ -23,12 +23,15 @@ SKIP LOCKED``) from the select to the stamp. The broker send happens inside that
 on purpose: it is the one piece of network I/O that must be covered by the row lock. A crash
 between the send and the commit leaves the rows unstamped and they are sent again next round; the
 duplicate message is harmless because ``job_claim`` is a conditional update.
+
+This module chooses and sends; its reads and writes of the ledger (which priorities and tenants
+have backlog, the oldest due rows, the stamp) are ``apps.jobs.outbox``'s.
 """
 
 from __future__ import annotations
 
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -36,6 +39,12 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from apps.jobs.outbox import (
+    outbox_oldest_lock,
+    outbox_priorities_pending,
+    outbox_published_stamp,
+    outbox_tenants_after,
+)
 from apps.jobs.redis import state_redis
 
 SCRAPE_TASK = "apps.scraping.tasks.scrape_job"
@@ -52,53 +61,6 @@ _ROUNDS = 3
 
 def scrape_queue(priority: str) -> str:
     return f"jobs.{priority}"
-
-
-# The queries below use the partial index jobs_outbox_fair (priority, tenant_id, created_at) WHERE
-# status = 'queued' AND published_at IS NULL (apps/publishing/migrations/0001): each is a handful
-# of index probes per priority or tenant, however large the backlog (see that migration).
-
-# Which priorities have unpublished rows: one probe each.
-_SELECT_PRIORITIES = """
-    SELECT p FROM unnest(%s::text[]) AS p
-     WHERE EXISTS (SELECT 1 FROM jobs_job
-                    WHERE status = 'queued' AND published_at IS NULL AND priority = p)
-"""
-
-# The next ``limit`` tenants with unpublished rows in one priority, in tenant id order, after a
-# given tenant or from the first: a loose index scan (one probe per tenant found).
-_SELECT_TENANTS = """
-    WITH RECURSIVE tenants (tenant_id, n) AS (
-        (SELECT tenant_id, 1 FROM jobs_job
-          WHERE status = 'queued' AND published_at IS NULL AND priority = %(priority)s {after}
-          ORDER BY tenant_id LIMIT 1)
-        UNION ALL
-        SELECT nxt.tenant_id, t.n + 1
-          FROM tenants t
-         CROSS JOIN LATERAL (
-               SELECT tenant_id FROM jobs_job
-                WHERE status = 'queued' AND published_at IS NULL AND priority = %(priority)s
-                  AND tenant_id > t.tenant_id
-                ORDER BY tenant_id LIMIT 1) nxt
-         WHERE t.n < %(limit)s
-    )
-    SELECT tenant_id::text FROM tenants
-"""
-
-# The oldest due rows of each (priority, tenant, how many) asked for, locked.
-_SELECT_OLDEST = """
-    SELECT w.priority, w.tenant_id::text, j.id::text, j.created_at, j.domain, j.timeout_s
-      FROM unnest(%s::text[], %s::uuid[], %s::int[]) AS w (priority, tenant_id, n)
-     CROSS JOIN LATERAL (
-           SELECT id, created_at, domain, timeout_s FROM jobs_job
-            WHERE status = 'queued' AND published_at IS NULL
-              AND priority = w.priority AND tenant_id = w.tenant_id
-              AND (not_before IS NULL OR not_before <= %s)
-              AND NOT (id = ANY(%s::uuid[]))
-            ORDER BY created_at
-            LIMIT w.n
-              FOR UPDATE SKIP LOCKED) j
-"""
 
 
 def broker_depth(channel: Any) -> int:
@@ -132,7 +94,7 @@ def outbox_publish_batch(*, limit: int, depth: int | None = None) -> int:
                 limit = min(limit, depth - broker_depth(producer.channel))
             if limit <= 0:
                 return 0
-            picked = _dispatch_pick(cur, limit=limit, now=timezone.now())
+            picked = _dispatch_pick(limit=limit, now=timezone.now())
             if not picked:
                 return 0
             for pick in picked:
@@ -145,10 +107,7 @@ def outbox_publish_batch(*, limit: int, depth: int | None = None) -> int:
                     queue=scrape_queue(pick.priority),
                     producer=producer,
                 )
-        cur.execute(
-            "UPDATE jobs_job SET published_at = %s WHERE id = ANY(%s::uuid[]) AND published_at IS NULL",
-            [timezone.now(), [pick.job_id for pick in picked]],
-        )
+        outbox_published_stamp(job_ids=[pick.job_id for pick in picked], now=timezone.now())
     return len(picked)
 
 
@@ -174,13 +133,12 @@ class Pick(NamedTuple):
     timeout_s: int
 
 
-def _dispatch_pick(cur: Any, *, limit: int, now: datetime) -> list[Pick]:
+def _dispatch_pick(*, limit: int, now: datetime) -> list[Pick]:
     """Choose and lock up to ``limit`` rows in weighted-fair order; returns them in the order to
     send them. Runs under the dispatcher lock."""
     weights: dict[str, int] = settings.SCRAPEJOBS_PRIORITY_WEIGHTS
     r = state_redis()
-    cur.execute(_SELECT_PRIORITIES, [list(PRIORITIES)])
-    active = {row[0] for row in cur.fetchall()}
+    active = outbox_priorities_pending(priorities=PRIORITIES)
     stored = r.hgetall(_CREDIT_KEY)
     credit = {p: int(stored.get(p, 0)) if p in active else 0 for p in PRIORITIES}
     cursors: dict[str, str | None] = {}
@@ -199,14 +157,15 @@ def _dispatch_pick(cur: Any, *, limit: int, now: datetime) -> list[Pick]:
         for priority, n in slots.items():
             tenants = [
                 t
-                for t in _tenants_after(cur, priority=priority, after=cursors[priority], limit=n)
+                for t in outbox_tenants_after(priority=priority, after=cursors[priority], limit=n)
                 if (priority, t) not in exhausted
             ]
             if tenants:
                 plan[priority] = [tenants[k % len(tenants)] for k in range(n)]
             else:
                 active.discard(priority)
-        rows = _oldest_rows(cur, plan=plan, now=now, skip=[pick.job_id for pick in picked])
+        wanted = Counter((priority, tenant) for priority, order in plan.items() for tenant in order)
+        rows = outbox_oldest_lock(wanted=wanted, now=now, skip=[pick.job_id for pick in picked])
         for priority, order in plan.items():
             for tenant in order:
                 queue = rows.get((priority, tenant))
@@ -243,34 +202,3 @@ def _weighted_slots(
         credit[best] -= total
         slots.append(best)
     return slots
-
-
-def _tenants_after(cur: Any, *, priority: str, after: str | None, limit: int) -> list[str]:
-    """Up to ``limit`` tenants with unpublished rows in ``priority``, in round-robin order: the
-    ones after ``after`` first, then from the first tenant again (wrapping)."""
-    params = {"priority": priority, "limit": limit, "after": after}
-    cur.execute(_SELECT_TENANTS.format(after="AND tenant_id > %(after)s" if after else ""), params)
-    tenants = [row[0] for row in cur.fetchall()]
-    if after and len(tenants) < limit:
-        cur.execute(_SELECT_TENANTS.format(after=""), {**params, "limit": limit - len(tenants)})
-        tenants += [t for (t,) in cur.fetchall() if t not in tenants]
-    return tenants
-
-
-def _oldest_rows(
-    cur: Any, *, plan: dict[str, list[str]], now: datetime, skip: list[str]
-) -> dict[tuple[str, str], list[tuple[str, str, int]]]:
-    """Lock the oldest due rows each planned (priority, tenant) needs; (id, domain, timeout)
-    oldest first."""
-    wanted = Counter((priority, tenant) for priority, order in plan.items() for tenant in order)
-    if not wanted:
-        return {}
-    pairs = list(wanted)
-    cur.execute(
-        _SELECT_OLDEST,
-        [[p for p, _ in pairs], [t for _, t in pairs], [wanted[pair] for pair in pairs], now, skip],
-    )
-    found: dict[tuple[str, str], list[tuple[datetime, str, str, int]]] = defaultdict(list)
-    for priority, tenant, job_id, created_at, domain, timeout_s in cur.fetchall():
-        found[(priority, tenant)].append((created_at, job_id, domain, timeout_s))
-    return {pair: [row[1:] for row in sorted(rows)] for pair, rows in found.items()}

@@ -18,8 +18,8 @@ from django.db.models import QuerySet
 from psycopg import sql
 
 from apps.api.selectors import parse_job_id
+from apps.jobs.final_notices import JOB_FINAL_CHANNEL
 from apps.jobs.models import Attempt, Job
-from apps.jobs.services import JOB_FINAL_CHANNEL
 
 # The columns a job's API representation needs; the request headers and body stay in the row.
 JOB_COLUMNS = (

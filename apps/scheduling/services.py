@@ -1,33 +1,32 @@
 """The scheduler's writes: the stuck-sweeper and the dead letters (contract 3.3, 3.6; seed 002
 steps 17, 24).
 
-The sweeper never talks to the broker. It changes job rows and clears their publish mark, and
-the outbox publisher sends them again: a state change and its "to publish" mark are one write,
-the same guarantee intake has.
-
-Both sweeps take rows in batches with ``FOR UPDATE SKIP LOCKED``, so two sweepers running at once
-(two beat ticks overlapping, two writer processes) split the work instead of waiting on each
-other, and a row the writer is folding a receipt into right now is simply left for the next tick.
+The sweeper decides when to sweep and how far back an expired lease surely means a dead worker
+(the receipts still waiting for the writer say so); the sweeps themselves, like every change of a
+job, are the ledger's (``apps.jobs.sweeping``). A dead letter is a failed job; a discard is a
+small row of this app's own, so the ledger stays untouched.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
-from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from apps.jobs.lifecycle import plan_after_attempt
-from apps.jobs.models import FINAL_STATUSES, AttemptOutcome, Job, JobStatus
-from apps.jobs.services import jobs_notify_final, jobs_requeue
+from apps.jobs.cancel_requeue import jobs_requeue
+from apps.jobs.models import JobStatus
+from apps.jobs.selectors import jobs_failed_attempts
+from apps.jobs.sweeping import (
+    SWEEP_BATCH_SIZE,
+    SweepStats,
+    jobs_lose_expired_leases,
+    jobs_sweep_unclaimed,
+)
 from apps.writer.selectors import receipts_applied_before
 
 logger = logging.getLogger(__name__)
@@ -36,36 +35,12 @@ logger = logging.getLogger(__name__)
 # between them is tolerated before an expired lease counts as a dead worker.
 RECEIPT_CLOCK_MARGIN_S = 1.0
 
-LEASE_EXPIRED = "lease_expired"
-WORKER_STOPPED = "worker_stopped"
-SWEEP_BATCH_SIZE = 500
-
-
-@dataclass
-class SweepStats:
-    requeued: int = 0
-    failed: int = 0
-    cancelled: int = 0
-    republished: int = 0
-    final_ids: list[str] = field(default_factory=list)
-
-    @property
-    def lost(self) -> int:
-        return self.requeued + self.failed + self.cancelled
-
 
 def jobs_sweep_expired_leases(
     *, now: datetime | None = None, batch_size: int = SWEEP_BATCH_SIZE, rng: random.Random | None = None
 ) -> SweepStats:
-    """Running jobs whose lease expired (their worker died or hangs) go back to ``queued``.
-
-    The open attempt is closed as ``lost`` and the job follows the retry planner as for a
-    temporary failure: back to ``queued`` after a backoff (``published_at`` cleared, so the
-    publisher sends it again once ``not_before`` passes), ``failed`` when that was its last
-    attempt, ``cancelled`` when a cancel was asked for while it ran. Runs batches until no expired
-    lease is left.
-    """
-    stats = SweepStats()
+    """Running jobs whose lease expired (their worker died or hangs) go back to ``queued``, their
+    attempt lost (``apps.jobs.sweeping.jobs_lose_expired_leases``)."""
     # A worker stops renewing its lease once it has handed its receipt over; the job then stays
     # `running` until the writer applies the receipt. If the writer is behind (or restarting),
     # that is not a dead worker: only leases that expired before the oldest receipt still
@@ -76,218 +51,7 @@ def jobs_sweep_expired_leases(
     watermark = receipts_applied_before()
     if watermark is not None:
         expired_before = min(now, watermark - timedelta(seconds=RECEIPT_CLOCK_MARGIN_S))
-    while True:
-        taken = _lose_running_attempts(
-            now=now,
-            expired_before=expired_before,
-            batch_size=batch_size,
-            stats=stats,
-            rng=rng,
-            error_class=LEASE_EXPIRED,
-            message="the lease expired before the worker reported; the worker is presumed dead",
-        )
-        if taken < batch_size:
-            return stats
-
-
-def jobs_release_held(
-    *, job_ids: Iterable[uuid.UUID | str], lease_owner_prefix: str, rng: random.Random | None = None
-) -> SweepStats:
-    """A worker that is stopping and cannot finish in time gives its running jobs back at once,
-    exactly as the sweeper would once their leases expired (the attempt is ``lost``, the job is
-    requeued after a backoff), instead of leaving them ``running`` for up to a lease.
-
-    Only jobs still leased by an owner starting with ``lease_owner_prefix`` (this worker) move:
-    a job that another worker has taken since keeps running."""
-    ids = [str(i) for i in job_ids]
-    stats = SweepStats()
-    if ids:
-        _lose_running_attempts(
-            now=timezone.now(),
-            batch_size=len(ids),
-            stats=stats,
-            rng=rng,
-            error_class=WORKER_STOPPED,
-            message="the worker was stopped before the attempt finished",
-            job_ids=ids,
-            lease_owner_prefix=lease_owner_prefix,
-        )
-    return stats
-
-
-def _lose_running_attempts(
-    *,
-    now: datetime,
-    batch_size: int,
-    stats: SweepStats,
-    rng: random.Random | None,
-    error_class: str,
-    message: str,
-    job_ids: list[str] | None = None,
-    lease_owner_prefix: str | None = None,
-    expired_before: datetime | None = None,
-) -> int:
-    """Close the open attempt of running jobs as ``lost`` and move each job on as the retry
-    planner says. Without ``job_ids``: jobs whose lease expired before ``expired_before``
-    (default ``now``). With them: those jobs, if ``lease_owner_prefix`` still holds their lease."""
-    if job_ids is None:
-        # Uses the partial index jobs_running_by_lease.
-        which = "{t}lease_expires_at < %s"
-        which_params: list[Any] = [expired_before or now]
-    else:
-        which = "{t}id = ANY(%s::uuid[]) AND starts_with({t}lease_owner, %s)"
-        which_params = [job_ids, lease_owner_prefix or ""]
-    with transaction.atomic(), connection.cursor() as cur:
-        # SKIP LOCKED: a job row locked by another sweeper, a claim or the writer is not ours
-        # this tick.
-        cur.execute(
-            f"""
-            SELECT j.id, j.attempts, j.max_attempts, j.cancel_requested_at IS NOT NULL, j.lease_owner,
-                   a.id
-              FROM jobs_job AS j
-              LEFT JOIN jobs_attempt AS a ON a.job_id = j.id AND a.number = j.attempts
-             WHERE j.status = 'running' AND {which.format(t="j.")}
-             ORDER BY j.lease_expires_at
-             LIMIT %s
-               FOR UPDATE OF j SKIP LOCKED
-            """,
-            [*which_params, batch_size],
-        )
-        rows = cur.fetchall()
-        # The writer folding this very attempt's receipt locks the attempt row first, then the
-        # job row. Taking the attempt rows with SKIP LOCKED too leaves such a job to the writer
-        # (its receipt decides) instead of deadlocking with it or overruling its outcome.
-        attempt_ids = [r[5] for r in rows if r[5] is not None]
-        if attempt_ids:
-            cur.execute(
-                "SELECT id FROM jobs_attempt WHERE id = ANY(%s) FOR UPDATE SKIP LOCKED", [attempt_ids]
-            )
-            locked = {r[0] for r in cur.fetchall()}
-            rows = [r for r in rows if r[5] is None or r[5] in locked]
-        if not rows:
-            return 0
-        ids, numbers, statuses, not_befores, owners = [], [], [], [], []
-        for job_id, attempt, max_attempts, cancel_requested, owner, _attempt_id in rows:
-            # A lost attempt counts as a temporary failure: retried after a backoff, or failed
-            # when it was the last one. It spends an attempt, so a job that kills its workers
-            # (a body that exhausts memory, say) cannot loop forever.
-            nxt = plan_after_attempt(
-                outcome=AttemptOutcome.LOST,
-                attempt=attempt,
-                max_attempts=max_attempts,
-                cancel_requested=cancel_requested,
-                retry_after_s=None,
-                now=now,
-                base=settings.SCRAPEJOBS_RETRY_BASE_S,
-                cap=settings.SCRAPEJOBS_RETRY_CAP_S,
-                rng=rng,
-            )
-            ids.append(str(job_id))
-            numbers.append(attempt)
-            statuses.append(str(nxt.status))
-            not_befores.append(nxt.not_before)
-            owners.append(owner or "")
-        last_error = json.dumps({"class": error_class, "message": message, "http_status": None})
-        # Fenced on (running, attempt n, and still expired / still ours): the rows are locked, so
-        # this is belt and braces, but it keeps the rule where the write happens. A worker that
-        # tries to renew after this commit finds its attempt no longer running and stops; its
-        # late receipt is stale (apps.jobs.services.attempts_apply_finished).
-        cur.execute(
-            f"""
-            UPDATE jobs_job AS j
-               SET status = s.status,
-                   not_before = CASE WHEN s.status = 'queued' THEN s.not_before END,
-                   published_at = NULL,
-                   lease_owner = NULL, lease_expires_at = NULL,
-                   last_error = %s::jsonb,
-                   finished_at = CASE WHEN s.status = 'queued' THEN NULL ELSE %s::timestamptz END,
-                   final_published_at = NULL,
-                   updated_at = %s
-              FROM unnest(%s::uuid[], %s::int[], %s::text[], %s::timestamptz[])
-                   AS s(id, attempt, status, not_before)
-             WHERE j.id = s.id AND j.status = 'running' AND j.attempts = s.attempt
-               AND {which.format(t="j.")}
-         RETURNING j.id, j.status, s.attempt
-            """,
-            [last_error, now, now, ids, numbers, statuses, not_befores, *which_params],
-        )
-        moved = cur.fetchall()
-        owner_of = dict(zip(ids, owners, strict=True))
-        # Close the open attempt as lost. The attempt row normally exists (job_claim writes it);
-        # if it does not, write it, so the history always shows the attempt that was lost.
-        cur.execute(
-            """
-            INSERT INTO jobs_attempt (job_id, number, worker, started_at, finished_at, outcome,
-                                      error_class, error, duration_ms)
-            SELECT s.id, s.attempt, s.owner, %s, %s, %s, %s, %s, 0
-              FROM unnest(%s::uuid[], %s::int[], %s::text[]) AS s(id, attempt, owner)
-                ON CONFLICT (job_id, number) DO UPDATE
-               SET finished_at = EXCLUDED.finished_at, outcome = EXCLUDED.outcome,
-                   error_class = EXCLUDED.error_class, error = EXCLUDED.error,
-                   duration_ms = GREATEST(0, (EXTRACT(EPOCH FROM (EXCLUDED.finished_at
-                                  - jobs_attempt.started_at)) * 1000)::int)
-             WHERE jobs_attempt.finished_at IS NULL
-            """,
-            [
-                now,
-                now,
-                AttemptOutcome.LOST.value,
-                error_class,
-                message,
-                [str(i) for i, _, _ in moved],
-                [n for _, _, n in moved],
-                [owner_of[str(i)] for i, _, _ in moved],
-            ],
-        )
-        finals = [str(i) for i, status, _ in moved if status in FINAL_STATUSES]
-        jobs_notify_final(finals)  # inside this transaction: heard only once it commits
-        for _, status, _ in moved:
-            if status == JobStatus.QUEUED:
-                stats.requeued += 1
-            elif status == JobStatus.FAILED:
-                stats.failed += 1
-            elif status == JobStatus.CANCELLED:
-                stats.cancelled += 1
-        stats.final_ids.extend(finals)
-        return len(rows)
-
-
-def jobs_sweep_unclaimed(
-    *, now: datetime | None = None, older_than_s: float | None = None, batch_size: int = SWEEP_BATCH_SIZE
-) -> int:
-    """Queued jobs that were published but not taken within ``SCRAPEJOBS_REPUBLISH_AFTER_S`` get
-    their publish mark cleared, so the publisher sends them again: a broker that lost its
-    messages (restart without persistence, FLUSHDB, a deleted queue) loses no job.
-
-    A job whose first message is merely waiting behind a backlog gets a second message; the
-    claim is a conditional UPDATE, so the duplicate is a no-op. Keep the bound well above the
-    normal time to first attempt. Returns the number of jobs marked for republishing.
-    """
-    now = now or timezone.now()
-    cutoff = now - timedelta(seconds=older_than_s or settings.SCRAPEJOBS_REPUBLISH_AFTER_S)
-    total = 0
-    while True:
-        with connection.cursor() as cur:
-            # Uses the partial index jobs_published_untaken. One statement, so one short
-            # transaction per batch; SKIP LOCKED leaves rows being claimed right now alone.
-            cur.execute(
-                """
-                UPDATE jobs_job
-                   SET published_at = NULL, updated_at = %s
-                 WHERE id IN (SELECT id FROM jobs_job
-                               WHERE status = 'queued' AND published_at IS NOT NULL
-                                 AND published_at < %s
-                               ORDER BY published_at
-                               LIMIT %s
-                                 FOR UPDATE SKIP LOCKED)
-                   AND status = 'queued' AND published_at < %s
-                """,
-                [now, cutoff, batch_size, cutoff],
-            )
-            n = cur.rowcount
-        total += n
-        if n < batch_size:
-            return total
+    return jobs_lose_expired_leases(now=now, expired_before=expired_before, batch_size=batch_size, rng=rng)
 
 
 def jobs_sweep_stuck(*, now: datetime | None = None) -> SweepStats:
@@ -318,23 +82,26 @@ def dead_letters_discard(*, job_ids: Iterable[uuid.UUID | str], discarded_by: st
     ids = [str(i) for i in job_ids]
     if not ids:
         return 0
-    with connection.cursor() as cur:
-        cur.execute(
-            """
-            INSERT INTO scheduling_discardeddeadletter (job_id, attempts, discarded_at, discarded_by)
-            SELECT id, attempts, %s, %s FROM jobs_job WHERE id = ANY(%s::uuid[]) AND status = 'failed'
-                ON CONFLICT (job_id) DO UPDATE
-               SET attempts = EXCLUDED.attempts, discarded_at = EXCLUDED.discarded_at,
-                   discarded_by = EXCLUDED.discarded_by
-             WHERE scheduling_discardeddeadletter.attempts <> EXCLUDED.attempts
-            """,
-            [timezone.now(), discarded_by[:150], ids],
-        )
-        return cur.rowcount
+    with transaction.atomic():
+        seen = jobs_failed_attempts(job_ids=ids)
+        if not seen:
+            return 0
+        with connection.cursor() as cur:
+            cur.execute(
+                """
+                INSERT INTO scheduling_discardeddeadletter (job_id, attempts, discarded_at, discarded_by)
+                SELECT id, attempts, %s, %s FROM unnest(%s::uuid[], %s::int[]) AS s(id, attempts)
+                    ON CONFLICT (job_id) DO UPDATE
+                   SET attempts = EXCLUDED.attempts, discarded_at = EXCLUDED.discarded_at,
+                       discarded_by = EXCLUDED.discarded_by
+                 WHERE scheduling_discardeddeadletter.attempts <> EXCLUDED.attempts
+                """,
+                [timezone.now(), discarded_by[:150], list(seen), list(seen.values())],
+            )
+            return cur.rowcount
 
 
 def dead_letters_requeue(*, job_ids: Iterable[uuid.UUID | str]) -> int:
     """Requeue failed jobs with a fresh attempt budget; their attempt history stays. Only
     ``failed`` jobs are dead letters: anything else in ``job_ids`` is left alone."""
-    failed = Job.objects.filter(id__in=[str(i) for i in job_ids], status=JobStatus.FAILED)
-    return jobs_requeue(job_ids=list(failed.values_list("id", flat=True)))
+    return jobs_requeue(job_ids=job_ids, statuses=(JobStatus.FAILED,))

@@ -56,7 +56,7 @@ def held_scrape_jobs() -> list[str]:
 
 def release_and_exit(*, hostname: str, exit_code: int = 0) -> None:
     """Give back what this process holds, then end it without waiting for its threads."""
-    from apps.scheduling.services import jobs_release_held  # noqa: PLC0415 - Django is ready by now
+    from apps.jobs.sweeping import jobs_release_held  # noqa: PLC0415 - Django is ready by now
 
     try:
         held = held_scrape_jobs()

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from django.conf import settings
 from django.db import connection
 
+from apps.jobs.claims import jobs_renew_leases
 from apps.jobs.redis import cancel_flag_key, state_redis
-from apps.jobs.services import jobs_renew_leases
 from apps.outbound.interrupt import FetchInterrupt
 
 logger = logging.getLogger(__name__)

@@ -19,10 +19,10 @@ from typing import Any
 
 from django.db import connection
 
+from apps.jobs.claims import ClaimedJob, job_claim
 from apps.jobs.models import AttemptOutcome
 from apps.jobs.receipts import AttemptFinished
 from apps.jobs.redis import cancel_flag_key, state_redis
-from apps.jobs.services import ClaimedJob, job_claim
 from apps.politeness.services import job_domain_turn
 from apps.results.storage import ResultStoreFailed, result_store
 from apps.scraping.errors import FetchError

@@ -23,7 +23,7 @@ from typing import Any
 
 from celery import shared_task
 
-from apps.jobs.services import publisher_nudge
+from apps.jobs.intake import publisher_nudge
 from apps.scraping.services import job_run_attempt
 
 # A job's timeout is at most 300 s (contract 2) and bounds the whole fetch; storing the body

@@ -32,6 +32,8 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from apps.jobs.final_notices import jobs_final_announced_stamp, jobs_final_unannounced_lock
+from apps.jobs.selectors import jobs_webhook_secrets
 from apps.webhooks.models import DeliveryStatus, WebhookAttempt, WebhookDelivery
 from apps.webhooks.sending import PostOutcome, webhook_post
 from apps.webhooks.signing import SIGNATURE_HEADER, signature_header
@@ -61,41 +63,25 @@ def webhooks_enqueue_final(*, batch_size: int = ENQUEUE_BATCH_SIZE) -> int:
     gets a second delivery announcing its new final state."""
     created = 0
     while True:
-        with transaction.atomic(), connection.cursor() as cur:
-            # Uses the partial index jobs_final_unannounced. SKIP LOCKED: two runs split the rows,
-            # and a row locked for a requeue right now waits for the next tick.
-            cur.execute(
-                """
-                SELECT id, status, finished_at, callback_url
-                  FROM jobs_job
-                 WHERE status IN ('succeeded', 'failed', 'cancelled') AND final_published_at IS NULL
-                 ORDER BY finished_at
-                 LIMIT %s
-                   FOR UPDATE SKIP LOCKED
-                """,
-                [batch_size],
-            )
-            rows = cur.fetchall()
+        with transaction.atomic():
+            rows = jobs_final_unannounced_lock(limit=batch_size)
             if not rows:
                 return created
             now = timezone.now()
             deliveries = [
                 WebhookDelivery(
-                    job_id=job_id,
-                    event=status,
-                    url=callback_url,
-                    body=webhook_body(job_id=job_id, status=status, finished_at=finished_at),
+                    job_id=job.id,
+                    event=job.status,
+                    url=job.callback_url,
+                    body=webhook_body(job_id=job.id, status=job.status, finished_at=job.finished_at),
                     created_at=now,
                     next_attempt_at=now,
                 )
-                for job_id, status, finished_at, callback_url in rows
-                if callback_url
+                for job in rows
+                if job.callback_url
             ]
             WebhookDelivery.objects.bulk_create(deliveries)
-            cur.execute(
-                "UPDATE jobs_job SET final_published_at = %s WHERE id = ANY(%s::uuid[])",
-                [now, [str(r[0]) for r in rows]],
-            )
+            jobs_final_announced_stamp(job_ids=[job.id for job in rows], now=now)
             created += len(deliveries)
         if len(rows) < batch_size:
             return created
@@ -128,13 +114,23 @@ def webhook_deliveries_claim_due(*, limit: int, now: datetime | None = None) -> 
             )
             UPDATE webhooks_webhookdelivery AS d
                SET attempts = d.attempts + 1, next_attempt_at = %s
-              FROM due, jobs_job AS j, tenants_tenant AS t
-             WHERE d.id = due.id AND j.id = d.job_id AND t.id = j.tenant_id
-         RETURNING d.id, d.attempts, d.url, d.body, t.webhook_secret
+              FROM due
+             WHERE d.id = due.id
+         RETURNING d.id, d.attempts, d.url, d.body, d.job_id
             """,
             [now, limit, lease_until],
         )
-        return [ClaimedDelivery(*row) for row in cur.fetchall()]
+        rows = cur.fetchall()
+    if not rows:
+        return []
+    # The signing secret is the job's tenant's. A job deleted meanwhile took its deliveries with
+    # it (on_delete=CASCADE): nothing to send for those.
+    secrets = jobs_webhook_secrets(job_ids=[job_id for *_, job_id in rows])
+    return [
+        ClaimedDelivery(delivery_id, attempt, url, body, secrets[str(job_id)])
+        for delivery_id, attempt, url, body, job_id in rows
+        if str(job_id) in secrets
+    ]
 
 
 def _retry_delay(*, retry_index: int, rng: random.Random | None = None) -> float | None:

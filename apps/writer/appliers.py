@@ -19,7 +19,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 
-from apps.jobs.services import ApplyStats, attempts_apply_finished
+from apps.jobs.receipt_fold import ApplyStats, attempts_apply_finished
 from apps.writer.streams import Entry
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from apps.jobs.intake import job_create
 from apps.jobs.models import FINAL_STATUSES, Attempt, Job, JobStatus
-from apps.jobs.services import job_create
 
 # Short leases and cadences for real processes (never mocked time): a lost worker's job is back
 # in the queue about LEASE + SWEEP seconds after its last renewal.

@@ -18,7 +18,7 @@ import redis
 from django.conf import settings
 
 from apps.jobs.models import AttemptOutcome, Job, JobStatus
-from apps.scheduling.services import LEASE_EXPIRED, WORKER_STOPPED
+from apps.jobs.sweeping import LEASE_EXPIRED, WORKER_STOPPED
 from apps.webhooks.models import DeliveryStatus, WebhookAttempt, WebhookDelivery
 from apps.webhooks.signing import SIGNATURE_HEADER, signature_verify
 from tests.e2e.fault_support import attempt_history, fast_env, sha256, stored_body, submit, wait_all_final

@@ -4,7 +4,7 @@ has in flight is set by its threads alone, not by its PostgreSQL pool."""
 import pytest
 from django.db import connection
 
-from apps.jobs.services import job_create
+from apps.jobs.intake import job_create
 from tests.support.procs import wait_for
 
 pytestmark = pytest.mark.e2e

@@ -3,8 +3,8 @@ task are off, while a task that fails is still logged."""
 
 import pytest
 
+from apps.jobs.intake import job_create
 from apps.jobs.models import Job
-from apps.jobs.services import job_create
 from tests.support.procs import wait_for
 
 pytestmark = pytest.mark.e2e

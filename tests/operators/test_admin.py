@@ -10,9 +10,10 @@ from django.contrib.messages import get_messages
 from django.test import Client
 from django.utils import timezone
 
+from apps.jobs.claims import job_claim
+from apps.jobs.intake import job_create
 from apps.jobs.models import Attempt, Job, JobStatus
 from apps.jobs.redis import cancel_flag_key, state_redis
-from apps.jobs.services import job_claim, job_create
 from apps.tenants.models import ApiToken, Tenant
 from apps.tenants.services import tenant_create, token_authenticate, token_hash
 

@@ -13,12 +13,15 @@ from django.db import connection, transaction
 from django.test import override_settings
 from django.utils import timezone
 
+from apps.jobs.claims import job_claim
+from apps.jobs.intake import job_create
 from apps.jobs.models import Attempt, Job
+from apps.jobs.outbox import job_defer_for_domain
+from apps.jobs.receipt_fold import attempts_apply_finished
 from apps.jobs.redis import state_redis
-from apps.jobs.services import attempts_apply_finished, job_claim, job_create
 from apps.politeness.models import DomainPolicy
 from apps.politeness.selectors import domain_limits_cache_clear, domain_state_get
-from apps.politeness.services import UNAVAILABLE_DEFER_S, domain_outcome_record, job_defer_for_domain
+from apps.politeness.services import UNAVAILABLE_DEFER_S, domain_outcome_record
 from apps.scraping.services import job_run_attempt
 
 pytestmark = pytest.mark.django_db

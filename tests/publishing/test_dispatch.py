@@ -17,12 +17,10 @@ import redis
 from django.conf import settings
 from django.db import connection
 
+from apps.jobs.intake import job_create
 from apps.jobs.models import Job
-from apps.jobs.services import job_create
+from apps.jobs.outbox import _SELECT_OLDEST, _SELECT_PRIORITIES, _SELECT_TENANTS
 from apps.publishing.services import (
-    _SELECT_OLDEST,
-    _SELECT_PRIORITIES,
-    _SELECT_TENANTS,
     outbox_publish,
     outbox_publish_batch,
 )

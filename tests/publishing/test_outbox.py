@@ -11,10 +11,10 @@ from django.conf import settings
 from django.db import connections
 from django.utils import timezone
 
+from apps.jobs.intake import job_create, publisher_nudge
 from apps.jobs.models import Job
 from apps.jobs.nudges import PUBLISH
 from apps.jobs.redis import state_redis
-from apps.jobs.services import job_create, publisher_nudge
 from apps.publishing.services import outbox_publish, outbox_publish_batch
 from tests.support.procs import wait_for
 

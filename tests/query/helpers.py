@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import time
 
+from apps.jobs.claims import job_claim
+from apps.jobs.intake import job_create
 from apps.jobs.models import Job
+from apps.jobs.receipt_fold import attempts_apply_finished
 from apps.jobs.receipts import AttemptFinished, ResultStored
-from apps.jobs.services import attempts_apply_finished, job_claim, job_create
 
 
 def queued(tenant, url: str = "http://a.example/", **kw) -> Job:

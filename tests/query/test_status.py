@@ -8,9 +8,9 @@ import uuid
 
 import pytest
 
+from apps.jobs.claims import job_claim
 from apps.jobs.models import Job
 from apps.jobs.redis import cancel_flag_key, state_redis
-from apps.jobs.services import job_claim
 from tests.query import helpers
 
 pytestmark = pytest.mark.django_db

@@ -55,7 +55,7 @@ def test_a_wait_returns_as_soon_as_another_process_finishes_the_job(make_tenant,
 
 
 def test_a_wait_is_woken_by_a_cancel(make_tenant, monkeypatch):
-    from apps.jobs.services import job_cancel
+    from apps.jobs.cancel_requeue import job_cancel
 
     monkeypatch.setattr(selectors, "WAIT_RECHECK_S", 60.0)
     tenant, _, api = make_tenant()

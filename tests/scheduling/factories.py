@@ -7,8 +7,9 @@ from typing import Any
 
 from django.utils import timezone
 
+from apps.jobs.claims import job_claim
+from apps.jobs.intake import job_create
 from apps.jobs.models import Job
-from apps.jobs.services import job_claim, job_create
 
 
 def queued_job(

@@ -9,9 +9,10 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 from django.urls import reverse
 
+from apps.jobs.claims import job_claim
 from apps.jobs.models import Attempt, Job, JobStatus
+from apps.jobs.receipt_fold import attempts_apply_finished
 from apps.jobs.receipts import AttemptFinished
-from apps.jobs.services import attempts_apply_finished, job_claim
 from apps.scheduling.services import dead_letters_discard, dead_letters_requeue
 from tests.scheduling.factories import queued_job
 

@@ -10,22 +10,14 @@ import pytest
 from django.db import connection, connections
 from django.utils import timezone
 
+from apps.jobs.cancel_requeue import job_cancel
+from apps.jobs.claims import job_claim, jobs_renew_leases
+from apps.jobs.final_notices import JOB_FINAL_CHANNEL
 from apps.jobs.models import Attempt, AttemptOutcome, Job, JobStatus
+from apps.jobs.receipt_fold import attempts_apply_finished
 from apps.jobs.receipts import AttemptFinished
-from apps.jobs.services import (
-    JOB_FINAL_CHANNEL,
-    attempts_apply_finished,
-    job_cancel,
-    job_claim,
-    jobs_renew_leases,
-)
-from apps.scheduling.services import (
-    LEASE_EXPIRED,
-    jobs_release_held,
-    jobs_sweep_expired_leases,
-    jobs_sweep_stuck,
-    jobs_sweep_unclaimed,
-)
+from apps.jobs.sweeping import LEASE_EXPIRED, jobs_release_held, jobs_sweep_unclaimed
+from apps.scheduling.services import jobs_sweep_expired_leases, jobs_sweep_stuck
 from tests.scheduling.factories import queued_job, running_job
 
 

@@ -14,9 +14,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from apps.jobs.claims import job_claim
+from apps.jobs.intake import job_create
 from apps.jobs.models import Attempt, Job, JobStatus
 from apps.jobs.receipts import AttemptFinished
-from apps.jobs.services import job_claim, job_create
 from apps.scheduling.services import jobs_sweep_expired_leases
 from apps.writer.selectors import receipts_applied_before
 from apps.writer.services import writer_flush_once

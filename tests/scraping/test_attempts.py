@@ -8,9 +8,12 @@ import pytest
 from django.db import connections
 from django.test import override_settings
 
+from apps.jobs.cancel_requeue import job_cancel
+from apps.jobs.claims import job_claim
+from apps.jobs.intake import job_create
 from apps.jobs.models import Attempt, Job
+from apps.jobs.receipt_fold import attempts_apply_finished
 from apps.jobs.redis import cancel_flag_key, state_redis
-from apps.jobs.services import attempts_apply_finished, job_cancel, job_claim, job_create
 from apps.results.storage import results_storage
 from apps.scraping.leases import LeaseKeeper
 from apps.scraping.services import job_run_attempt

@@ -14,9 +14,11 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from apps.jobs.cancel_requeue import job_cancel
+from apps.jobs.claims import job_claim
 from apps.jobs.models import Job
+from apps.jobs.receipt_fold import attempts_apply_finished
 from apps.jobs.receipts import AttemptFinished
-from apps.jobs.services import attempts_apply_finished, job_cancel, job_claim
 from apps.outbound import addresses
 from apps.webhooks.models import DeliveryStatus, WebhookAttempt, WebhookDelivery
 from apps.webhooks.sending import PostOutcome

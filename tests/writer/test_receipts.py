@@ -10,9 +10,10 @@ from datetime import timedelta
 import pytest
 from django.core.management import call_command
 
+from apps.jobs.claims import job_claim
+from apps.jobs.intake import job_create
 from apps.jobs.models import Attempt, Job, JobStatus
 from apps.jobs.receipts import COMPACT_V1, receipt_decode
-from apps.jobs.services import job_claim, job_create
 from apps.writer.services import writer_flush_once
 from apps.writer.streams import FIELD, STREAM
 from apps.writer.streams import writer_redis as state_redis

@@ -1,0 +1,143 @@
+"""The outbox (contract 3.2): queued jobs with an empty ``published_at`` are the publisher's to
+send. Here are its reads and writes of the ledger: which priorities and tenants have backlog, the
+oldest due rows of each (locked), the stamp once their messages are sent, and a job put back into
+the outbox with a not-before time (a domain refused it).
+
+The publisher (``apps.publishing.services``) chooses in weighted-fair order, holds the dispatcher
+lock and sends the messages; it calls these inside its own transaction, which keeps the picked
+rows locked from the select to the stamp.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from apps.jobs.models import Job, JobStatus
+
+# The queries below use the partial index jobs_outbox_fair (priority, tenant_id, created_at) WHERE
+# status = 'queued' AND published_at IS NULL (apps/publishing/migrations/0001): each is a handful
+# of index probes per priority or tenant, however large the backlog (see that migration).
+
+# Which priorities have unpublished rows: one probe each.
+_SELECT_PRIORITIES = """
+    SELECT p FROM unnest(%s::text[]) AS p
+     WHERE EXISTS (SELECT 1 FROM jobs_job
+                    WHERE status = 'queued' AND published_at IS NULL AND priority = p)
+"""
+
+# The next ``limit`` tenants with unpublished rows in one priority, in tenant id order, after a
+# given tenant or from the first: a loose index scan (one probe per tenant found).
+_SELECT_TENANTS = """
+    WITH RECURSIVE tenants (tenant_id, n) AS (
+        (SELECT tenant_id, 1 FROM jobs_job
+          WHERE status = 'queued' AND published_at IS NULL AND priority = %(priority)s {after}
+          ORDER BY tenant_id LIMIT 1)
+        UNION ALL
+        SELECT nxt.tenant_id, t.n + 1
+          FROM tenants t
+         CROSS JOIN LATERAL (
+               SELECT tenant_id FROM jobs_job
+                WHERE status = 'queued' AND published_at IS NULL AND priority = %(priority)s
+                  AND tenant_id > t.tenant_id
+                ORDER BY tenant_id LIMIT 1) nxt
+         WHERE t.n < %(limit)s
+    )
+    SELECT tenant_id::text FROM tenants
+"""
+
+# The oldest due rows of each (priority, tenant, how many) asked for, locked.
+_SELECT_OLDEST = """
+    SELECT w.priority, w.tenant_id::text, j.id::text, j.created_at, j.domain, j.timeout_s
+      FROM unnest(%s::text[], %s::uuid[], %s::int[]) AS w (priority, tenant_id, n)
+     CROSS JOIN LATERAL (
+           SELECT id, created_at, domain, timeout_s FROM jobs_job
+            WHERE status = 'queued' AND published_at IS NULL
+              AND priority = w.priority AND tenant_id = w.tenant_id
+              AND (not_before IS NULL OR not_before <= %s)
+              AND NOT (id = ANY(%s::uuid[]))
+            ORDER BY created_at
+            LIMIT w.n
+              FOR UPDATE SKIP LOCKED) j
+"""
+
+
+def outbox_priorities_pending(*, priorities: Sequence[str]) -> set[str]:
+    """Which of ``priorities`` have unpublished rows."""
+    with connection.cursor() as cur:
+        cur.execute(_SELECT_PRIORITIES, [list(priorities)])
+        return {row[0] for row in cur.fetchall()}
+
+
+def outbox_tenants_after(*, priority: str, after: str | None, limit: int) -> list[str]:
+    """Up to ``limit`` tenants with unpublished rows in ``priority``, in round-robin order: the
+    ones after ``after`` first, then from the first tenant again (wrapping)."""
+    params: dict[str, Any] = {"priority": priority, "limit": limit, "after": after}
+    with connection.cursor() as cur:
+        cur.execute(_SELECT_TENANTS.format(after="AND tenant_id > %(after)s" if after else ""), params)
+        tenants = [row[0] for row in cur.fetchall()]
+        if after and len(tenants) < limit:
+            cur.execute(_SELECT_TENANTS.format(after=""), {**params, "limit": limit - len(tenants)})
+            tenants += [t for (t,) in cur.fetchall() if t not in tenants]
+    return tenants
+
+
+def outbox_oldest_lock(
+    *, wanted: Mapping[tuple[str, str], int], now: datetime, skip: Sequence[str]
+) -> dict[tuple[str, str], list[tuple[str, str, int]]]:
+    """Lock the oldest due rows (``not_before`` passed) each (priority, tenant) of ``wanted``
+    needs, at most its count, leaving out the ids in ``skip``; (id, domain, timeout) oldest first.
+    Rows locked by someone else are skipped (SKIP LOCKED)."""
+    if not wanted:
+        return {}
+    pairs = list(wanted)
+    with connection.cursor() as cur:
+        cur.execute(
+            _SELECT_OLDEST,
+            [[p for p, _ in pairs], [t for _, t in pairs], [wanted[pair] for pair in pairs], now, list(skip)],
+        )
+        found: dict[tuple[str, str], list[tuple[datetime, str, str, int]]] = defaultdict(list)
+        for priority, tenant, job_id, created_at, domain, timeout_s in cur.fetchall():
+            found[(priority, tenant)].append((created_at, job_id, domain, timeout_s))
+    return {pair: [row[1:] for row in sorted(rows)] for pair, rows in found.items()}
+
+
+def outbox_published_stamp(*, job_ids: Sequence[str], now: datetime) -> None:
+    """Mark these jobs as sent to the broker (they leave the outbox)."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "UPDATE jobs_job SET published_at = %s WHERE id = ANY(%s::uuid[]) AND published_at IS NULL",
+            [now, list(job_ids)],
+        )
+
+
+def job_defer_for_domain(*, job_id: uuid.UUID | str, wait_s: float) -> bool:
+    """Put a job refused by its domain back in the outbox, to be published again after
+    ``wait_s``; its attempts are unchanged (no attempt was spent). Conditional: only a queued job
+    that was published (the message we are handling) is deferred; False means another process
+    changed it first (cancelled, claimed by a duplicate message, already deferred)."""
+    with transaction.atomic():
+        # The row lock closes a race with the publisher: it sends the message before its stamp
+        # commits, so the worker can hold the message while the row still reads unpublished. A
+        # plain conditional UPDATE would skip that row without waiting (its WHERE fails on the
+        # visible version), and the stamp committed after it would leave the job published with
+        # no message: stuck until the sweeper's republish. FOR UPDATE waits for the publisher.
+        published_at = (
+            Job.objects.select_for_update()
+            .filter(id=job_id, status=JobStatus.QUEUED)
+            .values_list("published_at", flat=True)
+            .first()
+        )
+        if published_at is None:
+            return False
+        now = timezone.now()
+        Job.objects.filter(id=job_id).update(
+            published_at=None, not_before=now + timedelta(seconds=wait_s), updated_at=now
+        )
+    return True
