@@ -92,3 +92,13 @@ def test_the_readme_shows_the_benchmark_figures() -> None:
         "writer_batched_to_one_tx_ratio",
     ):
         assert re.search(rf"{name}: [\d.,]+", README), name
+
+
+def test_the_readmes_map_of_apps_matches_the_tree() -> None:
+    """Issue 8: the map in "How it works" names every package under apps/ and nothing else."""
+    block = README[README.index("```\napps/\n") :]
+    block = block[: block.index("\n```", 4)]
+    mapped = set(re.findall(r"^  (\w+)/ ", block, re.M)) | set(re.findall(r"^  (\w+\.py) ", block, re.M))
+    on_disk = {p.name for p in (ROOT / "apps").iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    on_disk |= {p.name for p in (ROOT / "apps").glob("*.py") if p.name != "__init__.py"}
+    assert mapped == on_disk
