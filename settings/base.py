@@ -193,6 +193,8 @@ SCRAPEJOBS_ALLOW_PRIVATE_TARGETS = env.bool("SCRAPEJOBS_ALLOW_PRIVATE_TARGETS", 
 # Requests per second per API token (token bucket, burst = 2x); 0 disables the limit.
 SCRAPEJOBS_RATE_LIMIT_PER_SECOND = _bounded_int("SCRAPEJOBS_RATE_LIMIT_PER_SECOND", 50, 0, 100000)
 SCRAPEJOBS_RATE_LIMIT_BURST = _bounded_int("SCRAPEJOBS_RATE_LIMIT_BURST", 100, 1, 1000000)
+# Without Redis the limit cannot be checked: let requests through (false, NFR-1) or refuse them (429).
+SCRAPEJOBS_RATE_LIMIT_FAIL_CLOSED = env.bool("SCRAPEJOBS_RATE_LIMIT_FAIL_CLOSED", default=False)
 # Seconds a web process remembers a valid API token (one database round trip less per request);
 # also how long a revoked token may still work in other processes. 0: look up every request.
 SCRAPEJOBS_TOKEN_CACHE_S = _bounded_int("SCRAPEJOBS_TOKEN_CACHE_S", 5, 0, 300)

@@ -3,7 +3,12 @@
 It fails open: when Redis does not answer within ``FAIL_OPEN_TIMEOUT_S`` the request is let
 through (NFR-1: accepting a job depends only on PostgreSQL), a warning is logged at most every
 10 s, and Redis is left alone for ``_PAUSE_AFTER_FAILURE_S`` so that an outage costs each request
-nothing rather than a timeout each.
+nothing rather than a timeout each. An operator who would rather refuse than serve unlimited sets
+``SCRAPEJOBS_RATE_LIMIT_FAIL_CLOSED``: then a request the limit cannot check is a 429 with
+``Retry-After: 1``.
+
+The bucket keeps time by Redis's clock (``TIME`` inside the script), never a web host's: with two
+web hosts a few seconds apart, their own clocks would refill a bucket too much or not at all.
 """
 
 from __future__ import annotations
@@ -27,10 +32,11 @@ _warn = WarnEvery(logger)
 _PAUSE_AFTER_FAILURE_S = 1.0
 _redis_down_until = 0.0
 
-# KEYS[1] bucket; ARGV: rate/s, burst, now (s, float). Returns {allowed, wait_seconds*1000}.
+# KEYS[1] bucket; ARGV: rate/s, burst. Returns {allowed, wait_seconds*1000}.
 # Refill and take in one script so that concurrent requests cannot both spend the last token.
 _BUCKET = """
-local rate = tonumber(ARGV[1]); local burst = tonumber(ARGV[2]); local now = tonumber(ARGV[3])
+local rate = tonumber(ARGV[1]); local burst = tonumber(ARGV[2])
+local t = redis.call('TIME'); local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local state = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
 local tokens = tonumber(state[1]) or burst
 local ts = tonumber(state[2]) or now
@@ -50,25 +56,37 @@ def _bucket_script(client: redis.Redis) -> Script:
 
 def token_rate_take(principal: Any) -> tuple[bool, float]:
     """Spend one request of the principal's token: ``(allowed, seconds until the next one)``.
-    Tokens without a limit (rate 0) and any Redis failure allow the request."""
+    Tokens without a limit (rate 0) pass; a Redis failure lets the request pass too, or, with
+    SCRAPEJOBS_RATE_LIMIT_FAIL_CLOSED, refuses it for a second."""
     global _redis_down_until
     token = getattr(principal, "token", None)
     if token is None:
         return True, 0.0
     rate = principal.tenant.rate_limit_per_second or settings.SCRAPEJOBS_RATE_LIMIT_PER_SECOND
-    if rate <= 0 or time.monotonic() < _redis_down_until:
+    if rate <= 0:
         return True, 0.0
+    if time.monotonic() < _redis_down_until:
+        return _unchecked()
     burst = max(settings.SCRAPEJOBS_RATE_LIMIT_BURST, 1)
     client = fail_open_redis()
     try:
         allowed, wait_ms = _bucket_script(client)(
-            keys=[f"sj:rl:{token.pk}"], args=[rate, burst, time.time()], client=client
+            keys=[f"sj:rl:{token.pk}"], args=[rate, burst], client=client
         )
     except redis.RedisError as exc:
         _redis_down_until = time.monotonic() + _PAUSE_AFTER_FAILURE_S
-        _warn("rate limit not applied: Redis unreachable (%s); requests pass unlimited", exc)
-        return True, 0.0
+        if settings.SCRAPEJOBS_RATE_LIMIT_FAIL_CLOSED:
+            _warn("rate limit not checked: Redis unreachable (%s); requests are refused (fail closed)", exc)
+        else:
+            _warn("rate limit not applied: Redis unreachable (%s); requests pass unlimited", exc)
+        return _unchecked()
     return bool(int(allowed)), int(wait_ms) / 1000.0
+
+
+def _unchecked() -> tuple[bool, float]:
+    """The answer when the limit cannot be checked: pass (fail open, the default) or refuse
+    for a second (SCRAPEJOBS_RATE_LIMIT_FAIL_CLOSED)."""
+    return (False, 1.0) if settings.SCRAPEJOBS_RATE_LIMIT_FAIL_CLOSED else (True, 0.0)
 
 
 class TokenRateThrottle(BaseThrottle):
