@@ -1,4 +1,4 @@
-"""Django's browser middleware, skipped for the API.
+"""The API's request-body bound, and Django's browser middleware, skipped for the API.
 
 Sessions, CSRF, the logged-in user and flash messages serve the admin and the dashboard. The API
 (``/api/``) authenticates every call by bearer token, is CSRF-exempt (DRF) and uses none of them,
@@ -9,20 +9,106 @@ was about 5% of a submit's CPU. These subclasses run Django's code unchanged for
 
 from __future__ import annotations
 
+import io
+import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, BinaryIO
 
+from django.conf import settings
 from django.contrib.auth.middleware import AuthenticationMiddleware
 from django.contrib.messages.middleware import MessageMiddleware
 from django.contrib.sessions.middleware import SessionMiddleware
-from django.http import HttpRequest, HttpResponseForbidden
+from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
 from django.middleware.csrf import CsrfViewMiddleware
+
+from apps.api.errors import api_error_response, body_unreadable, length_required, payload_too_large
+
+logger = logging.getLogger(__name__)
 
 API_PREFIX = "/api/"
 
 
 def _is_api(request: HttpRequest) -> bool:
     return request.path_info.startswith(API_PREFIX)
+
+
+class RequestBodyLimitMiddleware:
+    """Every request body under /api/ is at most SCRAPEJOBS_MAX_REQUEST_BYTES, or answered 413
+    with the API's error body before any view runs (contract 2: never a 500, nothing created).
+
+    A body with a Content-Length over the limit is refused unread. Django would refuse it too
+    (DATA_UPLOAD_MAX_MEMORY_SIZE is the same number), but by raising RequestDataTooBig from
+    ``request.body``, which DRF reads before it calls a JSON parser: that was a 500 (issue 9). And
+    a view that never reads its body (cancel) would act on the request and let the body go.
+
+    A chunked body (``Transfer-Encoding: chunked``, no Content-Length) is accepted up to the limit,
+    since many HTTP clients stream a body they have not measured. gunicorn decodes the chunks and
+    passes no CONTENT_LENGTH, and Django bounds its view of ``wsgi.input`` by CONTENT_LENGTH, so
+    without this a view saw an empty body (a submission was a 400, "url: required"). Here at most
+    limit + 1 bytes are read from ``wsgi.input``: one byte more than the limit is a 413 (the rest
+    is never read; gunicorn drains at most 64 KiB of it, then closes the connection); otherwise
+    the request goes on as if it had come with that Content-Length. Reading to the end of the
+    input is safe only when the server says the input ends there (``wsgi.input_terminated``, the
+    WSGI extension gunicorn, mod_wsgi and Werkzeug set); a server that passes chunks through
+    undecoded (wsgiref, behind ``runserver``) gets a 411 Length Required and nothing is read.
+
+    The ordinary request costs one integer comparison (its Content-Length against the limit, read
+    once when Django builds its middleware: reading a setting costs more than the rest together).
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]):
+        self.get_response = get_response
+        self.limit: int = settings.SCRAPEJOBS_MAX_REQUEST_BYTES
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        meta = request.META
+        declared = meta.get("CONTENT_LENGTH")
+        if declared:
+            try:
+                too_large = int(declared) > self.limit
+            except ValueError:
+                too_large = False  # Django reads a malformed length as no body at all
+            if too_large and _is_api(request):
+                return api_error_response(payload_too_large())
+        elif "HTTP_TRANSFER_ENCODING" in meta and "wsgi.input" in meta and _is_api(request):
+            refused = self._buffer_unmeasured_body(request)
+            if refused is not None:
+                return refused
+        return self.get_response(request)
+
+    def _buffer_unmeasured_body(self, request: HttpRequest) -> HttpResponse | None:
+        meta = request.META
+        if not meta.get("wsgi.input_terminated"):
+            return api_error_response(length_required())
+        limit = self.limit
+        try:
+            body = _read_at_most(meta["wsgi.input"], limit + 1)
+        except Exception:  # noqa: BLE001 - whatever the server's reader raises, the body is unreadable
+            # gunicorn raises its ParseException subclasses for broken chunk framing and NoMoreData
+            # (an OSError) for a client gone mid-body: the client's doing, a 400, not a 500.
+            logger.info("unreadable request body on %s", request.path, exc_info=True)
+            return api_error_response(body_unreadable())
+        if len(body) > limit:
+            return api_error_response(payload_too_large())
+        # Django reads a body through request._stream, which WSGIRequest bounded to nothing (no
+        # CONTENT_LENGTH): give it the body, and the length it now has (DRF reads that too).
+        request._stream = meta["wsgi.input"] = io.BytesIO(body)
+        meta["CONTENT_LENGTH"] = str(len(body))
+        return None
+
+
+def _read_at_most(stream: BinaryIO, size: int) -> bytes:
+    """Up to ``size`` bytes, fewer only at the end of the stream (a WSGI input may return less
+    than asked and still have more)."""
+    parts: list[bytes] = []
+    wanted = size
+    while wanted > 0:
+        part = stream.read(wanted)
+        if not part:
+            break
+        parts.append(part)
+        wanted -= len(part)
+    return b"".join(parts)
 
 
 class _SkippedForApi:

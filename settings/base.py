@@ -96,6 +96,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # A body over SCRAPEJOBS_MAX_REQUEST_BYTES under /api/ is a 413 before anything else runs;
+    # chunked bodies are read up to the limit (scrapejobs/middleware.py).
+    "scrapejobs.middleware.RequestBodyLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Serves /static/ (admin, API docs) from gunicorn itself: no separate file server to run.
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -199,6 +202,9 @@ SCRAPEJOBS_RATE_LIMIT_FAIL_CLOSED = env.bool("SCRAPEJOBS_RATE_LIMIT_FAIL_CLOSED"
 # also how long a revoked token may still work in other processes. 0: look up every request.
 SCRAPEJOBS_TOKEN_CACHE_S = _bounded_int("SCRAPEJOBS_TOKEN_CACHE_S", 5, 0, 300)
 SCRAPEJOBS_MAX_REQUEST_BYTES = _bounded_int("SCRAPEJOBS_MAX_REQUEST_BYTES", 1_048_576, 1024, 1 << 30)
+# Django's own bound on a body it holds in memory (request.body, form data), the admin's included:
+# the same number, so that Django never holds a body larger than the API accepts.
+DATA_UPLOAD_MAX_MEMORY_SIZE = SCRAPEJOBS_MAX_REQUEST_BYTES
 SCRAPEJOBS_IDEMPOTENCY_TTL_HOURS = _bounded_int("SCRAPEJOBS_IDEMPOTENCY_TTL_HOURS", 24, 24, 24 * 365)
 
 # Worker: how many fetches one worker process holds at once (threads; a fetch mostly waits).

@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
 from rest_framework import exceptions, status
@@ -35,6 +37,33 @@ class ApiError(exceptions.APIException):
 def not_found(detail: str = "No such job.") -> ApiError:
     # Another tenant's job is indistinguishable from a missing one (contract: tenants isolated).
     return ApiError(status_code=404, type="not_found", code="not_found", detail=detail)
+
+
+def payload_too_large() -> ApiError:
+    return ApiError(
+        status_code=413,
+        type="invalid_request",
+        code="payload_too_large",
+        detail=f"The request body is over {settings.SCRAPEJOBS_MAX_REQUEST_BYTES} bytes.",
+    )
+
+
+def body_unreadable() -> ApiError:
+    return ApiError(
+        status_code=400,
+        type="invalid_request",
+        code="parse_error",
+        detail="The request body could not be read.",
+    )
+
+
+def length_required() -> ApiError:
+    return ApiError(
+        status_code=411,
+        type="invalid_request",
+        code="length_required",
+        detail="A request body needs a Content-Length header here.",
+    )
 
 
 # DRF's own exceptions → (type, code). Anything else DRF knows falls back to its own code.
@@ -61,6 +90,7 @@ ERRORS: list[tuple[int, str, str]] = [
     (409, "conflict", "job_not_succeeded"),
     (409, "conflict", "job_final"),
     (410, "gone", "result_expired"),
+    (411, "invalid_request", "length_required"),
     (413, "invalid_request", "payload_too_large"),
     (415, "invalid_request", "unsupported_media_type"),
     (422, "idempotency_error", "idempotency_key_reused"),
@@ -74,6 +104,16 @@ def error_body(*, type: str, code: str, detail: str, fields: dict[str, list[str]
     if fields is not None:
         body["fields"] = fields
     return body
+
+
+def api_error_response(error: ApiError) -> JsonResponse:
+    """An ApiError answered outside a DRF view, by middleware that runs before CommonMiddleware
+    (which sets Content-Length on the other answers): scrapejobs/middleware.py."""
+    response = JsonResponse(
+        error_body(type=error.type, code=error.code, detail=str(error.detail)), status=error.status_code
+    )
+    response["Content-Length"] = str(len(response.content))
+    return response
 
 
 def _flatten(detail: Any) -> list[str]:
@@ -95,6 +135,11 @@ def _validation_fields(detail: Any) -> dict[str, list[str]]:
 def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """REST_FRAMEWORK["EXCEPTION_HANDLER"]: DRF's handler (it sets WWW-Authenticate and
     Retry-After and rolls back), then our body. Unexpected exceptions become a JSON 500."""
+    if isinstance(exc, RequestDataTooBig):
+        # Django's own bound (DATA_UPLOAD_MAX_MEMORY_SIZE, equal to SCRAPEJOBS_MAX_REQUEST_BYTES),
+        # raised by request.body, which DRF reads before it calls a JSON parser. The body-limit
+        # middleware refuses such a body first; this keeps any path it misses from a 500.
+        exc = payload_too_large()
     response = drf_exception_handler(exc, context)
     if response is None:
         logger.exception("unhandled error in %s", context.get("view").__class__.__name__, exc_info=exc)

@@ -1,0 +1,193 @@
+"""Request bodies through the real web process (issue 9, item 6; NFR-1, NFR-2, contract section 2).
+
+gunicorn runs with the project's own command line (scrapejobs.processes.web) and every request is
+written to a raw socket, so that nothing between the test and gunicorn rewrites it: a 5 MB body
+with its Content-Length, a small chunked submission, and a chunked body that streams on past the
+limit, which must be answered 413 while the client is still sending.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+import time
+from collections.abc import Iterable, Iterator
+
+import pytest
+import requests
+from django.conf import settings
+
+from apps.jobs.models import Job
+from tests.support.procs import wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+LIMIT = settings.SCRAPEJOBS_MAX_REQUEST_BYTES
+TOO_LARGE = {
+    "type": "invalid_request",
+    "code": "payload_too_large",
+    "detail": f"The request body is over {LIMIT} bytes.",
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def web(services, make_tenant) -> Iterator[tuple[int, str]]:
+    """(port, token) of a running web process."""
+    port = _free_port()
+    proc = services().start("web", port=port, workers=1, threads=4)
+    _, token, _ = make_tenant()
+
+    def up() -> bool:
+        assert proc.alive(), proc.tail()
+        try:
+            return requests.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+        except requests.RequestException:
+            return False
+
+    wait_for(up, timeout=60, what="the web process")
+    yield port, token
+
+
+class Answer:
+    def __init__(self, status: int, headers: dict[str, str], body: bytes, sent: int):
+        self.status, self.headers, self.body = status, headers, body
+        self.sent = sent  # body bytes the client had written when the answer came
+
+    def json(self) -> object:
+        return json.loads(self.body)
+
+
+def exchange(port: int, head: bytes, pieces: Iterable[bytes]) -> Answer:
+    """Write ``head`` then ``pieces`` until they run out or the server answers, whichever comes
+    first, and read the answer. A server that answers without reading the rest of the body may
+    close its side: the client then stops writing, as an HTTP client does."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    try:
+        sock.sendall(head)
+        sent = 0
+        for piece in pieces:
+            if select.select([sock], [], [], 0)[0]:
+                break  # the answer (or the close) is here
+            try:
+                sock.sendall(piece)
+            except (BrokenPipeError, ConnectionResetError):
+                break
+            sent += len(piece)
+        return Answer(*_read_answer(sock), sent=sent)
+    finally:
+        sock.close()
+
+
+def _read_answer(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        more = sock.recv(65536)
+        assert more, f"connection closed before an answer: {data!r}"
+        data += more
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
+    length = int(headers["content-length"])
+    while len(body) < length:
+        more = sock.recv(65536)
+        assert more, "connection closed in the middle of the answer"
+        body += more
+    return status, headers, body[:length]
+
+
+def _head(port: int, token: str, *, path: str = "/api/v1/jobs", length: int | None = None) -> bytes:
+    framing = f"Content-Length: {length}" if length is not None else "Transfer-Encoding: chunked"
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\n"
+        f"Content-Type: application/json\r\n{framing}\r\n\r\n"
+    ).encode()
+
+
+def _chunks(data: bytes, size: int) -> Iterator[bytes]:
+    for i in range(0, len(data), size):
+        piece = data[i : i + size]
+        yield b"%x\r\n%s\r\n" % (len(piece), piece)
+    yield b"0\r\n\r\n"
+
+
+def _pieces(data: bytes, size: int) -> Iterator[bytes]:
+    return (data[i : i + size] for i in range(0, len(data), size))
+
+
+def test_a_5_mb_body_with_its_length_is_a_413_with_the_error_body(web):
+    port, token = web
+    body = json.dumps({"url": "http://a.example", "method": "POST", "body": "x" * (5 << 20)}).encode()
+    answer = exchange(port, _head(port, token, length=len(body)), _pieces(body, 65536))
+    assert answer.status == 413, answer.body[:500]
+    assert answer.headers["content-type"] == "application/json"
+    assert answer.json() == TOO_LARGE
+    assert Job.objects.count() == 0
+
+
+def test_a_small_chunked_submission_is_accepted(web):
+    port, token = web
+    body = json.dumps({"url": "http://a.example/chunked"}).encode()
+    answer = exchange(port, _head(port, token), _chunks(body, 7))
+    assert answer.status == 202, answer.body
+    job_id = answer.json()["id"]  # type: ignore[index]
+    assert Job.objects.get(id=job_id).url == "http://a.example/chunked"
+
+
+def test_a_chunked_body_with_broken_framing_is_a_400(web):
+    port, token = web
+    answer = exchange(port, _head(port, token), [b"5\r\n{}   \r\nzz\r\n"])
+    assert answer.status == 400, answer.body
+    assert answer.json() == {  # not a validation error about an empty body, not a 500
+        "type": "invalid_request",
+        "code": "parse_error",
+        "detail": "The request body could not be read.",
+    }
+    assert Job.objects.count() == 0
+
+
+def test_a_chunked_body_streaming_past_the_limit_is_a_413_before_it_ends(web):
+    port, token = web
+    total = 64 << 20  # 64 MiB, far past the limit, sent in 64 KiB chunks; never materialised
+    chunk = b"x" * 65536
+
+    def endless() -> Iterator[bytes]:
+        prefix = b'{"url": "http://a.example", "method": "POST", "body": "'
+        yield b"%x\r\n%s\r\n" % (len(prefix), prefix)
+        for _ in range(total // len(chunk)):
+            yield b"%x\r\n%s\r\n" % (len(chunk), chunk)
+            time.sleep(0.001)  # a client streaming, not a flood: the server gets to answer
+        yield b'2\r\n"}\r\n0\r\n\r\n'
+
+    answer = exchange(port, _head(port, token), endless())
+    assert answer.status == 413, answer.body[:500]
+    assert answer.json() == TOO_LARGE
+    # The server read the limit and a little more (socket buffers, gunicorn's bounded drain of an
+    # unread body): it answered long before the client was done.
+    assert answer.sent < 8 * LIMIT, f"{answer.sent} bytes sent before the answer"
+    assert Job.objects.count() == 0
+
+
+def test_a_cancel_with_a_body_over_the_limit_is_a_413_and_cancels_nothing(web):
+    port, token = web
+    job = requests.post(
+        f"http://127.0.0.1:{port}/api/v1/jobs",
+        json={"url": "http://a.example"},
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=10,
+    )
+    assert job.status_code == 202, job.content
+    job_id = job.json()["id"]
+    body = b"{}" + b" " * (5 << 20)
+    path = f"/api/v1/jobs/{job_id}/cancel"
+    answer = exchange(port, _head(port, token, path=path, length=len(body)), _pieces(body, 65536))
+    assert answer.status == 413, answer.body[:500]
+    assert answer.json() == TOO_LARGE
+    assert Job.objects.get(id=job_id).status == "queued"
