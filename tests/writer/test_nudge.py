@@ -16,7 +16,7 @@ from apps.jobs.nudges import WRITER
 from apps.jobs.redis import state_redis
 from apps.writer.lease import Lease
 from apps.writer.services import writer_flush
-from apps.writer.streams import LEASE_KEY, WANTED_KEY
+from apps.writer.streams import GROUP, LEASE_KEY, RETRY_AT, STREAM, WANTED_KEY
 from apps.writer.submit import receipt_submit
 from tests.support.procs import wait_for
 from tests.writer.helpers import RunningJob, new_id, receipt, running_jobs_create
@@ -93,14 +93,21 @@ def test_a_nudge_during_a_flush_is_answered_by_one_more_flush(services) -> None:
     )
     for s in specs[1:]:  # a stream of receipts while flushes run
         receipt_submit(receipt(s.id, 1))
-    wait_for(
-        lambda: (
-            Job.objects.filter(id__in=[s.id for s in specs], status=JobStatus.SUCCEEDED).count() == len(specs)
-        ),
-        timeout=30,
-        interval=0.1,
-        what="every receipt applied with no beat running",
-    )
+    ids = [s.id for s in specs]
+    try:
+        wait_for(
+            lambda: Job.objects.filter(id__in=ids, status=JobStatus.SUCCEEDED).count() == len(specs),
+            timeout=30,
+            interval=0.1,
+            what="every receipt applied with no beat running",
+        )
+    except AssertionError as e:  # say where the rest are: unread, pending, waiting for a retry
+        r = state_redis()
+        applied = Job.objects.filter(id__in=ids, status=JobStatus.SUCCEEDED).count()
+        raise AssertionError(
+            f"{e}: {applied}/{len(specs)} applied; stream {r.xlen(STREAM)}, pending "
+            f"{r.xpending(STREAM, GROUP)['pending']}, retries {r.zcard(RETRY_AT)}, nudges {r.llen(WRITER)}"
+        ) from None
     assert state_redis().llen(WRITER) == 0
 
 
