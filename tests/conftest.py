@@ -59,11 +59,12 @@ class Services:
         self.env = env
         self.procs: list[Proc] = []
 
-    def start(self, kind: str, **kw: object) -> Proc:
+    def start(self, kind: str, *, env: dict[str, str] | None = None, **kw: object) -> Proc:
+        """Start one process; ``env`` adds to (or overrides) this process's environment only."""
         argv = getattr(processes, kind)(**kw)
         if kind == "beat":
             argv = processes.beat(schedule_file=f"/tmp/sj-beat-{next(_names)}")
-        proc = Proc(kind, argv, self.env).start()
+        proc = Proc(kind, argv, {**self.env, **(env or {})}).start()
         self.procs.append(proc)
         return proc
 

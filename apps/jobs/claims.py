@@ -11,12 +11,11 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import psycopg
 from django.conf import settings
 from django.db import connection
-from django.utils import timezone
 
 
 @dataclass(frozen=True)
@@ -37,46 +36,68 @@ def job_claim(*, job_id: uuid.UUID | str, worker: str) -> ClaimedJob | None:
     """Take a queued job: ``queued → running``, attempt + 1, a lease, and the attempt's row.
 
     Returns None when the job is not ours to run (already taken, final, cancelled, or waiting for
-    its retry time): a duplicate broker message is a no-op.
+    its retry time): a duplicate broker message is a no-op. A job that was published but whose
+    ``not_before`` has not come yet is put back in the outbox (``published_at`` cleared,
+    ``not_before`` kept), so the publisher sends it again when it is due: the message is never
+    simply dropped (issue 9, item 3).
+
+    Every time here is the database's (``statement_timestamp()``), never this worker's clock: whether the job is
+    due, its lease's expiry and its start are compared by the publisher and the sweeper against
+    the same clock, so a worker whose clock is off cannot see a due job as early, or write a lease
+    that has already expired, or one that outlives it by its skew. Raises on a database error: the
+    caller must then have the message delivered again (``apps.scraping.tasks``).
     """
-    now = timezone.now()
-    lease_until = now + timedelta(seconds=settings.SCRAPEJOBS_LEASE_SECONDS)
     # One statement, so one round trip and atomic without BEGIN/COMMIT: the conditional UPDATE
     # decides who owns the job, and the attempt's row is written only for the winner. Prepared on
     # its connection (a plain psycopg cursor binds server-side; prepare=True): it runs once per
     # job, and parsing and planning it each time cost PostgreSQL more than executing it.
+    # statement_timestamp() is now() for a statement run on its own (autocommit, as here); inside
+    # a caller's transaction (tests) it still moves on from one statement to the next.
+    # ``deferred`` never touches the row ``claimed`` takes (``not_before`` is past there, still to
+    # come here), so the two updates of one statement never meet on a row.
     connection.ensure_connection()
+    job_uuid = uuid.UUID(str(job_id))
     with psycopg.Cursor(connection.connection) as cur:
         cur.execute(
             """
-            WITH claimed AS (
+            WITH t AS (SELECT statement_timestamp() AS now), claimed AS (
                 UPDATE jobs_job
-                   SET status = 'running', attempts = attempts + 1, lease_owner = %s,
-                       lease_expires_at = %s, started_at = COALESCE(started_at, %s), updated_at = %s
-                 WHERE id = %s AND status = 'queued' AND attempts < max_attempts
-                   AND (not_before IS NULL OR not_before <= %s)
+                   SET status = 'running', attempts = attempts + 1, lease_owner = %(worker)s,
+                       lease_expires_at = t.now + make_interval(secs => %(lease_s)s),
+                       started_at = COALESCE(started_at, t.now), updated_at = t.now
+                  FROM t
+                 WHERE id = %(id)s AND status = 'queued' AND attempts < max_attempts
+                   AND (not_before IS NULL OR not_before <= t.now)
                    AND cancel_requested_at IS NULL
-             RETURNING id, attempts, method, url, headers, body, timeout_s, max_attempts
+             RETURNING id, attempts, method, url, headers, body, timeout_s, max_attempts,
+                       lease_expires_at
             ), attempt AS (
                 INSERT INTO jobs_attempt (job_id, number, worker, started_at)
-                SELECT id, attempts, %s, %s FROM claimed
+                SELECT id, attempts, %(worker)s, t.now FROM claimed, t
                 ON CONFLICT (job_id, number) DO NOTHING
+            ), deferred AS (
+                UPDATE jobs_job
+                   SET published_at = NULL, updated_at = t.now
+                  FROM t
+                 WHERE id = %(id)s AND status = 'queued' AND published_at IS NOT NULL
+                   AND not_before > t.now AND cancel_requested_at IS NULL
             )
-            SELECT attempts, method, url, headers, body, timeout_s, max_attempts FROM claimed
+            SELECT attempts, method, url, headers, body, timeout_s, max_attempts, lease_expires_at
+              FROM claimed
             """,
-            [worker, lease_until, now, now, uuid.UUID(str(job_id)), now, worker, now],
+            {"worker": worker, "lease_s": float(settings.SCRAPEJOBS_LEASE_SECONDS), "id": job_uuid},
             prepare=True,
         )
         row = cur.fetchone()
     if row is None:
         return None
-    attempt, method, url, headers, body, timeout_s, max_attempts = row
+    attempt, method, url, headers, body, timeout_s, max_attempts, lease_expires_at = row
     if isinstance(headers, str):  # raw cursor: psycopg may hand jsonb back decoded or not
         import json  # noqa: PLC0415
 
         headers = json.loads(headers)
     return ClaimedJob(
-        id=uuid.UUID(str(job_id)),
+        id=job_uuid,
         attempt=attempt,
         method=method,
         url=url,
@@ -84,7 +105,7 @@ def job_claim(*, job_id: uuid.UUID | str, worker: str) -> ClaimedJob | None:
         body=body,
         timeout_s=timeout_s,
         max_attempts=max_attempts,
-        lease_expires_at=lease_until,
+        lease_expires_at=lease_expires_at,
     )
 
 
@@ -95,16 +116,21 @@ def jobs_renew_leases(*, leases: Sequence[tuple[uuid.UUID | str, int, str]]) -> 
     after its lease expired, or it ended), and that worker must stop."""
     if not leases:
         return set()
-    until = timezone.now() + timedelta(seconds=settings.SCRAPEJOBS_LEASE_SECONDS)
     with connection.cursor() as cur:
+        # The database's clock, as in job_claim: the sweeper compares against the same one.
         cur.execute(
             """
-            UPDATE jobs_job AS j SET lease_expires_at = %s
+            UPDATE jobs_job AS j SET lease_expires_at = statement_timestamp() + make_interval(secs => %s)
               FROM unnest(%s::uuid[], %s::int[], %s::text[]) AS v(id, attempt, worker)
              WHERE j.id = v.id AND j.status = 'running' AND j.attempts = v.attempt
                AND j.lease_owner = v.worker
          RETURNING j.id::text, j.attempts
             """,
-            [until, [str(j) for j, _, _ in leases], [a for _, a, _ in leases], [w for _, _, w in leases]],
+            [
+                float(settings.SCRAPEJOBS_LEASE_SECONDS),
+                [str(j) for j, _, _ in leases],
+                [a for _, a, _ in leases],
+                [w for _, _, w in leases],
+            ],
         )
         return {(job_id, attempt) for job_id, attempt in cur.fetchall()}

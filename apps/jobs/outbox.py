@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.utils import timezone
+from django.db.models.functions import Now
 
 from apps.jobs.models import Job, JobStatus
 
@@ -52,7 +52,9 @@ _SELECT_TENANTS = """
     SELECT tenant_id::text FROM tenants
 """
 
-# The oldest due rows of each (priority, tenant, how many) asked for, locked.
+# The oldest due rows of each (priority, tenant, how many) asked for, locked. Due by the
+# database's clock (now()), which job_claim and the sweeper use too: the publisher's host clock
+# never decides (issue 9, item 3).
 _SELECT_OLDEST = """
     SELECT w.priority, w.tenant_id::text, j.id::text, j.created_at, j.domain, j.timeout_s
       FROM unnest(%s::text[], %s::uuid[], %s::int[]) AS w (priority, tenant_id, n)
@@ -60,7 +62,7 @@ _SELECT_OLDEST = """
            SELECT id, created_at, domain, timeout_s FROM jobs_job
             WHERE status = 'queued' AND published_at IS NULL
               AND priority = w.priority AND tenant_id = w.tenant_id
-              AND (not_before IS NULL OR not_before <= %s)
+              AND (not_before IS NULL OR not_before <= now())
               AND NOT (id = ANY(%s::uuid[]))
             ORDER BY created_at
             LIMIT w.n
@@ -89,7 +91,7 @@ def outbox_tenants_after(*, priority: str, after: str | None, limit: int) -> lis
 
 
 def outbox_oldest_lock(
-    *, wanted: Mapping[tuple[str, str], int], now: datetime, skip: Sequence[str]
+    *, wanted: Mapping[tuple[str, str], int], skip: Sequence[str]
 ) -> dict[tuple[str, str], list[tuple[str, str, int]]]:
     """Lock the oldest due rows (``not_before`` passed) each (priority, tenant) of ``wanted``
     needs, at most its count, leaving out the ids in ``skip``; (id, domain, timeout) oldest first.
@@ -100,7 +102,7 @@ def outbox_oldest_lock(
     with connection.cursor() as cur:
         cur.execute(
             _SELECT_OLDEST,
-            [[p for p, _ in pairs], [t for _, t in pairs], [wanted[pair] for pair in pairs], now, list(skip)],
+            [[p for p, _ in pairs], [t for _, t in pairs], [wanted[pair] for pair in pairs], list(skip)],
         )
         found: dict[tuple[str, str], list[tuple[datetime, str, str, int]]] = defaultdict(list)
         for priority, tenant, job_id, created_at, domain, timeout_s in cur.fetchall():
@@ -108,12 +110,13 @@ def outbox_oldest_lock(
     return {pair: [row[1:] for row in sorted(rows)] for pair, rows in found.items()}
 
 
-def outbox_published_stamp(*, job_ids: Sequence[str], now: datetime) -> None:
-    """Mark these jobs as sent to the broker (they leave the outbox)."""
+def outbox_published_stamp(*, job_ids: Sequence[str]) -> None:
+    """Mark these jobs as sent to the broker (they leave the outbox). The stamp is the database's
+    time: the sweeper measures how long a job has waited untaken against the same clock."""
     with connection.cursor() as cur:
         cur.execute(
-            "UPDATE jobs_job SET published_at = %s WHERE id = ANY(%s::uuid[]) AND published_at IS NULL",
-            [now, list(job_ids)],
+            "UPDATE jobs_job SET published_at = now() WHERE id = ANY(%s::uuid[]) AND published_at IS NULL",
+            [list(job_ids)],
         )
 
 
@@ -136,8 +139,10 @@ def job_defer_for_domain(*, job_id: uuid.UUID | str, wait_s: float) -> bool:
         )
         if published_at is None:
             return False
-        now = timezone.now()
+        # ``wait_s`` is a duration (the politeness gate measures it on the Redis clock); it is
+        # added to the database's clock, which the publisher compares ``not_before`` with, not
+        # to this worker's (issue 9, item 3: a worker 30 s ahead made its deferrals 30 s longer).
         Job.objects.filter(id=job_id).update(
-            published_at=None, not_before=now + timedelta(seconds=wait_s), updated_at=now
+            published_at=None, not_before=Now() + timedelta(seconds=wait_s), updated_at=Now()
         )
     return True

@@ -103,10 +103,10 @@ _APPLY_SQL = """
 WITH v AS (
     SELECT *
       FROM unnest(%b::uuid[], %b::int[], %b::timestamptz[], %b::text[], %b::int[], %b::text[],
-                  %b::text[], %b::bigint[], %b::text[], %b::timestamptz[], %b::text[], %b::text[],
+                  %b::text[], %b::bigint[], %b::text[], %b::float8[], %b::text[], %b::text[],
                   %b::text[], %b::text[], %b::bigint[], %b::text[], %b::text[], %b::int[])
            AS v(job_id, attempt, finished_at, outcome, http_status, error_class, error,
-                duration_ms, go, go_not_before, last, cancel, last_error, result_key, result_size,
+                duration_ms, go, go_delay_s, last, cancel, last_error, result_key, result_size,
                 result_sha256, result_content_type, result_http_status)
 ), closed AS (
     UPDATE jobs_attempt AS a
@@ -124,7 +124,11 @@ WITH v AS (
        FOR UPDATE OF j
 ), planned AS (
     SELECT v.*, p.status, p.status <> 'queued' AS final,
-           CASE WHEN p.status = 'queued' THEN v.go_not_before END AS not_before,
+           -- The retry's delay from the database's clock, which the publisher compares
+           -- not_before with; not from the worker's (its receipt's finished_at), which may be
+           -- off by any amount (issue 9, item 3).
+           CASE WHEN p.status = 'queued' THEN now() + make_interval(secs => v.go_delay_s) END
+               AS not_before,
            p.status = 'succeeded' AND v.result_key IS NOT NULL AS has_result
       FROM locked AS l
       JOIN v ON v.job_id = l.id AND v.attempt = l.attempts
@@ -161,11 +165,11 @@ def _apply_params(batch: Sequence[AttemptFinished]) -> list[Any]:
     things only its locked row knows (a cancel was asked for; this was its last attempt), so
     ``plan_after_attempt`` (the one place that rule lives) is asked for each of the three cases
     and the statement picks one: ``go`` (neither), ``last``, ``cancel``. Only ``go`` may be a
-    retry, so only its ``not_before`` is sent."""
+    retry, so only its delay is sent (the statement adds it to the database's clock)."""
     base, cap = settings.SCRAPEJOBS_RETRY_BASE_S, settings.SCRAPEJOBS_RETRY_CAP_S
     cols: list[list[Any]] = [[] for _ in range(18)]
     (job_id, attempt, finished_at, outcome, http_status, error_class, error, duration_ms, go,
-     go_not_before, last, cancel, last_error, result_key, result_size, result_sha256,
+     go_delay_s, last, cancel, last_error, result_key, result_size, result_sha256,
      result_content_type, result_http_status) = cols  # fmt: skip
     for r in batch:
         finished = _ts(r.finished_at)
@@ -195,7 +199,8 @@ def _apply_params(batch: Sequence[AttemptFinished]) -> list[Any]:
         error.append(r.error or None)
         duration_ms.append(r.duration_ms)
         go.append(str(nxt.status))
-        go_not_before.append(nxt.not_before)
+        # A delay, not a time: the statement adds it to the database's clock.
+        go_delay_s.append(None if nxt.not_before is None else (nxt.not_before - finished).total_seconds())
         last.append(str(nxt_last.status))
         cancel.append(str(nxt_cancel.status))
         err = _last_error(r)

@@ -19,12 +19,11 @@ import random
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.utils import timezone
 
 from apps.jobs.final_notices import jobs_notify_final
 from apps.jobs.lifecycle import plan_after_attempt
@@ -50,13 +49,13 @@ class SweepStats:
 
 def jobs_lose_expired_leases(
     *,
-    expired_before: datetime,
-    now: datetime | None = None,
+    expired_for_s: float = 0.0,
     batch_size: int = SWEEP_BATCH_SIZE,
     rng: random.Random | None = None,
 ) -> SweepStats:
-    """Running jobs whose lease expired before ``expired_before`` (their worker died or hangs) go
-    back to ``queued``.
+    """Running jobs whose lease expired at least ``expired_for_s`` ago (their worker died or
+    hangs) go back to ``queued``. Expired by the database's clock: leases are written on it too
+    (``apps.jobs.claims``), so no host's clock takes part (issue 9, item 3).
 
     The open attempt is closed as ``lost`` and the job follows the retry planner as for a
     temporary failure: back to ``queued`` after a backoff (``published_at`` cleared, so the
@@ -65,11 +64,9 @@ def jobs_lose_expired_leases(
     lease is left.
     """
     stats = SweepStats()
-    now = now or timezone.now()
     while True:
         taken = _lose_running_attempts(
-            now=now,
-            expired_before=expired_before,
+            expired_for_s=expired_for_s,
             batch_size=batch_size,
             stats=stats,
             rng=rng,
@@ -93,7 +90,6 @@ def jobs_release_held(
     stats = SweepStats()
     if ids:
         _lose_running_attempts(
-            now=timezone.now(),
             batch_size=len(ids),
             stats=stats,
             rng=rng,
@@ -107,7 +103,6 @@ def jobs_release_held(
 
 def _lose_running_attempts(
     *,
-    now: datetime,
     batch_size: int,
     stats: SweepStats,
     rng: random.Random | None,
@@ -115,19 +110,24 @@ def _lose_running_attempts(
     message: str,
     job_ids: list[str] | None = None,
     lease_owner_prefix: str | None = None,
-    expired_before: datetime | None = None,
+    expired_for_s: float = 0.0,
 ) -> int:
     """Close the open attempt of running jobs as ``lost`` and move each job on as the retry
-    planner says. Without ``job_ids``: jobs whose lease expired before ``expired_before``
-    (default ``now``). With them: those jobs, if ``lease_owner_prefix`` still holds their lease."""
+    planner says. Without ``job_ids``: jobs whose lease expired at least ``expired_for_s`` ago.
+    With them: those jobs, if ``lease_owner_prefix`` still holds their lease. Every time is the
+    database's: the transaction's ``now()``."""
     if job_ids is None:
         # Uses the partial index jobs_running_by_lease.
-        which = "{t}lease_expires_at < %s"
-        which_params: list[Any] = [expired_before or now]
+        which = "{t}lease_expires_at < now() - make_interval(secs => %s)"
+        which_params: list[Any] = [float(expired_for_s)]
     else:
         which = "{t}id = ANY(%s::uuid[]) AND starts_with({t}lease_owner, %s)"
         which_params = [job_ids, lease_owner_prefix or ""]
     with transaction.atomic(), connection.cursor() as cur:
+        # The database's clock for the retry times and the attempt's end written below; now() is
+        # the same instant in every statement of this transaction.
+        cur.execute("SELECT now()")
+        now: datetime = cur.fetchone()[0]
         # SKIP LOCKED: a job row locked by another sweeper, a claim or the writer is not ours
         # this tick.
         cur.execute(
@@ -242,9 +242,7 @@ def _lose_running_attempts(
         return len(rows)
 
 
-def jobs_sweep_unclaimed(
-    *, now: datetime | None = None, older_than_s: float | None = None, batch_size: int = SWEEP_BATCH_SIZE
-) -> int:
+def jobs_sweep_unclaimed(*, older_than_s: float | None = None, batch_size: int = SWEEP_BATCH_SIZE) -> int:
     """Queued jobs that were published but not taken within ``SCRAPEJOBS_REPUBLISH_AFTER_S`` get
     their publish mark cleared, so the publisher sends them again: a broker that lost its
     messages (restart without persistence, FLUSHDB, a deleted queue) loses no job.
@@ -252,9 +250,11 @@ def jobs_sweep_unclaimed(
     A job whose first message is merely waiting behind a backlog gets a second message; the
     claim is a conditional UPDATE, so the duplicate is a no-op. Keep the bound well above the
     normal time to first attempt. Returns the number of jobs marked for republishing.
+
+    The age is measured on the database's clock, which stamped ``published_at``
+    (``apps.jobs.outbox.outbox_published_stamp``).
     """
-    now = now or timezone.now()
-    cutoff = now - timedelta(seconds=older_than_s or settings.SCRAPEJOBS_REPUBLISH_AFTER_S)
+    older = float(older_than_s or settings.SCRAPEJOBS_REPUBLISH_AFTER_S)
     total = 0
     while True:
         with connection.cursor() as cur:
@@ -263,16 +263,16 @@ def jobs_sweep_unclaimed(
             cur.execute(
                 """
                 UPDATE jobs_job
-                   SET published_at = NULL, updated_at = %s
+                   SET published_at = NULL, updated_at = now()
                  WHERE id IN (SELECT id FROM jobs_job
                                WHERE status = 'queued' AND published_at IS NOT NULL
-                                 AND published_at < %s
+                                 AND published_at < now() - make_interval(secs => %(older)s)
                                ORDER BY published_at
-                               LIMIT %s
+                               LIMIT %(limit)s
                                  FOR UPDATE SKIP LOCKED)
-                   AND status = 'queued' AND published_at < %s
+                   AND status = 'queued' AND published_at < now() - make_interval(secs => %(older)s)
                 """,
-                [now, cutoff, batch_size, cutoff],
+                {"older": older, "limit": batch_size},
             )
             n = cur.rowcount
         total += n

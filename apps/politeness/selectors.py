@@ -8,7 +8,7 @@ import uuid
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.utils import timezone
+from django.db.models.functions import Now
 
 from apps.jobs.models import Job, JobStatus
 from apps.jobs.redis import state_redis
@@ -79,7 +79,7 @@ def job_runnable_get(*, job_id: uuid.UUID | str) -> RunnableJob | None:
             status=JobStatus.QUEUED,
             cancel_requested_at__isnull=True,
         )
-        .exclude(not_before__gt=timezone.now())
+        .exclude(not_before__gt=Now())  # the database's clock, as job_claim's
         .values_list("domain", "timeout_s")
         .first()
     )

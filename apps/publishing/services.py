@@ -32,12 +32,10 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from datetime import datetime
 from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.utils import timezone
 
 from apps.jobs.outbox import (
     outbox_oldest_lock,
@@ -94,7 +92,7 @@ def outbox_publish_batch(*, limit: int, depth: int | None = None) -> int:
                 limit = min(limit, depth - broker_depth(producer.channel))
             if limit <= 0:
                 return 0
-            picked = _dispatch_pick(limit=limit, now=timezone.now())
+            picked = _dispatch_pick(limit=limit)
             if not picked:
                 return 0
             for pick in picked:
@@ -107,7 +105,7 @@ def outbox_publish_batch(*, limit: int, depth: int | None = None) -> int:
                     queue=scrape_queue(pick.priority),
                     producer=producer,
                 )
-        outbox_published_stamp(job_ids=[pick.job_id for pick in picked], now=timezone.now())
+        outbox_published_stamp(job_ids=[pick.job_id for pick in picked])
     return len(picked)
 
 
@@ -133,7 +131,7 @@ class Pick(NamedTuple):
     timeout_s: int
 
 
-def _dispatch_pick(*, limit: int, now: datetime) -> list[Pick]:
+def _dispatch_pick(*, limit: int) -> list[Pick]:
     """Choose and lock up to ``limit`` rows in weighted-fair order; returns them in the order to
     send them. Runs under the dispatcher lock."""
     weights: dict[str, int] = settings.SCRAPEJOBS_PRIORITY_WEIGHTS
@@ -165,7 +163,7 @@ def _dispatch_pick(*, limit: int, now: datetime) -> list[Pick]:
             else:
                 active.discard(priority)
         wanted = Counter((priority, tenant) for priority, order in plan.items() for tenant in order)
-        rows = outbox_oldest_lock(wanted=wanted, now=now, skip=[pick.job_id for pick in picked])
+        rows = outbox_oldest_lock(wanted=wanted, skip=[pick.job_id for pick in picked])
         for priority, order in plan.items():
             for tenant in order:
                 queue = rows.get((priority, tenant))

@@ -13,7 +13,6 @@ import logging
 import random
 import uuid
 from collections.abc import Iterable
-from datetime import datetime, timedelta
 
 from django.db import connection, transaction
 from django.utils import timezone
@@ -27,17 +26,18 @@ from apps.jobs.sweeping import (
     jobs_lose_expired_leases,
     jobs_sweep_unclaimed,
 )
-from apps.writer.selectors import receipts_applied_before
+from apps.writer.selectors import receipts_waiting_for_s
 
 logger = logging.getLogger(__name__)
 
-# Lease times come from the workers' clocks, receipt times from Redis's: this much difference
-# between them is tolerated before an expired lease counts as a dead worker.
+# A receipt is added to the stream a moment after its worker's last renewal: this much more is
+# waited for, beyond the oldest waiting receipt's age, before an expired lease counts as a dead
+# worker.
 RECEIPT_CLOCK_MARGIN_S = 1.0
 
 
 def jobs_sweep_expired_leases(
-    *, now: datetime | None = None, batch_size: int = SWEEP_BATCH_SIZE, rng: random.Random | None = None
+    *, batch_size: int = SWEEP_BATCH_SIZE, rng: random.Random | None = None
 ) -> SweepStats:
     """Running jobs whose lease expired (their worker died or hangs) go back to ``queued``, their
     attempt lost (``apps.jobs.sweeping.jobs_lose_expired_leases``)."""
@@ -46,19 +46,19 @@ def jobs_sweep_expired_leases(
     # that is not a dead worker: only leases that expired before the oldest receipt still
     # waiting were surely abandoned. Without this, a lagging writer made the sweeper mark
     # finished attempts lost and fetch them again, which made the writer lag more.
-    now = now or timezone.now()
-    expired_before = now
-    watermark = receipts_applied_before()
-    if watermark is not None:
-        expired_before = min(now, watermark - timedelta(seconds=RECEIPT_CLOCK_MARGIN_S))
-    return jobs_lose_expired_leases(now=now, expired_before=expired_before, batch_size=batch_size, rng=rng)
+    # One clock (issue 9, item 3): leases are written and compared on the database's; the
+    # receipt's wait is a duration measured on Redis's alone, so "expired before the oldest
+    # waiting receipt" is "expired longer ago than that receipt has waited".
+    waited_s = receipts_waiting_for_s()
+    expired_for_s = 0.0 if waited_s is None else waited_s + RECEIPT_CLOCK_MARGIN_S
+    return jobs_lose_expired_leases(expired_for_s=expired_for_s, batch_size=batch_size, rng=rng)
 
 
-def jobs_sweep_stuck(*, now: datetime | None = None) -> SweepStats:
+def jobs_sweep_stuck() -> SweepStats:
     """One sweeper tick: expired leases first (they turn into unpublished queued jobs, which the
     publisher picks up directly), then published-but-untaken jobs."""
-    stats = jobs_sweep_expired_leases(now=now)
-    stats.republished = jobs_sweep_unclaimed(now=now)
+    stats = jobs_sweep_expired_leases()
+    stats.republished = jobs_sweep_unclaimed()
     if stats.lost or stats.republished:
         logger.warning(
             "sweeper: %d lost attempts (%d requeued, %d failed, %d cancelled), %d jobs republished",

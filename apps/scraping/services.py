@@ -15,6 +15,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
+from contextlib import ExitStack
 from typing import Any
 
 from django.db import connection
@@ -33,6 +34,12 @@ from apps.writer.submit import receipt_submit
 logger = logging.getLogger(__name__)
 
 
+class ClaimUndecided(Exception):
+    """Whether this message's job runs now could not be decided (the database or the politeness
+    state could not be asked, or the deferral could not be written): nothing was claimed, so the
+    message must be delivered again (``apps.scraping.tasks``), never dropped."""
+
+
 class AttemptStopped(Exception):
     """The attempt was stopped from outside: ``cancelled`` or ``lease_lost``."""
 
@@ -49,7 +56,9 @@ def job_run_attempt(
     timeout_s: int | None = None,
 ) -> AttemptFinished | None:
     """Claim ``job_id`` and run one attempt; None when the claim is not ours (duplicate message,
-    job final or cancelled, or its retry time not yet come) or its domain said wait (deferred).
+    job final or cancelled, or its retry time not yet come: then it is deferred, see
+    ``job_claim``) or its domain said wait (deferred). Raises ``ClaimUndecided`` when that could
+    not be decided (the database is unreachable): the message must then be delivered again.
 
     ``domain`` and ``timeout_s`` are the job's, sent in the broker message by the publisher, so
     that the politeness gate needs no read of the row (``job_domain_turn``).
@@ -63,11 +72,17 @@ def job_run_attempt(
     # slot BEFORE the claim, so that waiting spends no attempt. A refused job is already deferred
     # in the database when the turn is None (not held in this thread: the worker slot is free at
     # once); the slot is released when the block ends, whatever happens in it, or with the receipt.
-    with job_domain_turn(job_id=job_id, domain=domain, timeout_s=timeout_s) as turn:
-        if turn is None:
-            return None
+    with ExitStack() as held:
+        # Up to the claim, a failure leaves the job published with nobody holding it: it raises
+        # ClaimUndecided and the task has the message delivered again (issue 9, item 3). The
+        # turn's slot, if one was granted, is released by the stack either way.
         try:
+            turn = held.enter_context(job_domain_turn(job_id=job_id, domain=domain, timeout_s=timeout_s))
+            if turn is None:
+                return None
             claimed = job_claim(job_id=job_id, worker=worker)
+        except Exception as e:
+            raise ClaimUndecided(f"job {job_id}: {type(e).__name__}: {e}") from e
         finally:
             _connection_release()
         if claimed is None:

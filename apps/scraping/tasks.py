@@ -4,10 +4,15 @@ Thin: the message carries the job id, and the job's domain and timeout for the p
 (facts that never change after intake); ``job_run_attempt`` re-reads the job through its claim
 and does nothing for a duplicate.
 
-Acknowledged when it starts (``acks_late=False``), unlike the control tasks. Nothing rests on the
-message once the task runs: a job whose worker dies before its claim stays published and untaken,
-and the sweeper publishes it again after ``SCRAPEJOBS_REPUBLISH_AFTER_S`` (5 minutes); after its
-claim the lease brings it back. Redelivering an unacknowledged message would only come after the
+Acknowledged when it starts (``acks_late=False``), unlike the control tasks. So a task that
+returns without a claim must leave the job either deferred in the outbox (``published_at``
+cleared: the politeness gate, or a job not due yet by the database's clock, see ``job_claim``) or
+with a new message: when the claim cannot be decided (the database is unreachable,
+``ClaimUndecided``) the task sends its message again (a Celery retry) after a short pause, instead
+of letting the job sit published for ``SCRAPEJOBS_REPUBLISH_AFTER_S`` (issue 9, item 3). Only a
+worker that dies before its claim (or a retry that cannot be sent: the broker is down too) leaves
+that to the sweeper, which publishes the job again after those 5 minutes; after its claim the
+lease brings it back. Redelivering an unacknowledged message would only come after the
 broker's visibility timeout (an hour). And a late acknowledgement is made by the worker's consumer
 thread, which runs it only when its event loop next wakes (up to a second later when no broker
 read is pending, celery#4378), while the message still counts against the prefetch limit: with 100
@@ -16,21 +21,29 @@ threads against a 500 ms target the worker kept on average about half its thread
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
+import time
 from typing import Any
 
 from celery import shared_task
 
 from apps.jobs.intake import publisher_nudge
-from apps.scraping.services import job_run_attempt
+from apps.scraping.services import ClaimUndecided, job_run_attempt
+
+logger = logging.getLogger(__name__)
 
 # A job's timeout is at most 300 s (contract 2) and bounds the whole fetch; storing the body
 # comes on top. Note: Celery's threads pool does not enforce time limits; the fetch's own
 # deadline does. They matter when the task runs in a prefork pool.
 SOFT_TIME_LIMIT_S = 300 + 60
 HARD_TIME_LIMIT_S = 300 + 120
+# A message whose claim could not be decided is sent again after 1, 2, 4, then 8 s, up to 20
+# times (about 2.5 minutes of database outage); past that the sweeper's republish takes over.
+CLAIM_RETRY_DELAY_S = 1.0
+CLAIM_RETRY_MAX = 20
 
 
 @shared_task(
@@ -40,6 +53,7 @@ HARD_TIME_LIMIT_S = 300 + 120
     ignore_result=True,
     soft_time_limit=SOFT_TIME_LIMIT_S,
     time_limit=HARD_TIME_LIMIT_S,
+    max_retries=None,  # bounded by _redeliver (CLAIM_RETRY_MAX)
 )
 def scrape_job(self: Any, job_id: str, domain: str | None = None, timeout_s: int | None = None) -> None:
     # The lease owner starts with the Celery hostname: a stopping worker gives back exactly the
@@ -53,9 +67,32 @@ def scrape_job(self: Any, job_id: str, domain: str | None = None, timeout_s: int
             domain=domain,
             timeout_s=timeout_s,
         )
+    except ClaimUndecided as e:
+        _redeliver(self, e)
     finally:
         # A slot just freed up: the publisher keeps the broker shallow (SCRAPEJOBS_DISPATCH_DEPTH),
         # so ask it to refill now rather than at its next beat tick (coalesced to one run per
         # 50 ms however many scrapes end). An attempt that ran asked already, with its receipt.
         if receipt is None:
             publisher_nudge()
+
+
+def _redeliver(task: Any, error: ClaimUndecided) -> None:
+    """Send this message again, to the back of its queue, after a pause that doubles with each
+    redelivery (``CLAIM_RETRY_DELAY_S``, at most 8 times that).
+
+    The pause is slept here, on the monotonic clock, and the new message carries no ETA: a Celery
+    countdown becomes an absolute ETA on this worker's wall clock, which the worker that receives
+    the message compares with its own, so two skewed clocks would stretch or skip it. Holding the
+    thread for a few seconds costs nothing while the database is away, since no claim can succeed
+    anyway. After ``CLAIM_RETRY_MAX`` redeliveries the job is left to the sweeper's
+    republish (it is still published); ``Task.retry`` raises ``error`` then, and also raises
+    (Reject, the message dropped) when the broker cannot take the new message."""
+    retries = task.request.retries
+    if retries >= CLAIM_RETRY_MAX:
+        logger.error("%s; gave up after %d redeliveries, the sweeper republishes it", error, retries)
+        raise error
+    pause = CLAIM_RETRY_DELAY_S * 2 ** min(retries, 3)
+    logger.warning("%s; message sent again in %.1fs (redelivery %d)", error, pause, retries + 1)
+    time.sleep(pause)
+    raise task.retry(exc=error, countdown=0, max_retries=CLAIM_RETRY_MAX)

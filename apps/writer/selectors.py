@@ -124,8 +124,24 @@ def dead_receipts_list(*, limit: int = 200) -> list[DeadReceipt]:
 
 def receipts_applied_before() -> datetime | None:
     """The moment before which every submitted receipt has been applied (or set aside as a dead
-    receipt): the Redis time of the oldest receipt still in the stream. None when the stream is
-    empty, i.e. everything submitted so far is applied.
+    receipt): the Redis time of the oldest receipt still waiting (see ``receipts_waiting_since``).
+    None when there is none, i.e. everything submitted so far is applied."""
+    since = receipts_waiting_since()
+    return None if since is None else datetime.fromtimestamp(since[0] / 1000, tz=UTC)
+
+
+def receipts_waiting_for_s() -> float | None:
+    """How long the oldest receipt still waiting has waited, in seconds, measured on the Redis
+    clock alone (its stream id is Redis's time when it was added; Redis's ``TIME`` now): a
+    duration, which the sweeper may set against the database's clock without mixing the two
+    (issue 9, item 3). None when no receipt waits."""
+    since = receipts_waiting_since()
+    return None if since is None else max(0.0, (since[1] - since[0]) / 1000)
+
+
+def receipts_waiting_since() -> tuple[int, int] | None:
+    """``(oldest, now)`` in Redis milliseconds: the time of the oldest receipt still in the stream
+    and Redis's ``TIME`` read with it; None when the stream is empty.
 
     The sweeper uses it: a job whose lease expired while a receipt for it may still be waiting
     here is not lost, its writer is only behind. Receipts waiting for a retry after a failure are
@@ -134,7 +150,10 @@ def receipts_applied_before() -> datetime | None:
     earlier than the truth, so the sweeper only waits longer)."""
     scan = 50
     r = writer_redis()
-    head = r.xrange(STREAM, count=scan)
+    with r.pipeline(transaction=False) as pipe:
+        pipe.xrange(STREAM, count=scan)
+        pipe.time()
+        head, (secs, micros) = pipe.execute()
     if not head:
         return None
     pipe = r.pipeline(transaction=False)
@@ -146,4 +165,4 @@ def receipts_applied_before() -> datetime | None:
         if len(head) < scan:
             return None  # the whole stream is receipts waiting for a retry
         oldest = head[-1][0]
-    return datetime.fromtimestamp(int(oldest.split("-")[0]) / 1000, tz=UTC)
+    return int(oldest.split("-")[0]), secs * 1000 + micros // 1000

@@ -216,7 +216,7 @@ def test_the_dispatch_queries_are_index_probes_even_with_a_large_backlog(make_te
             (
                 "oldest",
                 _SELECT_OLDEST,
-                [["normal", "low"], [str(tenants[0].id), str(tenants[1].id)], [6, 3], "2100-01-01", []],
+                [["normal", "low"], [str(tenants[0].id), str(tenants[1].id)], [6, 3], []],
             ),
         ):
             cur.execute("EXPLAIN " + sql, params)

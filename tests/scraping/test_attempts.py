@@ -167,3 +167,21 @@ def test_the_lease_keeper_renews_held_leases_and_flags_a_lost_one(tenant):
         Job.objects.filter(id=job.id).update(attempts=2, lease_owner="other")
         keeper.renew_all()
         assert lease.lost.is_set()
+
+
+@pytest.mark.django_db
+def test_a_message_for_a_job_not_due_yet_puts_it_back_in_the_outbox_instead_of_dropping_it(tenant):
+    """Issue 9, item 3: a published job whose not-before time has not come by the database's
+    clock is not claimed, and it is not left published without a message either: its publish
+    mark is cleared (its not-before time kept) so the publisher sends it again when it is due."""
+    from datetime import timedelta
+
+    from django.db.models.functions import Now
+
+    job = _job(tenant, "http://example.test/")
+    Job.objects.filter(id=job.id).update(published_at=Now(), not_before=Now() + timedelta(seconds=60))
+    not_before = Job.objects.get(id=job.id).not_before
+
+    assert job_claim(job_id=job.id, worker="w:1:1") is None
+    job.refresh_from_db()
+    assert (job.status, job.attempts, job.published_at, job.not_before) == ("queued", 0, None, not_before)

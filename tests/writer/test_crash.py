@@ -202,6 +202,7 @@ def test_ten_thousand_receipts_survive_a_writer_killed_mid_batch_and_fold_exactl
     _audit_install()
     first = second = None
     try:
+        fold_from = _db_now()  # retry times are the fold's database time plus the backoff
         for sent in base:
             receipt_submit(sent)
         first = _writer()
@@ -223,6 +224,7 @@ def test_ten_thousand_receipts_survive_a_writer_killed_mid_batch_and_fold_exactl
             what="every receipt applied and acknowledged",
         )
         second.stop()
+        fold_until = _db_now()
         assert r.xlen(DEAD_RECEIPTS) == 0
 
         jobs, attempts, moved = _expected_fold(specs, current, stale)
@@ -266,13 +268,20 @@ def test_ten_thousand_receipts_survive_a_writer_killed_mid_batch_and_fold_exactl
             got["last_error"] = json.loads(got["last_error"])
         assert got == jobs[s.id], s
         if got["status"] == "queued":  # backoff with full jitter, never sooner than Retry-After
+            # On the database's clock from when the writer folded the receipt (issue 9, item 3),
+            # not from the receipt's finished_at (the worker's clock).
             r_ = current[s.id]
-            finished = _ts(r_.finished_at)
             ceiling = max(min(cap_s, base_s * 2 ** (s.attempt - 1)), r_.retry_after_s or 0)
-            assert finished + timedelta(seconds=r_.retry_after_s or 0) <= not_before
-            assert not_before <= finished + timedelta(seconds=ceiling)
+            assert fold_from + timedelta(seconds=r_.retry_after_s or 0) <= not_before
+            assert not_before <= fold_until + timedelta(seconds=ceiling)
         else:
             assert not_before is None
     statuses = [j["status"] for j in jobs.values()]
     print({st: statuses.count(st) for st in set(statuses)}, f"left pending at kill: {left_pending}")
     assert {"succeeded", "failed", "cancelled", "queued", "running"} <= set(statuses)
+
+
+def _db_now() -> datetime:
+    with connection.cursor() as cur:
+        cur.execute("SELECT statement_timestamp()")
+        return cur.fetchone()[0]

@@ -1,0 +1,81 @@
+"""A TCP proxy a test can cut: one service process reaches PostgreSQL through it, and the test
+makes the database unreachable for that process alone (issue 9, item 3).
+
+``cut()`` closes every proxied connection and refuses new ones (accepted, then closed at once:
+what a client sees from a server that is restarting); ``restore()`` forwards again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+
+
+class TcpProxy:
+    def __init__(self, *, upstream_host: str, upstream_port: int) -> None:
+        self.upstream = (upstream_host, upstream_port)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._listener.getsockname()[1]
+        self._open: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self._cut = threading.Event()
+        self._stopped = threading.Event()
+        self.refused = 0  # connections refused while cut
+
+    def start(self) -> TcpProxy:
+        threading.Thread(target=self._accept, name="tcp-proxy", daemon=True).start()
+        return self
+
+    def cut(self) -> None:
+        self._cut.set()
+        with self._lock:
+            socks, self._open = list(self._open), set()
+        for s in socks:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+
+    def restore(self) -> None:
+        self._cut.clear()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self.cut()
+        self._listener.close()
+
+    def _accept(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            if self._cut.is_set():
+                self.refused += 1
+                client.close()
+                continue
+            try:
+                server = socket.create_connection(self.upstream, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            server.settimeout(None)
+            with self._lock:
+                self._open |= {client, server}
+            for src, dst in ((client, server), (server, client)):
+                threading.Thread(target=self._pipe, args=(src, dst), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+                s.close()
+            with self._lock:
+                self._open.discard(src)
+                self._open.discard(dst)
