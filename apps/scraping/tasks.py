@@ -55,7 +55,11 @@ CLAIM_RETRY_MAX = 20
     time_limit=HARD_TIME_LIMIT_S,
     max_retries=None,  # bounded by _redeliver (CLAIM_RETRY_MAX)
 )
-def scrape_job(self: Any, job_id: str, domain: str | None = None, timeout_s: int | None = None) -> None:
+def scrape_job(
+    self: Any, job_id: str, domain: str | None = None, timeout_s: int | None = None, **later: Any
+) -> None:
+    # ``later``: arguments a publisher of a newer release may add (a rolling upgrade runs both
+    # releases side by side); this release does without them rather than fail the message.
     # The lease owner starts with the Celery hostname: a stopping worker gives back exactly the
     # jobs leased under its name (apps.scheduling.shutdown).
     host = self.request.hostname or socket.gethostname()

@@ -185,3 +185,18 @@ def test_a_message_for_a_job_not_due_yet_puts_it_back_in_the_outbox_instead_of_d
     assert job_claim(job_id=job.id, worker="w:1:1") is None
     job.refresh_from_db()
     assert (job.status, job.attempts, job.published_at, job.not_before) == ("queued", 0, None, not_before)
+
+
+@pytest.mark.django_db
+def test_a_message_from_a_newer_publisher_with_arguments_this_release_does_not_know_runs(tenant, target):
+    """Rolling upgrades (issue 9, item 9): a newer publisher may add arguments to the scrape
+    message; this worker runs the job rather than fail the message (which would strand it
+    published until the sweeper's republish)."""
+    from apps.scraping.tasks import scrape_job
+
+    job = _job(tenant, target.url("/bytes/77"))
+    result = scrape_job.apply(
+        kwargs={"job_id": str(job.id), "domain": "127.0.0.1", "timeout_s": 30, "a_later_argument": [1]}
+    )
+    assert result.successful(), result.traceback
+    assert Attempt.objects.get(job=job).number == 1 and len(target.requests_for("/bytes/77")) == 1
