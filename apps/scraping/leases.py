@@ -99,7 +99,7 @@ class LeaseKeeper:
             return
         pipe = state_redis().pipeline(transaction=False)
         for handle in held:
-            pipe.exists(cancel_flag_key(str(handle.job_id)))
+            pipe.exists(cancel_flag_key(str(handle.job_id), handle.attempt))
         try:
             flags = pipe.execute()
         except Exception:  # noqa: BLE001 - Redis down: the fetch's own check sees the cancel later

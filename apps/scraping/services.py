@@ -116,7 +116,7 @@ def attempt_run(*, claimed: ClaimedJob, worker: str) -> AttemptFinished:
     )
     try:
         with lease_keeper().hold(job_id=claimed.id, attempt=claimed.attempt, worker=worker) as lease:
-            check = _stop_check(job_id=str(claimed.id), lease=lease)
+            check = _stop_check(job_id=str(claimed.id), attempt=claimed.attempt, lease=lease)
             with fetch_open(request=request, check=check, interrupt=lease.interrupt) as fetched:
                 stored = result_store(
                     job_id=claimed.id,
@@ -154,7 +154,7 @@ def attempt_run(*, claimed: ClaimedJob, worker: str) -> AttemptFinished:
         )
 
 
-def _stop_check(*, job_id: str, lease: LeaseHandle) -> Callable[[], None]:
+def _stop_check(*, job_id: str, attempt: int, lease: LeaseHandle) -> Callable[[], None]:
     """The check the fetch calls before each hop and chunk: raises ``AttemptStopped`` once the
     lease is lost or the job is cancelled.
 
@@ -165,7 +165,7 @@ def _stop_check(*, job_id: str, lease: LeaseHandle) -> Callable[[], None]:
     cost a round trip per job every 0.25 s (issue 7: a 500 ms fetch made two) to learn sooner
     than the watcher what the watcher learns within half a second."""
     polled = False
-    key = cancel_flag_key(job_id)
+    key = cancel_flag_key(job_id, attempt)
 
     def check() -> None:
         nonlocal polled
