@@ -34,7 +34,7 @@ def job_cancel(*, job_id: uuid.UUID | str, tenant_id: uuid.UUID | None = None) -
     waits for the writer's row lock and then re-reads the row's newest version, so it sees
     either ``running`` or ``queued``."""
     tenant_filter = "" if tenant_id is None else "AND tenant_id = %s"
-    params: list[object] = [uuid.UUID(str(job_id))] + ([] if tenant_id is None else [tenant_id])
+    params = [uuid.UUID(str(job_id))] + ([] if tenant_id is None else [uuid.UUID(str(tenant_id))])
     with transaction.atomic(), connection.cursor() as cur:
         # In SET, `status` is the row's old value (every expression reads the old row).
         cur.execute(
