@@ -160,3 +160,65 @@ def test_concurrent_retries_over_real_http_create_exactly_one_job(make_tenant, l
     assert {code for code, _ in answers} == {202}
     assert len({job_id for _, job_id in answers}) == 1
     assert Job.objects.filter(idempotency_key="http-race").count() == 1
+
+
+# --- Expiry (SCRAPEJOBS_IDEMPOTENCY_TTL_HOURS; NFR-7 "keys kept >= 24 h"; issue 9, item 8) ------
+
+
+def _age(job_id: str, hours: float) -> None:
+    """Move a job's creation back in time, as if it had been submitted ``hours`` ago."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    Job.objects.filter(id=job_id).update(created_at=timezone.now() - timedelta(hours=hours))
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("body_again", ["same", "other"], ids=["same-body", "another-body"])
+def test_a_key_older_than_its_ttl_no_longer_replays_and_makes_a_new_job(api, body_again):
+    body = {"url": "http://a.example/"}
+    first = post(api, body, key="k-old")
+    assert first.status_code == 202
+    _age(first.json()["id"], 24.1)  # the default TTL is 24 h
+
+    again = post(api, body if body_again == "same" else {"url": "http://a.example/other"}, key="k-old")
+    assert again.status_code == 202, again.content
+    assert "Idempotent-Replayed" not in again
+    assert again.json()["id"] != first.json()["id"]
+    assert Job.objects.count() == 2
+    # The new job holds the key now: a retry of it replays it.
+    third = post(api, body if body_again == "same" else {"url": "http://a.example/other"}, key="k-old")
+    assert third["Idempotent-Replayed"] == "true" and third.json()["id"] == again.json()["id"]
+    assert Job.objects.count() == 2
+
+
+@pytest.mark.django_db
+def test_a_key_younger_than_its_ttl_still_replays(api, settings):
+    settings.SCRAPEJOBS_IDEMPOTENCY_TTL_HOURS = 48
+    first = post(api, {"url": "http://a.example/"}, key="k-young")
+    _age(first.json()["id"], 47)
+    again = post(api, {"url": "http://a.example/"}, key="k-young")
+    assert again["Idempotent-Replayed"] == "true" and again.json()["id"] == first.json()["id"]
+    _age(first.json()["id"], 49)
+    later = post(api, {"url": "http://a.example/"}, key="k-young")
+    assert "Idempotent-Replayed" not in later and later.json()["id"] != first.json()["id"]
+
+
+@pytest.mark.django_db
+def test_the_clean_up_releases_only_the_keys_older_than_the_ttl(api, settings):
+    from apps.scheduling.tasks import idempotency_keys_expire_task
+
+    settings.SCRAPEJOBS_IDEMPOTENCY_TTL_HOURS = 30
+    old = post(api, {"url": "http://a.example/1"}, key="old").json()["id"]
+    young = post(api, {"url": "http://a.example/2"}, key="young").json()["id"]
+    keyless = post(api, {"url": "http://a.example/3"}).json()["id"]
+    _age(old, 31)
+    _age(young, 29)
+    _age(keyless, 31)
+    assert idempotency_keys_expire_task() == 1
+    assert Job.objects.get(id=old).idempotency_key is None
+    assert Job.objects.get(id=young).idempotency_key == "young"
+    assert idempotency_keys_expire_task() == 0
+    # The old job is still there, only its key is gone.
+    assert api.get(f"{JOBS}/{old}").status_code == 200
