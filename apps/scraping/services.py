@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from django.conf import settings
 from django.db import connection
 
 from apps.jobs.claims import ClaimedJob, job_claim
@@ -114,8 +115,13 @@ def attempt_run(*, claimed: ClaimedJob, worker: str) -> AttemptFinished:
         body=claimed.body,
         timeout_s=float(claimed.timeout_s),
     )
+    # The fetch ends by timeout_s; storing the body gets the allowance on top. Past this the
+    # upload is given up and the lease no longer renewed (issue 9, item 5).
+    deadline = started + claimed.timeout_s + settings.SCRAPEJOBS_STORAGE_ALLOWANCE_S
     try:
-        with lease_keeper().hold(job_id=claimed.id, attempt=claimed.attempt, worker=worker) as lease:
+        with lease_keeper().hold(
+            job_id=claimed.id, attempt=claimed.attempt, worker=worker, renew_until=deadline
+        ) as lease:
             check = _stop_check(job_id=str(claimed.id), attempt=claimed.attempt, lease=lease)
             with fetch_open(request=request, check=check, interrupt=lease.interrupt) as fetched:
                 stored = result_store(
@@ -124,6 +130,7 @@ def attempt_run(*, claimed: ClaimedJob, worker: str) -> AttemptFinished:
                     chunks=fetched.chunks(),
                     content_type=fetched.content_type,
                     http_status=fetched.status,
+                    deadline=deadline,
                 )
         return finished(AttemptOutcome.SUCCEEDED, http_status=stored.http_status, result=stored)
     except FetchError as e:
