@@ -109,6 +109,25 @@ def test_a_running_cancel_flag_stops_only_its_own_attempt(tenant):
     assert not state_redis().exists(cancel_flag_key(str(job.id), 2))
 
 
+@pytest.mark.django_db
+def test_a_cancel_of_a_running_job_still_holds_while_redis_is_down(tenant, settings):
+    """The row records the cancel; without the flag the attempt runs to its end, and its receipt
+    ends the job `cancelled` (no 500 for the caller)."""
+    from apps.jobs.redis import state_redis
+
+    job = job_create(tenant_id=tenant.id, url="http://example.test/x", domain="example.test")[0]
+    assert job_claim(job_id=job.id, worker="w:1:1") is not None
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"  # nothing listens there
+    state_redis.cache_clear()
+    try:
+        assert job_cancel(job_id=job.id) == "cancel_requested"
+    finally:
+        state_redis.cache_clear()
+    attempts_apply_finished([_temporary_failure(job.id, 1)])
+    job.refresh_from_db()
+    assert job.status == JobStatus.CANCELLED
+
+
 # --- With the real worker process ----------------------------------------------------------
 
 
