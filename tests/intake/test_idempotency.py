@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import uuid
 
 import pytest
 from django.db import connection
@@ -174,23 +175,68 @@ def _age(job_id: str, hours: float) -> None:
     Job.objects.filter(id=job_id).update(created_at=timezone.now() - timedelta(hours=hours))
 
 
-@pytest.mark.django_db
+def _http_post(base: str, token: str, body: dict, key: str):
+    import requests
+
+    return requests.post(
+        f"{base}{JOBS}",
+        json=body,
+        headers={"Authorization": f"Bearer {token}", "Idempotency-Key": key},
+        timeout=30,
+    )
+
+
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("body_again", ["same", "other"], ids=["same-body", "another-body"])
-def test_a_key_older_than_its_ttl_no_longer_replays_and_makes_a_new_job(api, body_again):
+def test_a_key_older_than_its_ttl_no_longer_replays_and_makes_a_new_job(make_tenant, live_server, body_again):
+    _, token, _ = make_tenant()
     body = {"url": "http://a.example/"}
-    first = post(api, body, key="k-old")
+    later_body = body if body_again == "same" else {"url": "http://a.example/other"}
+    first = _http_post(live_server.url, token, body, "k-old")
     assert first.status_code == 202
     _age(first.json()["id"], 24.1)  # the default TTL is 24 h
 
-    again = post(api, body if body_again == "same" else {"url": "http://a.example/other"}, key="k-old")
+    again = _http_post(live_server.url, token, later_body, "k-old")
     assert again.status_code == 202, again.content
-    assert "Idempotent-Replayed" not in again
+    assert "Idempotent-Replayed" not in again.headers
     assert again.json()["id"] != first.json()["id"]
     assert Job.objects.count() == 2
     # The new job holds the key now: a retry of it replays it.
-    third = post(api, body if body_again == "same" else {"url": "http://a.example/other"}, key="k-old")
-    assert third["Idempotent-Replayed"] == "true" and third.json()["id"] == again.json()["id"]
+    third = _http_post(live_server.url, token, later_body, "k-old")
+    assert third.headers["Idempotent-Replayed"] == "true" and third.json()["id"] == again.json()["id"]
     assert Job.objects.count() == 2
+    assert Job.objects.get(id=first.json()["id"]).idempotency_key is None  # the old job stays
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_reuses_of_an_expired_key_create_exactly_one_new_job(make_tenant, live_server):
+    _, token, _ = make_tenant()
+    old = _http_post(live_server.url, token, {"url": "http://race.example/"}, "expired-race").json()["id"]
+    _age(old, 25)
+    n = 12
+    barrier = threading.Barrier(n)
+    answers: list[tuple[int, str]] = []
+    lock = threading.Lock()
+
+    def submit() -> None:
+        barrier.wait(timeout=10)
+        r = _http_post(live_server.url, token, {"url": "http://race.example/"}, "expired-race")
+        with lock:
+            answers.append((r.status_code, r.json()["id"]))
+
+    threads = [threading.Thread(target=submit) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert len(answers) == n
+    assert {code for code, _ in answers} == {202}
+    (new,) = {job_id for _, job_id in answers}
+    assert new != old
+    assert Job.objects.count() == 2
+    assert list(Job.objects.filter(idempotency_key="expired-race").values_list("id", flat=True)) == [
+        uuid.UUID(new)
+    ]
 
 
 @pytest.mark.django_db
