@@ -30,6 +30,10 @@ app.conf.task_soft_time_limit = 330
 app.conf.task_time_limit = 360
 
 
+# Releasing expired idempotency keys is housekeeping: hourly keeps the index at TTL + 1 h of keys.
+IDEMPOTENCY_EXPIRE_INTERVAL_S = 3600
+
+
 def _beat_schedule() -> dict:
     from django.conf import settings  # noqa: PLC0415 - settings are read once Django is set up
 
@@ -58,6 +62,14 @@ def _beat_schedule() -> dict:
             "task": "apps.scheduling.tasks.sweep_stuck_jobs",
             "schedule": settings.SCRAPEJOBS_SWEEP_INTERVAL_S,
             "options": {"queue": CONTROL_QUEUE, "expires": max(settings.SCRAPEJOBS_SWEEP_INTERVAL_S * 2, 10)},
+        },
+        # Idempotency keys older than SCRAPEJOBS_IDEMPOTENCY_TTL_HOURS are released. If it stops:
+        # nothing a caller sees changes (intake never replays an expired key anyway); the unique
+        # key index keeps every key ever used and grows.
+        "idempotency-keys-expire": {
+            "task": "apps.scheduling.tasks.idempotency_keys_expire",
+            "schedule": IDEMPOTENCY_EXPIRE_INTERVAL_S,
+            "options": {"queue": CONTROL_QUEUE, "expires": IDEMPOTENCY_EXPIRE_INTERVAL_S},
         },
         # End-of-job outbox. If it stops: jobs that became final are never announced (no webhook
         # deliveries are created; final jobs pile up with an empty final_published_at).

@@ -217,6 +217,11 @@ SCRAPEJOBS_FETCH_USER_AGENT = env.str("SCRAPEJOBS_FETCH_USER_AGENT", default="sc
 
 # Leases: a running job's worker renews its lease every LEASE_S / 3.
 SCRAPEJOBS_LEASE_SECONDS = _bounded_int("SCRAPEJOBS_LEASE_SECONDS", 60, 2, 3600)
+# Storing a body may take this long after the job's timeout_s (an S3 upload of a large body). An
+# upload still running then is given up (the attempt fails temporarily, `storage_error`), and the
+# worker stops renewing the lease of an attempt older than timeout_s plus this, wherever it is
+# stuck, so the sweeper takes the job back (issue 9, item 5).
+SCRAPEJOBS_STORAGE_ALLOWANCE_S = _bounded_int("SCRAPEJOBS_STORAGE_ALLOWANCE_S", 60, 1, 3600)
 # Publisher and sweeper cadences (beat).
 SCRAPEJOBS_PUBLISH_INTERVAL_S = _positive_float("SCRAPEJOBS_PUBLISH_INTERVAL_S", 1.0)
 SCRAPEJOBS_PUBLISH_BATCH_SIZE = _bounded_int("SCRAPEJOBS_PUBLISH_BATCH_SIZE", 500, 1, 10000)

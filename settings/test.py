@@ -23,3 +23,8 @@ os.environ.setdefault("SCRAPEJOBS_DOMAIN_THROTTLE_COOLDOWN_S", "0")
 from settings.base import *  # noqa: E402,F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+# tests/support/stalling_storage.py: a results storage that stalls, for the worker processes of
+# the storage-stall tests only.
+if os.environ.get("SCRAPEJOBS_TEST_RESULTS_BACKEND"):
+    STORAGES["results"] = {"BACKEND": os.environ["SCRAPEJOBS_TEST_RESULTS_BACKEND"]}  # noqa: F405

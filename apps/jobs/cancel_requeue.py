@@ -3,45 +3,72 @@ letters)."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterable
 
+import redis
 from django.db import connection, transaction
-from django.db.models import Q
-from django.utils import timezone
 
 from apps.jobs.final_notices import jobs_notify_final
-from apps.jobs.models import Job, JobStatus
+from apps.jobs.models import JobStatus
 from apps.jobs.redis import cancel_flag_key, state_redis
 
 # What a requeue takes by default: the final states that are not a success.
 REQUEUABLE = (JobStatus.FAILED, JobStatus.CANCELLED)
+# A cancel flag outlives any attempt it can stop; it names its attempt, so its length harms nothing.
+CANCEL_FLAG_TTL_S = 24 * 3600
+
+logger = logging.getLogger(__name__)
 
 
 def job_cancel(*, job_id: uuid.UUID | str, tenant_id: uuid.UUID | None = None) -> str:
     """Cancel a job. Returns ``"cancelled"`` (it was queued and is now final),
     ``"cancel_requested"`` (it is running; its worker stops at its next check), or ``"final"``
-    (nothing to cancel)."""
-    now = timezone.now()
-    scope = Q(id=job_id) if tenant_id is None else Q(id=job_id, tenant_id=tenant_id)
-    with transaction.atomic():
-        cancelled = Job.objects.filter(scope, status=JobStatus.QUEUED).update(
-            status=JobStatus.CANCELLED,
-            finished_at=now,
-            cancel_requested_at=now,
-            lease_owner=None,
-            lease_expires_at=None,
-            final_published_at=None,
+    (nothing to cancel).
+
+    One statement, so the answer always matches the job's next state. Two conditional UPDATEs
+    (one for ``queued``, one for ``running``) each see the row as of their own start under READ
+    COMMITTED: a retry folded in between (``running`` to ``queued``) made both miss, and a job
+    that was going to run again was answered ``final`` (409; issue 9, item 4). A single UPDATE
+    waits for the writer's row lock and then re-reads the row's newest version, so it sees
+    either ``running`` or ``queued``."""
+    tenant_filter = "" if tenant_id is None else "AND tenant_id = %s"
+    params = [uuid.UUID(str(job_id))] + ([] if tenant_id is None else [uuid.UUID(str(tenant_id))])
+    with transaction.atomic(), connection.cursor() as cur:
+        # In SET, `status` is the row's old value (every expression reads the old row).
+        cur.execute(
+            f"""
+            UPDATE jobs_job
+               SET status = CASE WHEN status = 'queued' THEN 'cancelled' ELSE status END,
+                   finished_at = CASE WHEN status = 'queued' THEN now() ELSE finished_at END,
+                   lease_owner = CASE WHEN status = 'queued' THEN NULL ELSE lease_owner END,
+                   lease_expires_at = CASE WHEN status = 'queued' THEN NULL ELSE lease_expires_at END,
+                   final_published_at = CASE WHEN status = 'queued' THEN NULL
+                                             ELSE final_published_at END,
+                   cancel_requested_at = now(),
+                   updated_at = now()
+             WHERE id = %s {tenant_filter} AND status IN ('queued', 'running')
+         RETURNING status, attempts
+            """,
+            params,
         )
-        if cancelled:
+        row = cur.fetchone()
+        if row is None:
+            return "final"
+        status, attempt = row
+        if status == JobStatus.CANCELLED:
             jobs_notify_final([str(job_id)])
             return "cancelled"
-        requested = Job.objects.filter(scope, status=JobStatus.RUNNING).update(cancel_requested_at=now)
-    if requested:
-        # The worker polls this flag between chunks; Redis, so the hot loop never queries SQL.
-        state_redis().set(cancel_flag_key(str(job_id)), "1", ex=24 * 3600)
-        return "cancel_requested"
-    return "final"
+    # Running: the worker polls this flag between chunks (Redis, so the hot loop never queries
+    # SQL). The flag names the attempt it stops, so a later attempt (after a requeue) never sees
+    # it and nothing has to clear it. Without Redis the cancel still holds: the row says so, and
+    # the attempt's receipt (or the sweeper) ends the job `cancelled` when the attempt ends.
+    try:
+        state_redis().set(cancel_flag_key(str(job_id), attempt), "1", ex=CANCEL_FLAG_TTL_S)
+    except redis.RedisError:
+        logger.warning("cancel of job %s: Redis did not take the flag; the attempt runs to its end", job_id)
+    return "cancel_requested"
 
 
 def jobs_requeue(*, job_ids: Iterable[uuid.UUID | str], statuses: Iterable[str] = REQUEUABLE) -> int:

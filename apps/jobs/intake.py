@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 
+from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
@@ -43,6 +45,13 @@ def job_create(
     existing job and ``created=False``, or raises ``IdempotencyConflict`` when the body differs.
     Concurrent retries with one key: the unique index makes the second INSERT wait for the first
     to commit, then fail, and the loser reads the winner's row, so exactly one job exists.
+
+    Keys expire (``SCRAPEJOBS_IDEMPOTENCY_TTL_HOURS``): a key held by a job created longer ago
+    than that is taken off the old job and given to a new one. The unique index stays on
+    (tenant, key) for the keys still held, so a new key (and a replay) costs what it always did,
+    one INSERT (one more read for a replay); only reusing an expired key costs a release and a
+    second INSERT. A time-bucketed uniqueness would also keep one INSERT, but a key used just
+    before a bucket's end would stop replaying just after it, well before the TTL.
     """
     job = Job(
         tenant_id=tenant_id,
@@ -61,23 +70,77 @@ def job_create(
         idempotency_fingerprint=idempotency_fingerprint,
         created_at=timezone.now(),
     )
-    try:
-        if connection.in_atomic_block:
-            # Inside the caller's transaction: a savepoint, so a duplicate key does not break it.
-            with transaction.atomic():
+    # Normally one pass: one INSERT. A key that is taken sends us round again only when the
+    # job holding it is older than the TTL (its key is released first) or when the clean-up
+    # released it between our INSERT and our read.
+    for last in (False, False, True):
+        try:
+            if connection.in_atomic_block:
+                # Inside the caller's transaction: a savepoint, so a duplicate key does not break it.
+                with transaction.atomic():
+                    job_insert(job)
+            else:
+                # Autocommit: the INSERT is its own transaction, one round trip (no BEGIN/COMMIT).
                 job_insert(job)
-        else:
-            # Autocommit: the INSERT is its own transaction, one round trip (no BEGIN/COMMIT).
-            job_insert(job)
-    except IntegrityError:
-        if idempotency_key is None:
-            raise
-        existing = Job.objects.get(tenant_id=tenant_id, idempotency_key=idempotency_key)
-        if existing.idempotency_fingerprint != idempotency_fingerprint:
-            raise IdempotencyConflict(existing) from None
-        return existing, False
+        except IntegrityError:
+            # Raised on the third pass too: the key would have changed hands three times within
+            # one request, which only a burst of concurrent reuses of an expired key can do.
+            if idempotency_key is None or last:
+                raise
+            existing = Job.objects.filter(tenant_id=tenant_id, idempotency_key=idempotency_key).first()
+            if existing is None:
+                continue  # released by the clean-up since our INSERT: try again
+            if existing.created_at < job.created_at - idempotency_ttl():
+                _idempotency_key_release(job_id=existing.id, key=idempotency_key)
+                continue
+            if existing.idempotency_fingerprint != idempotency_fingerprint:
+                raise IdempotencyConflict(existing) from None
+            return existing, False
+        break
     transaction.on_commit(publisher_nudge)
     return job, True
+
+
+def idempotency_ttl() -> timedelta:
+    """How long an Idempotency-Key replays its job (``SCRAPEJOBS_IDEMPOTENCY_TTL_HOURS``, at
+    least 24 h: contract 2 keeps keys at least that long)."""
+    return timedelta(hours=settings.SCRAPEJOBS_IDEMPOTENCY_TTL_HOURS)
+
+
+def _idempotency_key_release(*, job_id: uuid.UUID, key: str) -> None:
+    """Take an expired key off its job (the job stays as it is), so a new job can take it.
+    Conditional on the key: two requests releasing it at once change it once."""
+    Job.objects.filter(id=job_id, idempotency_key=key).update(
+        idempotency_key=None, idempotency_fingerprint=None
+    )
+
+
+def idempotency_keys_expire(*, batch_size: int = 1000) -> int:
+    """Release every key older than the TTL (periodic clean-up, run by beat through
+    ``apps.scheduling.tasks``); returns how many. ``job_create`` never replays an expired key
+    even before this runs: the clean-up only keeps the unique index (and the partial index it
+    walks, ``jobs_idempotency_by_created``) to the keys that can still replay."""
+    cutoff = timezone.now() - idempotency_ttl()
+    total = 0
+    while True:
+        with connection.cursor() as cur:
+            # Uses jobs_idempotency_by_created. SKIP LOCKED: a row the writer or a claim holds
+            # right now is released at the next run.
+            cur.execute(
+                """
+                UPDATE jobs_job SET idempotency_key = NULL, idempotency_fingerprint = NULL
+                 WHERE id IN (SELECT id FROM jobs_job
+                               WHERE idempotency_key IS NOT NULL AND created_at < %s
+                               ORDER BY created_at
+                               LIMIT %s
+                                 FOR UPDATE SKIP LOCKED)
+                """,
+                [cutoff, batch_size],
+            )
+            n = cur.rowcount
+        total += n
+        if n < batch_size:
+            return total
 
 
 def publisher_nudge() -> None:

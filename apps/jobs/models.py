@@ -136,6 +136,13 @@ class Job(models.Model):
                 condition=Q(status__in=["succeeded", "failed", "cancelled"], final_published_at__isnull=True),
                 name="jobs_final_unannounced",
             ),
+            # idempotency_keys_expire (apps/jobs/intake.py): keys still held, oldest first. Only
+            # keyed jobs younger than the TTL (plus an hour) are in it.
+            models.Index(
+                fields=["created_at"],
+                condition=Q(idempotency_key__isnull=False),
+                name="jobs_idempotency_by_created",
+            ),
             # job_list (apps/query/selectors.py): a tenant's jobs newest first, optionally by status.
             models.Index(fields=["tenant", "-id"], name="jobs_tenant_newest"),
             models.Index(fields=["tenant", "status", "-id"], name="jobs_tenant_status_newest"),

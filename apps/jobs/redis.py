@@ -75,5 +75,7 @@ class WarnEvery:
         self.logger.warning(message, *args, exc_info=exc_info)
 
 
-def cancel_flag_key(job_id: str) -> str:
-    return f"sj:cancel:{job_id}"
+def cancel_flag_key(job_id: str, attempt: int) -> str:
+    """The cancel flag of one attempt of a job (``job_cancel`` sets it; the worker running that
+    attempt stops). Per attempt, so a requeued job's next attempt is not stopped by an old cancel."""
+    return f"sj:cancel:{job_id}:{attempt}"

@@ -13,8 +13,11 @@ import hashlib
 import os
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Iterable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
@@ -64,11 +67,13 @@ def result_store(
     chunks: Iterable[bytes],
     content_type: str | None = None,
     http_status: int = 200,
+    deadline: float | None = None,
 ) -> ResultStored:
     """Store a body given as chunks; returns what the ledger records about it.
 
     Any exception out of ``chunks`` (a stopped or failed fetch) propagates, and nothing is
-    stored: the spool file is removed either way."""
+    stored: the spool file is removed either way. An upload to a remote storage still running
+    at ``deadline`` (``time.monotonic()``) is given up: ``ResultStoreFailed``."""
     storage = results_storage()
     key = result_key(job_id=job_id, attempt=attempt)
     digest = hashlib.sha256()
@@ -94,11 +99,9 @@ def result_store(
             if isinstance(storage, FileSystemStorage):
                 saved = _local_move(storage, key, spool.name)
             else:
-                with open(spool.name, "rb") as fh:
-                    content = _SpoolFile(fh, name=spool.name)
-                    # S3Storage reads this attribute for the object's Content-Type.
-                    content.content_type = content_type or "application/octet-stream"
-                    saved = storage.save(key, content)
+                saved = _upload_bounded(storage, key, spool.name, content_type, deadline=deadline)
+        except ResultStoreFailed:
+            raise
         except Exception as e:  # noqa: BLE001 - any backend's failure (OSError, botocore...) is one class
             raise ResultStoreFailed(f"saving {key} failed: {type(e).__name__}: {e}") from e
     finally:
@@ -113,6 +116,48 @@ def result_store(
         content_type=content_type,
         http_status=http_status,
     )
+
+
+def _upload_bounded(
+    storage: Storage, key: str, spool: str, content_type: str | None, *, deadline: float | None
+) -> str:
+    """``storage.save`` of the spool file, given up at ``deadline``.
+
+    An upload has no bound of its own (boto3's socket timeouts bound each read, not a transfer
+    that trickles, nor a client that retries for ever) and no cancel check, and the thread that
+    runs it holds a worker slot. So it runs in a thread of its own, and the attempt waits for it
+    until the deadline only; a thread stuck past it is abandoned (it cannot be stopped from
+    outside) and ends whenever the storage answers. Its late object, if any, is under this
+    attempt's key, which the ledger never records. One thread per upload: next to an upload over
+    the network its cost is nothing. A local store is a rename and is not bounded here; the lease
+    keeper's deadline covers a disk that stalls (apps.scraping.leases)."""
+
+    def upload() -> str:
+        with open(spool, "rb") as fh:
+            content = _SpoolFile(fh, name=spool)
+            # S3Storage reads this attribute for the object's Content-Type.
+            content.content_type = content_type or "application/octet-stream"
+            return storage.save(key, content)
+
+    if deadline is None:
+        return upload()
+    future: Future[str] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(upload())
+        except BaseException as e:  # noqa: BLE001 - handed to the waiting attempt
+            future.set_exception(e)
+
+    threading.Thread(target=run, name=f"result-upload {key}", daemon=True).start()
+    allowed = max(0.0, deadline - time.monotonic())
+    try:
+        return future.result(timeout=allowed)
+    except FutureTimeout:
+        raise ResultStoreFailed(
+            f"saving {key} did not finish within the job's deadline and storage allowance "
+            f"({allowed:.1f} s left for it); given up"
+        ) from None
 
 
 def _spool_open(storage: Storage, key: str) -> IO[bytes]:

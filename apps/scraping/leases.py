@@ -14,6 +14,11 @@ cancelled job it marks the handle ``cancelled`` and fires the fetch's ``FetchInt
 shuts its socket down: the read ends at once and the fetch's check reports the cancel. A lost
 lease fires the interrupt the same way. (The watcher is a thread of its own so that a slow
 database under the renewals never delays a cancel.)
+
+A lease is renewed only while its attempt can still be making progress: until the job's
+``timeout_s`` (which bounds the fetch) plus ``SCRAPEJOBS_STORAGE_ALLOWANCE_S`` (which bounds the
+upload) have passed since the attempt began. An attempt still held after that is stuck where no
+bound reaches; its lease runs out and the sweeper records the attempt lost and moves the job on.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -44,10 +50,16 @@ class LeaseHandle:
     job_id: uuid.UUID
     attempt: int
     worker: str
+    # time.monotonic() after which the lease is no longer renewed (None: no limit). An attempt
+    # past its job's timeout plus the storage allowance is stuck somewhere nothing bounds (a
+    # stalled disk, a storage client that never connects); renewing its lease would keep the job
+    # `running` for ever, so the keeper lets it expire and the sweeper takes the job back.
+    renew_until: float | None = None
     lost: threading.Event = field(default_factory=threading.Event)
     cancelled: threading.Event = field(default_factory=threading.Event)
     # Given to the fetch (fetch_open(interrupt=...)); fired on a cancel or a lost lease.
     interrupt: FetchInterrupt = field(default_factory=FetchInterrupt)
+    overdue: bool = False  # past renew_until (logged once)
 
 
 class LeaseKeeper:
@@ -60,8 +72,10 @@ class LeaseKeeper:
         self._watcher: threading.Thread | None = None
 
     @contextmanager
-    def hold(self, *, job_id: uuid.UUID, attempt: int, worker: str) -> Iterator[LeaseHandle]:
-        handle = LeaseHandle(job_id=job_id, attempt=attempt, worker=worker)
+    def hold(
+        self, *, job_id: uuid.UUID, attempt: int, worker: str, renew_until: float | None = None
+    ) -> Iterator[LeaseHandle]:
+        handle = LeaseHandle(job_id=job_id, attempt=attempt, worker=worker, renew_until=renew_until)
         with self._lock:
             self._held.add(handle)
             if self._thread is None or not self._thread.is_alive():
@@ -77,8 +91,19 @@ class LeaseKeeper:
                 self._held.discard(handle)
 
     def renew_all(self) -> None:
+        now = time.monotonic()
         with self._lock:
-            held = list(self._held)
+            held = [h for h in self._held if h.renew_until is None or now <= h.renew_until]
+            overdue = [h for h in self._held if h.renew_until is not None and now > h.renew_until]
+        for handle in overdue:
+            if not handle.overdue:
+                handle.overdue = True
+                logger.warning(
+                    "attempt %s of job %s is past its deadline and storage allowance: its lease is "
+                    "no longer renewed",
+                    handle.attempt,
+                    handle.job_id,
+                )
         if not held:
             return
         try:
@@ -99,7 +124,7 @@ class LeaseKeeper:
             return
         pipe = state_redis().pipeline(transaction=False)
         for handle in held:
-            pipe.exists(cancel_flag_key(str(handle.job_id)))
+            pipe.exists(cancel_flag_key(str(handle.job_id), handle.attempt))
         try:
             flags = pipe.execute()
         except Exception:  # noqa: BLE001 - Redis down: the fetch's own check sees the cancel later

@@ -114,7 +114,7 @@ def test_the_cancel_action_cancels_a_queued_job_and_asks_a_running_one_to_stop(
     done.refresh_from_db()
     assert queued.status == JobStatus.CANCELLED
     assert running.status == JobStatus.RUNNING and running.cancel_requested_at is not None
-    assert state_redis().get(cancel_flag_key(str(running.id))) == "1"
+    assert state_redis().get(cancel_flag_key(str(running.id), 1)) == "1"
     assert done.status == JobStatus.SUCCEEDED
 
 

@@ -191,7 +191,7 @@ def test_cancelling_a_running_job_asks_its_worker_to_stop(make_tenant):
     r = api.post(f"{JOBS}/{job.id}/cancel")
     assert r.status_code == 202
     assert r.json() == {"id": str(job.id), "status": "running", "cancel_requested": True}
-    assert state_redis().get(cancel_flag_key(str(job.id))) == "1"
+    assert state_redis().get(cancel_flag_key(str(job.id), 1)) == "1"
     assert Job.objects.get(id=job.id).cancel_requested_at is not None
     # The worker's next receipt ends it cancelled, whatever its outcome.
     assert helpers.finish(job, outcome="failed_temporary").status == "cancelled"

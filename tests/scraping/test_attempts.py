@@ -149,7 +149,7 @@ def test_a_running_attempt_stops_soon_after_a_cancel(tenant, target):
 @pytest.mark.django_db
 def test_a_cancel_flag_set_before_the_fetch_stops_it_before_the_target_is_asked(tenant, target):
     job = _job(tenant, target.url("/bytes/10"))
-    state_redis().set(cancel_flag_key(str(job.id)), "1")
+    state_redis().set(cancel_flag_key(str(job.id), 1), "1")
     assert _attempt(job.id).outcome == "cancelled"
     assert target.requests == []
 

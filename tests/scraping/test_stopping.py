@@ -92,7 +92,7 @@ def test_the_watcher_stops_only_the_held_jobs_whose_cancel_flag_is_set(tenant):
     ):
         keeper.watch_all()
         assert not any(h.cancelled.is_set() or h.interrupt.fired for h in (kept, cancelled, also_kept))
-        state_redis().set(cancel_flag_key(str(cancelled.job_id)), "1")
+        state_redis().set(cancel_flag_key(str(cancelled.job_id), cancelled.attempt), "1")
         keeper.watch_all()
         assert cancelled.cancelled.is_set() and cancelled.interrupt.fired
         assert not any(h.cancelled.is_set() or h.interrupt.fired for h in (kept, also_kept))
