@@ -9,6 +9,7 @@ from django.conf import settings
 from rest_framework.test import APIClient
 
 from scrapejobs import processes
+from tests.support.private_pg import private_pg  # noqa: F401 - a fixture, for every test
 from tests.support.procs import Proc, service_env, wait_for
 from tests.support.target import TargetServer
 

@@ -79,3 +79,11 @@ def cancel_flag_key(job_id: str, attempt: int) -> str:
     """The cancel flag of one attempt of a job (``job_cancel`` sets it; the worker running that
     attempt stops). Per attempt, so a requeued job's next attempt is not stopped by an old cancel."""
     return f"sj:cancel:{job_id}:{attempt}"
+
+
+def lease_mark_key(job_id: str) -> str:
+    """A running attempt's lease as its worker's lease keeper keeps it in Redis: the attempt
+    number, expiring ``SCRAPEJOBS_LEASE_SECONDS`` after the keeper last wrote it
+    (apps.scraping.leases). While PostgreSQL is away the keeper cannot renew the lease in the
+    database; this mark says the worker is alive all the same (issue 9, item 2)."""
+    return f"sj:lease:{job_id}"

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import random
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -40,6 +40,7 @@ class SweepStats:
     failed: int = 0
     cancelled: int = 0
     republished: int = 0
+    kept: int = 0  # expired leases left running: the sweeper's ``keep`` said they are not lost
     final_ids: list[str] = field(default_factory=list)
 
     @property
@@ -47,11 +48,17 @@ class SweepStats:
         return self.requeued + self.failed + self.cancelled
 
 
+# Given the (job id, attempt) of running jobs whose lease expired, answers those that are not
+# lost after all (the caller knows more than the lease: a receipt waiting, a live worker).
+Keep = Callable[[list[tuple[str, int]]], set[tuple[str, int]]]
+
+
 def jobs_lose_expired_leases(
     *,
     expired_for_s: float = 0.0,
     batch_size: int = SWEEP_BATCH_SIZE,
     rng: random.Random | None = None,
+    keep: Keep | None = None,
 ) -> SweepStats:
     """Running jobs whose lease expired at least ``expired_for_s`` ago (their worker died or
     hangs) go back to ``queued``. Expired by the database's clock: leases are written on it too
@@ -62,8 +69,12 @@ def jobs_lose_expired_leases(
     publisher sends it again once ``not_before`` passes), ``failed`` when that was its last
     attempt, ``cancelled`` when a cancel was asked for while it ran. Runs batches until no expired
     lease is left.
+
+    ``keep`` is asked about each batch, its rows locked, and the attempts it names stay
+    ``running`` (counted in ``stats.kept``, and not asked about again in this sweep).
     """
     stats = SweepStats()
+    kept: list[str] = []
     while True:
         taken = _lose_running_attempts(
             expired_for_s=expired_for_s,
@@ -72,6 +83,8 @@ def jobs_lose_expired_leases(
             rng=rng,
             error_class=LEASE_EXPIRED,
             message="the lease expired before the worker reported; the worker is presumed dead",
+            keep=keep,
+            kept=kept,
         )
         if taken < batch_size:
             return stats
@@ -111,6 +124,8 @@ def _lose_running_attempts(
     job_ids: list[str] | None = None,
     lease_owner_prefix: str | None = None,
     expired_for_s: float = 0.0,
+    keep: Keep | None = None,
+    kept: list[str] | None = None,
 ) -> int:
     """Close the open attempt of running jobs as ``lost`` and move each job on as the retry
     planner says. Without ``job_ids``: jobs whose lease expired at least ``expired_for_s`` ago.
@@ -123,6 +138,8 @@ def _lose_running_attempts(
     else:
         which = "{t}id = ANY(%s::uuid[]) AND starts_with({t}lease_owner, %s)"
         which_params = [job_ids, lease_owner_prefix or ""]
+    # Jobs ``keep`` already spared in this sweep are not taken (and asked about) again.
+    spared, spared_params = ("AND j.id <> ALL(%s::uuid[])", [kept]) if kept else ("", [])
     with transaction.atomic(), connection.cursor() as cur:
         # The database's clock for the retry times and the attempt's end written below; now() is
         # the same instant in every statement of this transaction.
@@ -136,12 +153,12 @@ def _lose_running_attempts(
                    a.id
               FROM jobs_job AS j
               LEFT JOIN jobs_attempt AS a ON a.job_id = j.id AND a.number = j.attempts
-             WHERE j.status = 'running' AND {which.format(t="j.")}
+             WHERE j.status = 'running' AND {which.format(t="j.")} {spared}
              ORDER BY j.lease_expires_at
              LIMIT %s
                FOR UPDATE OF j SKIP LOCKED
             """,
-            [*which_params, batch_size],
+            [*which_params, *spared_params, batch_size],
         )
         rows = cur.fetchall()
         # The writer folding this very attempt's receipt locks the attempt row first, then the
@@ -154,8 +171,17 @@ def _lose_running_attempts(
             )
             locked = {r[0] for r in cur.fetchall()}
             rows = [r for r in rows if r[5] is None or r[5] in locked]
+        taken = len(rows)
+        if keep is not None and rows:
+            alive = keep([(str(r[0]), r[1]) for r in rows])
+            if alive:
+                spare = [r for r in rows if (str(r[0]), r[1]) in alive]
+                rows = [r for r in rows if (str(r[0]), r[1]) not in alive]
+                stats.kept += len(spare)
+                if kept is not None:
+                    kept.extend(str(r[0]) for r in spare)
         if not rows:
-            return 0
+            return taken
         ids, numbers, statuses, not_befores, owners = [], [], [], [], []
         for job_id, attempt, max_attempts, cancel_requested, owner, _attempt_id in rows:
             # A lost attempt counts as a temporary failure: retried after a backoff, or failed
@@ -239,7 +265,7 @@ def _lose_running_attempts(
             elif status == JobStatus.CANCELLED:
                 stats.cancelled += 1
         stats.final_ids.extend(finals)
-        return len(rows)
+        return taken
 
 
 def jobs_sweep_unclaimed(*, older_than_s: float | None = None, batch_size: int = SWEEP_BATCH_SIZE) -> int:

@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from apps.jobs.cancel_requeue import jobs_requeue
 from apps.jobs.models import JobStatus
+from apps.jobs.redis import lease_mark_key, state_redis
 from apps.jobs.selectors import jobs_failed_attempts
 from apps.jobs.sweeping import (
     SWEEP_BATCH_SIZE,
@@ -26,7 +27,7 @@ from apps.jobs.sweeping import (
     jobs_lose_expired_leases,
     jobs_sweep_unclaimed,
 )
-from apps.writer.selectors import receipts_waiting_for_s
+from apps.writer.selectors import receipts_waiting, receipts_waiting_for_s
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +41,16 @@ def jobs_sweep_expired_leases(
     *, batch_size: int = SWEEP_BATCH_SIZE, rng: random.Random | None = None
 ) -> SweepStats:
     """Running jobs whose lease expired (their worker died or hangs) go back to ``queued``, their
-    attempt lost (``apps.jobs.sweeping.jobs_lose_expired_leases``)."""
+    attempt lost (``apps.jobs.sweeping.jobs_lose_expired_leases``).
+
+    The rule (NFR-3, NFR-4; issue 9, item 2): an attempt is lost only when its lease expired in
+    the database, **and** no receipt for it waits in the receipts stream (the writer will apply
+    it: ``apps.writer.selectors.receipts_waiting``), **and** its worker's lease mark in Redis has
+    lapsed (a live worker that could not renew in the database, PostgreSQL being away, keeps
+    writing it: ``apps.scraping.leases``). So after a PostgreSQL outage the writer's receipts and
+    the live workers' next renewals win over the sweeper, and no finished or still-running fetch
+    is thrown away; a dead worker's job is still swept once its lease and its mark have both
+    run out (both last ``SCRAPEJOBS_LEASE_SECONDS`` after the worker's last word)."""
     # A worker stops renewing its lease once it has handed its receipt over; the job then stays
     # `running` until the writer applies the receipt. If the writer is behind (or restarting),
     # that is not a dead worker: only leases that expired before the oldest receipt still
@@ -51,7 +61,20 @@ def jobs_sweep_expired_leases(
     # waiting receipt" is "expired longer ago than that receipt has waited".
     waited_s = receipts_waiting_for_s()
     expired_for_s = 0.0 if waited_s is None else waited_s + RECEIPT_CLOCK_MARGIN_S
-    return jobs_lose_expired_leases(expired_for_s=expired_for_s, batch_size=batch_size, rng=rng)
+    return jobs_lose_expired_leases(
+        expired_for_s=expired_for_s, batch_size=batch_size, rng=rng, keep=attempts_not_lost
+    )
+
+
+def attempts_not_lost(attempts: list[tuple[str, int]]) -> set[tuple[str, int]]:
+    """Of these running attempts whose lease expired in the database, the ones that are not lost:
+    their receipt waits for the writer, or their worker's lease mark in Redis is alive."""
+    keep = receipts_waiting(attempts)
+    rest = [a for a in attempts if a not in keep]
+    if rest:
+        marks = state_redis().mget([lease_mark_key(job_id) for job_id, _ in rest])
+        keep |= {a for a, mark in zip(rest, marks, strict=True) if mark is not None and mark == str(a[1])}
+    return keep
 
 
 def jobs_sweep_stuck() -> SweepStats:
@@ -68,6 +91,8 @@ def jobs_sweep_stuck() -> SweepStats:
             stats.cancelled,
             stats.republished,
         )
+    if stats.kept:
+        logger.info("sweeper: %d expired leases left running (receipt waiting or worker alive)", stats.kept)
     return stats
 
 

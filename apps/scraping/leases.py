@@ -19,6 +19,15 @@ A lease is renewed only while its attempt can still be making progress: until th
 ``timeout_s`` (which bounds the fetch) plus ``SCRAPEJOBS_STORAGE_ALLOWANCE_S`` (which bounds the
 upload) have passed since the attempt began. An attempt still held after that is stuck where no
 bound reaches; its lease runs out and the sweeper records the attempt lost and moves the job on.
+
+The watcher also keeps every held lease in Redis (``lease_mark_key``: the attempt number,
+expiring ``SCRAPEJOBS_LEASE_SECONDS`` after it was written), rewritten every
+``SCRAPEJOBS_LEASE_SECONDS / 3`` in the same round trip as the cancel flags. When PostgreSQL is
+away the keeper's renewals fail (a pooled connection may even wait 30 s for the pool), and the
+leases in the database run out although the worker is alive and fetching; the mark says so, and
+the sweeper leaves a job with a live mark alone (apps.scheduling.services). When the database
+is back the keeper renews the lease there at its next tick. A dead worker's marks lapse within a
+lease, as its leases do (NFR-4).
 """
 
 from __future__ import annotations
@@ -36,7 +45,7 @@ from django.conf import settings
 from django.db import connection
 
 from apps.jobs.claims import jobs_renew_leases
-from apps.jobs.redis import cancel_flag_key, state_redis
+from apps.jobs.redis import cancel_flag_key, lease_mark_key, state_redis
 from apps.outbound.interrupt import FetchInterrupt
 
 logger = logging.getLogger(__name__)
@@ -60,6 +69,7 @@ class LeaseHandle:
     # Given to the fetch (fetch_open(interrupt=...)); fired on a cancel or a lost lease.
     interrupt: FetchInterrupt = field(default_factory=FetchInterrupt)
     overdue: bool = False  # past renew_until (logged once)
+    marked_at: float | None = None  # monotonic time its lease mark was last written to Redis
 
 
 class LeaseKeeper:
@@ -117,19 +127,34 @@ class LeaseKeeper:
                 handle.interrupt.fire()
 
     def watch_all(self) -> None:
-        """Stop the fetches of held jobs whose cancel flag is set: one Redis round trip for all."""
+        """Stop the fetches of held jobs whose cancel flag is set, and write the lease marks that
+        are due (new handles, and every ``interval_s``): one Redis round trip for all."""
         with self._lock:
             held = [h for h in self._held if not (h.cancelled.is_set() or h.lost.is_set())]
         if not held:
             return
+        now = time.monotonic()
+        # The mark, like the lease, stops for an attempt past its deadline (renew_until): a stuck
+        # attempt's mark must lapse so that the sweeper takes the job back (issue 9, item 5).
+        due = [
+            h
+            for h in held
+            if (h.marked_at is None or now - h.marked_at >= self.interval_s)
+            and (h.renew_until is None or now <= h.renew_until)
+        ]
         pipe = state_redis().pipeline(transaction=False)
         for handle in held:
             pipe.exists(cancel_flag_key(str(handle.job_id), handle.attempt))
+        ttl_ms = int(settings.SCRAPEJOBS_LEASE_SECONDS * 1000)
+        for handle in due:
+            pipe.set(lease_mark_key(str(handle.job_id)), handle.attempt, px=ttl_ms)
         try:
-            flags = pipe.execute()
+            flags = pipe.execute()[: len(held)]
         except Exception:  # noqa: BLE001 - Redis down: the fetch's own check sees the cancel later
             logger.warning("cancel watch failed", exc_info=True)
             return
+        for handle in due:
+            handle.marked_at = now
         for handle, flagged in zip(held, flags, strict=True):
             if flagged:
                 handle.cancelled.set()  # before the fire: the stopped fetch's check reads it

@@ -16,8 +16,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import psycopg
 from django.conf import settings
 from django.db import connection
+from django.db import utils as db_utils
 
 from apps.jobs.receipt_fold import ApplyStats, attempts_apply_finished
 from apps.writer.streams import Entry
@@ -25,17 +27,22 @@ from apps.writer.streams import Entry
 
 @dataclass
 class Outcome:
-    """What a group of batches came to: the entries applied, the failed ones with their error,
-    and one record per transaction (``sj:writer:batches``)."""
+    """What a group of batches came to: the entries applied, the failed ones with their error (the
+    receipt's fault), the deferred ones with theirs (the database was unavailable), and one record
+    per transaction (``sj:writer:batches``)."""
 
     ok: list[Entry] = field(default_factory=list)
     failed: list[tuple[Entry, str]] = field(default_factory=list)
+    deferred: list[tuple[Entry, str]] = field(default_factory=list)
+    down: bool = False  # the database was down (not merely busy): read no more for now
     stats: ApplyStats = field(default_factory=ApplyStats)
     transactions: list[dict[str, Any]] = field(default_factory=list)
 
     def merge(self, other: Outcome) -> None:
         self.ok += other.ok
         self.failed += other.failed
+        self.deferred += other.deferred
+        self.down |= other.down
         self.stats.applied += other.stats.applied
         self.stats.stale += other.stats.stale
         self.transactions += other.transactions
@@ -141,7 +148,9 @@ def _group_apply(group: list[Entry]) -> Outcome:
 
 def _batch_apply_isolating(batch: list[Entry]) -> Outcome:
     """Apply one batch in one transaction; if it fails, bisect it so that only the receipts
-    that fail on their own are counted as failed."""
+    that fail on their own are counted as failed. The database being down (by the error, or
+    because it no longer answers) defers the whole batch, uncounted; a single receipt that only
+    lost to time or to another transaction (``BUSY``) is deferred, uncounted, too."""
     t0 = time.monotonic()
     try:
         stats = attempts_apply_finished(
@@ -150,7 +159,12 @@ def _batch_apply_isolating(batch: list[Entry]) -> Outcome:
     except Exception as exc:  # noqa: BLE001 - any database error: isolate, retry, set aside
         error = f"{type(exc).__name__}: {exc}"
         record = _record(size=len(batch), ms=time.monotonic() - t0, failed=True)
-        if len(batch) == 1 or not _database_reachable():
+        failure = database_failure(exc)
+        if failure == DOWN or not _database_reachable():
+            return Outcome(deferred=[(e, error) for e in batch], down=True, transactions=[record])
+        if len(batch) == 1:
+            if failure == BUSY:  # a lock held elsewhere, a deadlock: not this receipt's fault
+                return Outcome(deferred=[(e, error) for e in batch], transactions=[record])
             return Outcome(failed=[(e, error) for e in batch], transactions=[record])
         mid = len(batch) // 2
         out = Outcome(transactions=[record])
@@ -171,8 +185,51 @@ def _record(*, size: int, ms: float, applied: int = 0, failed: bool = False) -> 
     }
 
 
+# What a failed transaction says about the database, by SQLSTATE
+# (https://www.postgresql.org/docs/current/errcodes-appendix.html):
+# DOWN, the database cannot work for anyone now: 08 connection exception; 53 insufficient
+# resources (disk full, out of memory, too many connections); 58 system error (I/O error); 57P01
+# admin shutdown, 57P02 crash shutdown, 57P03 cannot connect now, 57P04 database dropped, 57P05
+# idle session timeout.
+# BUSY, the database works but this transaction lost to others or to time: 57014 query canceled
+# (our statement timeout), 40 transaction rollback (40001 serialization failure, 40P01 deadlock),
+# 55P03 lock not available.
+DOWN = "down"
+BUSY = "busy"
+_DOWN_CLASSES = ("08", "53", "58", "57P")
+_BUSY_CLASSES = ("57014", "40", "55P03")
+
+
+def database_failure(exc: BaseException) -> str | None:
+    """``DOWN`` or ``BUSY`` when this error is the database's condition rather than the
+    receipt's, None when it may be the receipt's (issue 9, item 2).
+
+    Django wraps psycopg's errors in ``django.db.utils.*`` with the original as ``__cause__``, so
+    the whole chain is looked at. ``DOWN``: an ``InterfaceError`` (the connection is closed or
+    broken), an ``OperationalError`` raised by the client without a SQLSTATE (connection refused
+    or lost, the pool's ``psycopg_pool.PoolTimeout``), or one of the SQLSTATEs above. ``BUSY``: the
+    SQLSTATEs above. Anything else (``DataError``, ``IntegrityError``, ``ProgrammingError``,
+    ``InternalError``, a bug in the fold) may be the receipt's."""
+    seen: set[int] = set()
+    err: BaseException | None = exc
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, psycopg.InterfaceError | db_utils.InterfaceError):
+            return DOWN
+        if isinstance(err, psycopg.OperationalError):
+            state = err.sqlstate
+            if state is None or state.startswith(_DOWN_CLASSES):
+                return DOWN
+            return BUSY if state.startswith(_BUSY_CLASSES) else None
+        if isinstance(err, psycopg.Error):
+            return None
+        err = err.__cause__ or err.__context__
+    return None
+
+
 def _database_reachable() -> bool:
-    """After a failed batch: is it the batch (bisect it) or the database (back off, all of it)?"""
+    """After a failed batch whose error does not say: is it the batch (bisect it, count its
+    failure) or the database (defer all of it)?"""
     try:
         connection.ensure_connection()
         return connection.is_usable()

@@ -15,12 +15,29 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from apps.writer.streams import DEAD_RECEIPTS, FIELD, GROUP, RETRY_AT, STREAM, TOTALS, TRIES, writer_redis
+from apps.jobs.receipts import receipt_decode
+from apps.writer.streams import (
+    DEAD_RECEIPTS,
+    FIELD,
+    GROUP,
+    RETRY_AT,
+    STREAM,
+    SUBMIT,
+    TOTALS,
+    TRIES,
+    WAITING,
+    waiting_field,
+    writer_redis,
+)
 
 
-def dead_receipt_add(r: Any, *, entry_id: str, raw: str, error: str, attempts: int) -> None:
+def dead_receipt_add(
+    r: Any, *, entry_id: str, raw: str, error: str, attempts: int, waiting: str | None = None
+) -> None:
     """Move one entry from the receipts stream to the dead receipts, with its error, in one
-    MULTI: it is in exactly one of the two streams, and no longer pending or scheduled."""
+    MULTI: it is in exactly one of the two streams, and no longer pending or scheduled.
+    ``waiting``: its field in ``WAITING`` (none for a receipt that cannot be decoded), removed
+    too, so the sweeper treats its job by its lease again."""
     fields = {
         FIELD: raw,
         "error": error[:4000],
@@ -33,6 +50,8 @@ def dead_receipt_add(r: Any, *, entry_id: str, raw: str, error: str, attempts: i
         DEAD_RECEIPTS, fields, maxlen=settings.SCRAPEJOBS_DATABASE_WRITER_DEAD_LETTER_MAXLEN, approximate=True
     )
     pipe.xack(STREAM, GROUP, entry_id).xdel(STREAM, entry_id).zrem(RETRY_AT, entry_id).hdel(TRIES, entry_id)
+    if waiting is not None:
+        pipe.hdel(WAITING, waiting)
     pipe.hincrby(TOTALS, "dead", 1)
     pipe.execute()
 
@@ -45,7 +64,15 @@ def dead_receipts_replay(*, ids: Iterable[str] | None = None) -> int:
     for batch in _dead_receipt_batches(r, ids):
         pipe = r.pipeline(transaction=True)
         for entry_id, fields in batch:
-            pipe.xadd(STREAM, {FIELD: fields.get(FIELD, "")})
+            raw = fields.get(FIELD, "")
+            try:
+                receipt = receipt_decode(raw)
+            except (ValueError, TypeError, KeyError):
+                pipe.xadd(STREAM, {FIELD: raw})  # undecodable: it comes straight back here
+            else:  # waiting again, as when its worker submitted it (apps.writer.submit)
+                pipe.eval(
+                    SUBMIT, 2, STREAM, WAITING, FIELD, raw, waiting_field(receipt.job_id, receipt.attempt)
+                )
             pipe.xdel(DEAD_RECEIPTS, entry_id)
         pipe.execute()
         replayed += len(batch)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -19,6 +20,9 @@ from apps.writer.streams import (
     RETRY_AT,
     STREAM,
     TOTALS,
+    TRIES,
+    WAITING,
+    waiting_field,
     writer_redis,
 )
 
@@ -144,10 +148,12 @@ def receipts_waiting_since() -> tuple[int, int] | None:
     and Redis's ``TIME`` read with it; None when the stream is empty.
 
     The sweeper uses it: a job whose lease expired while a receipt for it may still be waiting
-    here is not lost, its writer is only behind. Receipts waiting for a retry after a failure are
-    skipped, so that one poison receipt cannot hold every sweep back for its whole retry schedule
-    (when all of the first ``scan`` are waiting and there are more, the last one's time is used:
-    earlier than the truth, so the sweeper only waits longer)."""
+    here is not lost, its writer is only behind. Receipts that failed on their own (a failure
+    counted in ``TRIES``) are skipped, so that one poison receipt cannot hold every sweep back for
+    its whole retry schedule (when all of the first ``scan`` are such and there are more, the
+    last one's time is used: earlier than the truth, so the sweeper only waits longer). Receipts
+    deferred because the database was unavailable count like any other: they are not poison.
+    (``receipts_waiting`` answers the same question job by job.)"""
     scan = 50
     r = writer_redis()
     with r.pipeline(transaction=False) as pipe:
@@ -158,7 +164,7 @@ def receipts_waiting_since() -> tuple[int, int] | None:
         return None
     pipe = r.pipeline(transaction=False)
     for entry_id, _fields in head:
-        pipe.zscore(RETRY_AT, entry_id)
+        pipe.hget(TRIES, entry_id)
     waiting = pipe.execute()
     oldest = next((eid for (eid, _f), w in zip(head, waiting, strict=True) if w is None), None)
     if oldest is None:
@@ -166,3 +172,28 @@ def receipts_waiting_since() -> tuple[int, int] | None:
             return None  # the whole stream is receipts waiting for a retry
         oldest = head[-1][0]
     return int(oldest.split("-")[0]), secs * 1000 + micros // 1000
+
+
+def receipts_waiting(attempts: Iterable[tuple[str, int]]) -> set[tuple[str, int]]:
+    """Which of these ``(job_id, attempt)`` have their receipt in the stream, submitted and not
+    yet applied nor set aside (issue 9, item 2): the sweeper must not call those attempts lost,
+    whatever their lease says, since the writer will apply their receipt.
+
+    ``WAITING`` names each receipt's stream id; an entry whose receipt is no longer in the stream
+    (deleted by hand) is stale: it is dropped and does not count."""
+    keys = list(dict.fromkeys((str(j), int(a)) for j, a in attempts))
+    if not keys:
+        return set()
+    r = writer_redis()
+    ids = r.hmget(WAITING, [waiting_field(j, a) for j, a in keys])
+    found = [(key, entry_id) for key, entry_id in zip(keys, ids, strict=True) if entry_id]
+    if not found:
+        return set()
+    pipe = r.pipeline(transaction=False)
+    for _key, entry_id in found:
+        pipe.xrange(STREAM, min=entry_id, max=entry_id)
+    present = pipe.execute()
+    stale = [waiting_field(*key) for (key, _), hit in zip(found, present, strict=True) if not hit]
+    if stale:
+        r.hdel(WAITING, *stale)
+    return {key for (key, _), hit in zip(found, present, strict=True) if hit}

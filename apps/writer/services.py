@@ -21,8 +21,20 @@ left in its budget, repeats:
    so its first entry's id (a millisecond timestamp) is the writer's lag.
 
 Failures (FR-W4): a batch that fails is split in halves and each half applied on its own, down
-to single receipts, so one poison receipt never holds back the rest of its batch. (When the
-database itself is unreachable the batch is not bisected: every receipt in it counts one failure.)
+to single receipts, so one poison receipt never holds back the rest of its batch.
+
+The database's failures are not the receipts' (issue 9, item 2; ``apps.writer.appliers.
+database_failure`` tells them apart by the error's class and SQLSTATE). When the database is
+down (connection refused or lost, shutdown, restart, out of resources) or no longer answers, the
+batch is not bisected and its receipts are *deferred*: left pending, tried again after
+``RETRY_DELAY_SECONDS``, and counted nowhere, however long the outage; the drain then stops
+reading new receipts (they wait, unread, for the next flush, which tries the database again), so
+an outage costs one failed transaction per flush, not one per receipt. When it is only busy
+(our statement timeout, a deadlock, a serialization failure, a lock not available) the batch is
+bisected as usual and a single receipt that still fails that way is deferred the same way. So a
+job whose fetch succeeded ends ``succeeded`` once the database is back, never among the dead
+receipts.
+
 A receipt that failed stays pending in the consumer group, its failure count in ``sj:writer:tries``
 and its next try in ``sj:writer:retry`` at ``RETRY_DELAY_SECONDS * 2**(failures-1)``; the writer
 is never blocked waiting for it. After ``MAX_ATTEMPTS`` failures it goes to the dead receipts, the
@@ -48,6 +60,7 @@ from django.conf import settings
 
 from apps.jobs.nudges import WRITER, nudge
 from apps.jobs.receipts import receipt_decode
+from apps.jobs.redis import WarnEvery
 from apps.writer.appliers import Appliers, Round
 from apps.writer.dead_receipts import dead_receipt_add
 from apps.writer.lease import Lease
@@ -62,14 +75,17 @@ from apps.writer.streams import (
     STREAM,
     TOTALS,
     TRIES,
+    WAITING,
     WANTED_KEY,
     Entry,
     stream_group_ensure,
     stream_read_new,
+    waiting_field,
     writer_redis,
 )
 
 logger = logging.getLogger(__name__)
+_warn_unavailable = WarnEvery(logger)  # one line per 10 s during an outage, not one per flush
 
 PIPELINE_DEPTH = 2  # rounds in flight at once (see _drain)
 MAX_REDRAINS = 20  # a flush without a budget (writer_flush_once) still ends under steady marks
@@ -84,6 +100,8 @@ class FlushStats:
     stale: int = 0
     acked: int = 0
     failed: int = 0  # failed this time, left pending for a retry after backoff
+    deferred: int = 0  # not applied: the database was down or busy (not counted as failures)
+    down: bool = False  # the database was down: the drain stopped reading
     dead: int = 0
     transactions: int = 0
 
@@ -126,7 +144,7 @@ def writer_flush(
             if trace_key:
                 r.rpush(trace_key, json.dumps([lease.token, started, time.time()]))
             lease.release()
-        if not lease.wanted:
+        if not lease.wanted or stats.down:  # nothing to drain, or no database to drain into
             break
         redrains += 1
         if redrains > MAX_REDRAINS or (deadline is not None and time.monotonic() >= deadline):
@@ -155,7 +173,9 @@ def _drain(r: Any, lease: Lease, *, deadline: float | None, idle_ms: int, stats:
         inflight: deque[Round] = deque()
         sweep_at = 0.0  # monotonic time of the next look at due retries and abandoned entries
         while True:
-            more = lease.held and (deadline is None or time.monotonic() < deadline)
+            # After a round the database could not take, read no more: what is read is only
+            # deferred again. The next flush tries once more.
+            more = lease.held and not stats.down and (deadline is None or time.monotonic() < deadline)
             room = count - len(carry)
             # Retries are seconds apart and reclaims 30 s: looking once a second (and at the
             # start of every flush) is enough, and spares two Redis round trips per round.
@@ -295,6 +315,8 @@ def _round_finish(r: Any, round_: Round, *, stats: FlushStats) -> None:
         # Only a retried or reclaimed entry can have a failure count or a retry time to clear.
         if swept := [i for e in outcome.ok if e.swept for i in e.ids]:
             pipe.zrem(RETRY_AT, *swept).hdel(TRIES, *swept)
+        # No longer waiting: the sweeper may treat their jobs by their leases again.
+        pipe.hdel(WAITING, *{waiting_field(e.receipt.job_id, e.receipt.attempt) for e in outcome.ok})
     for record in outcome.transactions:
         pipe.lpush(BATCHES, json.dumps(record))
     pipe.ltrim(BATCHES, 0, BATCH_RECORDS - 1)
@@ -304,6 +326,22 @@ def _round_finish(r: Any, round_: Round, *, stats: FlushStats) -> None:
     stats.acked += len(done)
     if outcome.failed:
         _failures_record(r, outcome.failed, stats=stats)
+    if outcome.deferred:
+        stats.down |= outcome.down
+        _deferrals_record(r, outcome.deferred, stats=stats)
+
+
+def _deferrals_record(r: Any, deferred: list[tuple[Entry, str]], *, stats: FlushStats) -> None:
+    """The database was unavailable: try these again after ``RETRY_DELAY_SECONDS``, without
+    counting a failure (their ``TRIES`` stay as they were), whatever the length of the outage."""
+    at_ms = time.time() * 1000 + settings.SCRAPEJOBS_DATABASE_WRITER_RETRY_DELAY_SECONDS * 1000
+    r.zadd(RETRY_AT, {entry.id: at_ms for entry, _ in deferred})
+    stats.deferred += len(deferred)
+    _warn_unavailable(
+        "writer: the database is down or busy, %d receipts deferred (not counted as failures): %s",
+        len(deferred),
+        deferred[0][1],
+    )
 
 
 def _failures_record(r: Any, failed: list[tuple[Entry, str]], *, stats: FlushStats) -> None:
@@ -318,7 +356,14 @@ def _failures_record(r: Any, failed: list[tuple[Entry, str]], *, stats: FlushSta
             logger.error(
                 "writer: receipt %s moved to the dead receipts after %s attempts: %s", entry.id, n, error
             )
-            dead_receipt_add(r, entry_id=entry.id, raw=entry.raw, error=error, attempts=n)
+            dead_receipt_add(
+                r,
+                entry_id=entry.id,
+                raw=entry.raw,
+                error=error,
+                attempts=n,
+                waiting=waiting_field(entry.receipt.job_id, entry.receipt.attempt),
+            )
             if entry.duplicates:  # they share the primary's fate; the dead receipt holds the key
                 r.pipeline().xack(STREAM, GROUP, *entry.duplicates).xdel(STREAM, *entry.duplicates).execute()
             stats.dead += 1

@@ -30,6 +30,23 @@ TOTALS = "sj:writer:totals"  # hash: running counters since the Redis database w
 BATCH_RECORDS = 50
 WANTED_KEY = "sj:writer:wanted"  # a flush found the lease taken: the holder drains once more
 FIELD = "r"  # the one field of a stream entry: the receipt (apps.jobs.receipts.receipt_encode)
+# hash: "<job id>:<attempt>" -> stream id, for every receipt in STREAM (issue 9, item 2). Written
+# with the receipt (``SUBMIT``), removed with it when applied or set aside; the sweeper asks it
+# whether a job whose lease ran out has its receipt waiting (apps.writer.selectors).
+WAITING = "sj:receipts:waiting"
+
+# XADD and the WAITING entry in one script, so the entry names the receipt's stream id and a
+# writer can never apply the receipt between the two. EVAL, not EVALSHA through a redis-py Script:
+# in a pipeline a Script adds a SCRIPT EXISTS round trip to every execute.
+SUBMIT = """
+local id = redis.call('XADD', KEYS[1], '*', ARGV[1], ARGV[2])
+redis.call('HSET', KEYS[2], ARGV[3], id)
+return id
+"""
+
+
+def waiting_field(job_id: str, attempt: int) -> str:
+    return f"{job_id}:{attempt}"
 
 
 def writer_redis() -> Any:

@@ -14,7 +14,7 @@ from typing import Any
 
 from apps.jobs.nudges import PUBLISH, WRITER, nudges_queue
 from apps.jobs.receipts import AttemptFinished, receipt_encode
-from apps.writer.streams import FIELD, STREAM, writer_redis
+from apps.writer.streams import FIELD, STREAM, SUBMIT, WAITING, waiting_field, writer_redis
 
 
 def receipt_submit(
@@ -24,8 +24,9 @@ def receipt_submit(
     nudge_publisher: bool = False,
 ) -> str:
     """Append the receipt (keyed by its natural key ``(job_id, attempt)``, so submitting it twice
-    is harmless) and nudge the writer; returns its stream id. No trimming here: an entry leaves
-    the stream only once the writer applied it (or moved it to the dead receipts).
+    is harmless), note it as waiting for its job (``WAITING``) and nudge the writer; returns its
+    stream id. No trimming here: an entry leaves the stream only once the writer applied it (or
+    moved it to the dead receipts).
 
     ``also`` queues the caller's own commands on the same pipeline (they run first).
     ``nudge_publisher``: a worker slot is free, so ask the publisher to refill the broker too.
@@ -34,6 +35,16 @@ def receipt_submit(
     if also is not None:
         also(pipe)
     head = len(pipe)
-    pipe.xadd(STREAM, {FIELD: receipt_encode(receipt)})
+    # XADD, and the receipt's entry in WAITING: until the writer applies it, the sweeper leaves
+    # its job alone however long ago its lease ran out (apps.writer.streams.SUBMIT).
+    pipe.eval(
+        SUBMIT,
+        2,
+        STREAM,
+        WAITING,
+        FIELD,
+        receipt_encode(receipt),
+        waiting_field(receipt.job_id, receipt.attempt),
+    )
     nudges_queue(pipe, *((WRITER, PUBLISH) if nudge_publisher else (WRITER,)))
     return str(pipe.execute()[head])

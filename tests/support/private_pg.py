@@ -1,0 +1,152 @@
+"""A private PostgreSQL for tests that stop the database (issue 9, item 2).
+
+The machine's PostgreSQL cannot be stopped from a test, so such a test runs its own server: the
+PostgreSQL 16 binaries of the ``pgserver`` wheel (as scrapejobs/embedded.py uses them), with a
+fresh data directory, on a free TCP port of 127.0.0.1. ``stop()`` stops the real server
+(``pg_ctl stop -m fast``: connections are ended with "terminating connection due to administrator
+command", 57P01; ``immediate`` is a crash), ``start()`` starts it again on the same port and data.
+
+The service processes reach it through ``url`` (pass ``DATABASE_URL=pg.url`` to the ``services``
+fixture), ``migrate()`` creates the schema, ``django(code)`` runs Django code against it in a
+child process (to create tenants and jobs: the test process's own Django stays on the test
+database), and ``connect()`` gives the test its own psycopg connection to read the final state.
+
+As root (a container) initdb refuses to run, so the server runs as the ``pgserver`` user, as the
+wheel itself does.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.support.procs import ROOT
+
+# Found without importing pgserver (its import sets up a lock file and a user runtime directory).
+_SPEC = importlib.util.find_spec("pgserver")
+assert _SPEC is not None and _SPEC.submodule_search_locations, "the pgserver wheel is not installed"
+BIN = Path(next(iter(_SPEC.submodule_search_locations))) / "pginstall" / "bin"
+RUN_AS = "pgserver"  # the wheel's own system user when running as root
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class PrivatePostgres:
+    def __init__(self) -> None:
+        # Under /tmp, not pytest's tmp_path: as root the server's user must reach the directory.
+        self.dir = Path(tempfile.mkdtemp(prefix="sj-pg-"))
+        self.data = self.dir / "data"
+        self.log = self.dir / "postgres.log"
+        self.port = _free_port()
+        self.user = RUN_AS if os.geteuid() == 0 else None
+        if self.user:
+            entry = pwd.getpwnam(self.user)
+            os.chown(self.dir, entry.pw_uid, entry.pw_gid)
+        self._run(
+            "initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "--encoding=utf8", "--no-sync"
+        )
+
+    @property
+    def url(self) -> str:
+        return f"postgres://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, exe: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(BIN / exe), *args],
+            user=self.user,
+            cwd=self.dir,
+            check=check,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    def start(self) -> None:
+        opts = (
+            f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.dir} -c fsync=off -c max_connections=300"
+        )
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", opts, "-w", "start")
+
+    def stop(self, mode: str = "fast") -> None:
+        """Stop the server for real: ``fast`` (clients are told 57P01 and disconnected) or
+        ``immediate`` (no goodbye: a crash)."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")
+
+    def running(self) -> bool:
+        return self._run("pg_ctl", "-D", str(self.data), "status", check=False).returncode == 0
+
+    def connect(self) -> psycopg.Connection:
+        return psycopg.connect(self.url, autocommit=True)
+
+    def env(self, **overrides: str) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(DATABASE_URL=self.url, DJANGO_SETTINGS_MODULE="settings.test", **overrides)
+        return env
+
+    def migrate(self) -> None:
+        subprocess.run(
+            [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
+            cwd=ROOT,
+            env=self.env(),
+            check=True,
+            timeout=300,
+        )
+
+    def django(self, code: str) -> str:
+        """Run ``code`` in a child Python with Django set up against this server; its stdout."""
+        prelude = "import django; django.setup()\n"
+        done = subprocess.run(
+            [sys.executable, "-c", prelude + code],
+            cwd=ROOT,
+            env=self.env(),
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        return done.stdout
+
+    def destroy(self) -> None:
+        if self.running():
+            self.stop("immediate")
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def wait_ready(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with self.connect() as conn:
+                    conn.execute("SELECT 1")
+                return
+            except psycopg.OperationalError:
+                time.sleep(0.1)
+        raise AssertionError("the private PostgreSQL did not come up")
+
+
+@pytest.fixture
+def private_pg() -> Iterator[PrivatePostgres]:
+    """A migrated private PostgreSQL, running; stopped and deleted after the test."""
+    pg = PrivatePostgres()
+    try:
+        pg.start()
+        pg.wait_ready()
+        pg.migrate()
+        yield pg
+    finally:
+        pg.destroy()
