@@ -18,10 +18,12 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any
 
+import redis
 from django.conf import settings
 from django.db import connection
 
 from apps.jobs.claims import ClaimedJob, job_claim
+from apps.jobs.db_failures import database_failure
 from apps.jobs.models import AttemptOutcome
 from apps.jobs.receipts import AttemptFinished
 from apps.jobs.redis import cancel_flag_key, state_redis
@@ -83,7 +85,11 @@ def job_run_attempt(
                 return None
             claimed = job_claim(job_id=job_id, worker=worker)
         except Exception as e:
-            raise ClaimUndecided(f"job {job_id}: {type(e).__name__}: {e}") from e
+            # Only what says a dependency was away or busy (Redis, PostgreSQL): a bad message (a
+            # job id that is no UUID) or a bug fails the task, logged, not sent again 20 times.
+            if isinstance(e, redis.RedisError) or database_failure(e) is not None:
+                raise ClaimUndecided(f"job {job_id}: {type(e).__name__}: {e}") from e
+            raise
         finally:
             _connection_release()
         if claimed is None:
