@@ -55,7 +55,7 @@ class TcpProxy:
                 client.close()
                 continue
             try:
-                server = socket.create_connection(self.upstream, timeout=5)
+                server = self._connect_upstream()
             except OSError:
                 client.close()
                 continue
@@ -64,6 +64,21 @@ class TcpProxy:
                 self._open |= {client, server}
             for src, dst in ((client, server), (server, client)):
                 threading.Thread(target=self._pipe, args=(src, dst), daemon=True).start()
+
+    def _connect_upstream(self) -> socket.socket:
+        """A TCP upstream, or PostgreSQL's unix socket when the host is a directory (the embedded
+        server of `make test` listens there, as libpq names it: <dir>/.s.PGSQL.<port>)."""
+        host, port = self.upstream
+        if not host.startswith("/"):
+            return socket.create_connection(self.upstream, timeout=5)
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.settimeout(5)
+        try:
+            server.connect(f"{host.rstrip('/')}/.s.PGSQL.{port}")
+        except OSError:
+            server.close()
+            raise
+        return server
 
     def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
         try:
