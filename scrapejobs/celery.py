@@ -114,10 +114,13 @@ def _quiet_per_task_lines(**_: object) -> None:
 
 @worker_init.connect
 @beat_init.connect
-def _refuse_insecure_start(**_: object) -> None:
+def _refuse_insecure_start(sender: object = None, **_: object) -> None:
     """Worker, writer and beat refuse to run with unsafe settings (apps/operators/checks.py).
     SystemExit, not the check's exception: Celery logs and swallows an Exception from a signal
-    handler and would start anyway."""
+    handler and would start anyway. Only for this app: the signals are global, and another Celery
+    app in a process that imported this module (the benchmark's naive baseline) is not ours."""
+    if getattr(sender, "app", None) is not app:
+        return
     from apps.operators.checks import insecure_settings  # noqa: PLC0415 - settings are loaded by now
 
     problems = insecure_settings()
