@@ -42,7 +42,7 @@ lock: $(STAMP)
 
 # Rewrite the committed OpenAPI snapshot (tests/api/openapi.json) after a deliberate API change.
 schema: $(STAMP)
-	$(BIN)/python -m scrapejobs.embedded exec --dir .run/test -- $(BIN)/python manage.py spectacular --format openapi-json --file tests/api/openapi.json
+	$(BIN)/python -m scrapejobs.embedded exec --dir .run/test -- env DJANGO_SETTINGS_MODULE=settings.test $(BIN)/python manage.py spectacular --format openapi-json --file tests/api/openapi.json
 
 clean:
 	rm -rf .run

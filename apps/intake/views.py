@@ -228,6 +228,9 @@ class JobCancelView(APIView):
             401: _ERR,
             404: _ERR,
             409: OpenApiResponse(ErrorOutput, description="The job is already final."),
+            413: OpenApiResponse(
+                ErrorOutput, description="A body (none is needed) over SCRAPEJOBS_MAX_REQUEST_BYTES."
+            ),
             429: _ERR,
         },
     )

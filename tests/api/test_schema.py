@@ -43,7 +43,7 @@ def test_the_schema_describes_every_job_operation_with_its_status_codes(schema):
         ("/api/v1/jobs/{job_id}", "get"): {"200", "400", "401", "404", "429"},
         ("/api/v1/jobs/{job_id}/attempts", "get"): {"200", "401", "404", "429"},
         ("/api/v1/jobs/{job_id}/result", "get"): {"200", "401", "404", "409", "410", "429"},
-        ("/api/v1/jobs/{job_id}/cancel", "post"): {"200", "202", "401", "404", "409", "429"},
+        ("/api/v1/jobs/{job_id}/cancel", "post"): {"200", "202", "401", "404", "409", "413", "429"},
     }
     for (path, method), codes in expected.items():
         op = paths[path][method]
