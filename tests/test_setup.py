@@ -221,14 +221,17 @@ def test_ctrl_c_under_make_run_stops_the_embedded_redis_after_every_child(
     Flower hanging. The servers must stop last, after the supervisor reports every child stopped."""
     supervisor.wait_until_announced()
     wait_for(lambda: re.search(r"^worker +\| .*ready", supervisor.output(), re.M), 60, what="the worker")
-    before = len(supervisor.output().splitlines())
+    wait_for(lambda: re.search(r"^writer +\| .*ready", supervisor.output(), re.M), 60, what="the writer")
+    before = len(supervisor.output().splitlines())  # start-up banners printed: what follows is the stop
     os.killpg(supervisor.proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
     assert supervisor.proc.wait(30) == 0, supervisor.output()[-3000:]
     after = supervisor.output().splitlines()[before:]
     redis_log = (tmp_path / "emb" / "redis" / "redis.log").read_text()
     assert "SIGINT" not in redis_log, redis_log[-2000:]  # it was stopped by the wrapper (SIGTERM), last
     assert not [line for line in after if "Traceback" in line or "Error" in line], "\n".join(after)
-    assert len(after) < 60, "\n".join(after)
+    # Beat and Flower keep logging until they stop, so some lines follow; the broker gone first
+    # made about 2,000 (issue 9, item 11).
+    assert len(after) < 200, "\n".join(after)
     assert "stopped" in after[-1]
 
 
