@@ -71,6 +71,10 @@ class LeaseHandle:
     overdue: bool = False  # past renew_until (logged once)
     marked_at: float | None = None  # monotonic time its lease mark was last written to Redis
 
+    def renewable(self, now: float) -> bool:
+        """Still within its deadline: its lease (database) and its mark (Redis) are kept."""
+        return self.renew_until is None or now <= self.renew_until
+
 
 class LeaseKeeper:
     def __init__(self, *, interval_s: float, watch_interval_s: float = CANCEL_WATCH_INTERVAL_S):
@@ -103,8 +107,8 @@ class LeaseKeeper:
     def renew_all(self) -> None:
         now = time.monotonic()
         with self._lock:
-            held = [h for h in self._held if h.renew_until is None or now <= h.renew_until]
-            overdue = [h for h in self._held if h.renew_until is not None and now > h.renew_until]
+            held = [h for h in self._held if h.renewable(now)]
+            overdue = [h for h in self._held if not h.renewable(now)]
         for handle in overdue:
             if not handle.overdue:
                 handle.overdue = True
@@ -139,8 +143,7 @@ class LeaseKeeper:
         due = [
             h
             for h in held
-            if (h.marked_at is None or now - h.marked_at >= self.interval_s)
-            and (h.renew_until is None or now <= h.renew_until)
+            if (h.marked_at is None or now - h.marked_at >= self.interval_s) and h.renewable(now)
         ]
         pipe = state_redis().pipeline(transaction=False)
         for handle in held:
