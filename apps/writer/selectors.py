@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import redis
@@ -124,14 +123,6 @@ def dead_receipts_list(*, limit: int = 200) -> list[DeadReceipt]:
             )
         )
     return out
-
-
-def receipts_applied_before() -> datetime | None:
-    """The moment before which every submitted receipt has been applied (or set aside as a dead
-    receipt): the Redis time of the oldest receipt still waiting (see ``receipts_waiting_since``).
-    None when there is none, i.e. everything submitted so far is applied."""
-    since = receipts_waiting_since()
-    return None if since is None else datetime.fromtimestamp(since[0] / 1000, tz=UTC)
 
 
 def receipts_waiting_for_s() -> float | None:

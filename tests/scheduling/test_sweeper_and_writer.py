@@ -19,7 +19,7 @@ from apps.jobs.intake import job_create
 from apps.jobs.models import Attempt, Job, JobStatus
 from apps.jobs.receipts import AttemptFinished
 from apps.scheduling.services import jobs_sweep_expired_leases
-from apps.writer.selectors import receipts_applied_before
+from apps.writer.selectors import receipts_waiting_for_s
 from apps.writer.services import writer_flush_once
 from apps.writer.streams import FIELD, RETRY_AT, STREAM, TRIES, writer_redis
 from apps.writer.submit import receipt_submit
@@ -54,7 +54,7 @@ def test_a_job_whose_receipt_waits_for_the_writer_is_not_swept_as_lost(make_tena
     # every lease/3, so a receipt always predates the expiry); the writer is behind.
     handed_over_ms = int(time.time() * 1000) - 8_000
     writer_redis().xadd(STREAM, {FIELD: json.dumps(_finished(job).to_dict())}, id=f"{handed_over_ms}-0")
-    assert receipts_applied_before() is not None
+    assert receipts_waiting_for_s() is not None
 
     stats = jobs_sweep_expired_leases()
 
@@ -90,13 +90,13 @@ def test_a_receipt_waiting_for_a_retry_does_not_hold_the_sweeper_back(make_tenan
     r.zadd(RETRY_AT, {poison: time.time() * 1000 + 60_000})
     r.hset(TRIES, poison, 1)
 
-    assert receipts_applied_before() is None
+    assert receipts_waiting_for_s() is None
     assert jobs_sweep_expired_leases().lost == 1
     assert Attempt.objects.get(job=dead, number=1).outcome == "lost"
 
 
 def test_with_nothing_waiting_the_watermark_is_empty():
-    assert receipts_applied_before() is None
+    assert receipts_waiting_for_s() is None
 
 
 # --- A PostgreSQL outage (issue 9, item 2; NFR-3, NFR-4) ---------------------------------------
