@@ -9,6 +9,9 @@ Routes (all deterministic, so results can be compared byte for byte):
 - ``/retry-after/KEY?fail=K&after=S``  429 with Retry-After: S for the first K requests, then 200
 - ``/redirect/N``        N redirects, then 200
 - ``/echo``              echoes method, headers and body as JSON
+- ``/robots.txt``        ``server.robots`` (status, body) when set, else 404
+- ``/shed/...``          503 to every ``server.shed_every``-th request of the route (0: never), else
+                         200 (a target that sheds a share of its load; the share can change mid-test)
 Every request is logged with its arrival time (``requests_for(path_prefix)``).
 """
 
@@ -60,7 +63,15 @@ class _Handler(BaseHTTPRequestHandler):
         self.server.log(path, self.command, dict(self.headers), body)
         seg = path.strip("/").split("/")
         try:
-            if seg[0] == "bytes":
+            if path == "/robots.txt" and self.server.robots is not None:
+                self._send(
+                    self.server.robots[0], self.server.robots[1].encode(), {"Content-Type": "text/plain"}
+                )
+            elif seg[0] == "shed":
+                k = self.server.count("/shed")
+                shed = self.server.shed_every > 0 and k % self.server.shed_every == 0
+                self._send(503 if shed else 200, b"shed" if shed else b"ok")
+            elif seg[0] == "bytes":
                 n = int(seg[1])
                 if "delay" in q:  # a target that takes this long to answer (benchmarks: 0.5 s)
                     time.sleep(float(q["delay"]))
@@ -117,6 +128,8 @@ class TargetServer(ThreadingHTTPServer):
         self._lock = threading.Lock()
         self._counts: dict[str, int] = defaultdict(int)
         self.requests: list[tuple[float, str, str, dict, bytes]] = []
+        self.robots: tuple[int, str] | None = None
+        self.shed_every = 0
 
     @property
     def base_url(self) -> str:
