@@ -9,6 +9,7 @@ Routes (all deterministic, so results can be compared byte for byte):
 - ``/retry-after/KEY?fail=K&after=S``  429 with Retry-After: S for the first K requests, then 200
 - ``/redirect/N``        N redirects, then 200
 - ``/echo``              echoes method, headers and body as JSON
+- ``/go?to=URL``         302 to URL (a redirect to another host)
 - ``/robots.txt``        ``server.robots`` (status, body) when set, else 404
 - ``/shed/...``          503 to every ``server.shed_every``-th request of the route (0: never), else
                          200 (a target that sheds a share of its load; the share can change mid-test)
@@ -102,6 +103,8 @@ class _Handler(BaseHTTPRequestHandler):
                     self._send(429, b"slow down", {"Retry-After": q.get("after", "1")})
                 else:
                     self._send(200, b"ok")
+            elif seg[0] == "go":
+                self._send(302, b"", {"Location": q["to"]})
             elif seg[0] == "redirect":
                 n = int(seg[1])
                 if n > 0:
