@@ -11,8 +11,9 @@ Routes (all deterministic, so results can be compared byte for byte):
 - ``/echo``              echoes method, headers and body as JSON
 - ``/go?to=URL``         302 to URL (a redirect to another host)
 - ``/robots.txt``        ``server.robots`` (status, body) when set, else 404
-- ``/shed/...``          503 to every ``server.shed_every``-th request of the route (0: never), else
-                         200 (a target that sheds a share of its load; the share can change mid-test)
+- ``/shed/...[?every=K]`` 503 to every K-th request of the route (``server.shed_every`` unless
+                         given; 0: never), else 200 (a target shedding a share of its load, which a
+                         test can change mid-run)
 Every request is logged with its arrival time (``requests_for(path_prefix)``).
 """
 
@@ -70,7 +71,8 @@ class _Handler(BaseHTTPRequestHandler):
                 )
             elif seg[0] == "shed":
                 k = self.server.count("/shed")
-                shed = self.server.shed_every > 0 and k % self.server.shed_every == 0
+                every = int(q.get("every", self.server.shed_every))
+                shed = every > 0 and k % every == 0
                 self._send(503 if shed else 200, b"shed" if shed else b"ok")
             elif seg[0] == "bytes":
                 n = int(seg[1])

@@ -37,7 +37,8 @@ if adapt then
   local nbad = tonumber(a[3]) or 0
   redis.call('LPUSH', KEYS[3], bad and '1' or '0')
   if bad then nbad = nbad + 1 end
-  if redis.call('LLEN', KEYS[3]) > window then
+  -- One answer leaves per answer that comes, more when the window setting was lowered.
+  while redis.call('LLEN', KEYS[3]) > window do
     if redis.call('RPOP', KEYS[3]) == '1' then nbad = nbad - 1 end
   end
   local n = redis.call('LLEN', KEYS[3])
