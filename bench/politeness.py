@@ -7,9 +7,10 @@ same run as its baseline, through the whole service (writer, beat, one worker of
    defaults unlimited, adaptation and robots.txt off) next to the same jobs with a policy for the
    target's domain far above what the run reaches, the adaptive rate on (every answer recorded)
    and robots.txt obeyed (the target answers 404: allow all, fetched once). Aim: ratio >= 0.95.
-2. ``politeness_shed_1pct``: a policy of 200 requests/s, the target answering 503 to one request
-   in a hundred (each retried): jobs/s with the adaptive rate on next to off. The issue asks for
-   a loss under 10 %: ratio > 0.9.
+2. ``politeness_shed_1pct``: a policy of ``BENCH_POLITENESS_SHED_RPS`` (200) requests/s, the
+   target answering 503 to one request in a hundred (each retried): jobs/s with the adaptive rate
+   on next to off. The issue asks for a loss under 10 %: ratio > 0.9. The policy must bind for this to mean anything: set the rate
+   below what the machine reaches with limits off (``politeness_not_binding_off_jobs_per_s``).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from scrapejobs import processes
 JOBS = int(os.environ.get("BENCH_POLITENESS_JOBS", "2000"))
 CONCURRENCY = int(os.environ.get("BENCH_POLITENESS_CONCURRENCY", "100"))
 SHED_JOBS = int(os.environ.get("BENCH_POLITENESS_SHED_JOBS", "2000"))
-SHED_RPS = 200
+SHED_RPS = int(os.environ.get("BENCH_POLITENESS_SHED_RPS", "200"))
 TIMEOUT_S = 600
 OFF = {"SCRAPEJOBS_DOMAIN_ADAPTIVE": "false", "SCRAPEJOBS_ROBOTS_OBEY": "false"}
 ON = {"SCRAPEJOBS_DOMAIN_ADAPTIVE": "true", "SCRAPEJOBS_ROBOTS_OBEY": "true"}
