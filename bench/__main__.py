@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-ORDER = ("intake", "e2e", "writer")
+ORDER = ("intake", "e2e", "writer", "politeness")
 
 
 def available() -> list[str]:

@@ -29,6 +29,13 @@ def _bounded_int(name: str, default: int, low: int, high: int) -> int:
     return value
 
 
+def _fraction(name: str, default: float) -> float:
+    value = env.float(name, default=default)
+    if not 0 < value < 1:
+        raise environ.ImproperlyConfigured(f"{name}={value}: expected a fraction between 0 and 1")
+    return value
+
+
 def _positive_float(name: str, default: float) -> float:
     value = env.float(name, default=default)
     if value <= 0:
@@ -271,9 +278,24 @@ SCRAPEJOBS_WORKER_SHUTDOWN_GRACE_S = _positive_float("SCRAPEJOBS_WORKER_SHUTDOWN
 SCRAPEJOBS_DOMAIN_DEFAULT_RPS = _positive_float("SCRAPEJOBS_DOMAIN_DEFAULT_RPS", 2.0)
 SCRAPEJOBS_DOMAIN_DEFAULT_BURST = _bounded_int("SCRAPEJOBS_DOMAIN_DEFAULT_BURST", 5, 1, 1_000_000)
 SCRAPEJOBS_DOMAIN_DEFAULT_CONCURRENCY = _bounded_int("SCRAPEJOBS_DOMAIN_DEFAULT_CONCURRENCY", 4, 1, 1_000_000)
-# Three 429/503 answers from one domain within a minute (without Retry-After) pause the domain for
-# every worker this long; 0 turns that off (a Retry-After is always respected).
-SCRAPEJOBS_DOMAIN_THROTTLE_COOLDOWN_S = _bounded_int("SCRAPEJOBS_DOMAIN_THROTTLE_COOLDOWN_S", 30, 0, 3600)
+
+# Adaptive politeness, robots.txt and domain grouping (issue 11; apps/politeness). A domain's rate
+# adapts below its policy's rate, shared by every worker in Redis: halved when more than
+# ADAPTIVE_BAD_SHARE of its last ADAPTIVE_WINDOW answers were 429/503 or timeouts, raised again by
+# one policy rate per ADAPTIVE_RECOVERY_S while it answers (additive), never below the policy's
+# floor (or ADAPTIVE_FLOOR_RPS). A 1 % error rate never cuts it; one in five does. Off: only
+# Retry-After slows a domain down.
+SCRAPEJOBS_DOMAIN_ADAPTIVE = env.bool("SCRAPEJOBS_DOMAIN_ADAPTIVE", default=True)
+SCRAPEJOBS_DOMAIN_ADAPTIVE_WINDOW = _bounded_int("SCRAPEJOBS_DOMAIN_ADAPTIVE_WINDOW", 100, 20, 10_000)
+SCRAPEJOBS_DOMAIN_ADAPTIVE_BAD_SHARE = _fraction("SCRAPEJOBS_DOMAIN_ADAPTIVE_BAD_SHARE", 0.1)
+SCRAPEJOBS_DOMAIN_ADAPTIVE_FLOOR_RPS = _positive_float("SCRAPEJOBS_DOMAIN_ADAPTIVE_FLOOR_RPS", 0.05)
+SCRAPEJOBS_DOMAIN_ADAPTIVE_RECOVERY_S = _positive_float("SCRAPEJOBS_DOMAIN_ADAPTIVE_RECOVERY_S", 30.0)
+# robots.txt (RFC 9309) is obeyed unless switched off here, per domain policy or per tenant. A
+# host's file is fetched once per TTL (24 h, the RFC's longest) by one worker for all; a 5xx or an
+# unreachable host disallows everything for ROBOTS_UNAVAILABLE_S, after which it is asked again.
+SCRAPEJOBS_ROBOTS_OBEY = env.bool("SCRAPEJOBS_ROBOTS_OBEY", default=True)
+SCRAPEJOBS_ROBOTS_TTL_S = _bounded_int("SCRAPEJOBS_ROBOTS_TTL_S", 86400, 1, 86400)
+SCRAPEJOBS_ROBOTS_UNAVAILABLE_S = _bounded_int("SCRAPEJOBS_ROBOTS_UNAVAILABLE_S", 60, 1, 86400)
 
 # Webhooks (contract 2): delays before each retry of a callback answering non-2xx, +-20% jitter.
 # The default is 10 attempts over about 16 hours; after the last one the delivery is failed.

@@ -14,11 +14,13 @@ os.environ.setdefault("SCRAPEJOBS_RETRY_BASE_S", "0.2")
 os.environ.setdefault("SCRAPEJOBS_RETRY_CAP_S", "2")
 os.environ.setdefault("SCRAPEJOBS_LOG_LEVEL", "WARNING")
 # Local targets take thousands of jobs per test: domain limits off unless a test sets a policy
-# (tests/politeness); a retried 503 must not pause the shared 127.0.0.1 "domain" for 30 s.
+# (tests/politeness); retried 503s must not slow the shared 127.0.0.1 "domain" down, and every
+# other test's local target has no robots.txt to read (tests/politeness turn both on).
 os.environ.setdefault("SCRAPEJOBS_DOMAIN_DEFAULT_RPS", "1000000")
 os.environ.setdefault("SCRAPEJOBS_DOMAIN_DEFAULT_BURST", "1000000")
 os.environ.setdefault("SCRAPEJOBS_DOMAIN_DEFAULT_CONCURRENCY", "1000000")
-os.environ.setdefault("SCRAPEJOBS_DOMAIN_THROTTLE_COOLDOWN_S", "0")
+os.environ.setdefault("SCRAPEJOBS_DOMAIN_ADAPTIVE", "false")
+os.environ.setdefault("SCRAPEJOBS_ROBOTS_OBEY", "false")
 
 from settings.base import *  # noqa: E402,F403
 

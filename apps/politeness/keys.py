@@ -1,7 +1,8 @@
 """Redis key names of one domain's politeness state.
 
 Every key of a domain carries the domain in braces (a Redis Cluster hash tag), so the keys one
-script touches live on one node."""
+script touches live on one node. "Domain" here is the key a policy groups hosts under: the exact
+host, or its registrable domain (``apps.politeness.selectors.domain_rules_get``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from dataclasses import dataclass
 class DomainKeys:
     state: str  # hash: token bucket (tokens, ts), booking pointer (next), cooldown-until
     slots: str  # sorted set: concurrency slot holders scored by their expiry (Unix s)
-    throttled: str  # sorted set: recent 429/503 answers, scored by time
+    adapt: str  # hash: adaptive rate (rate, ts), bad answers in the window (bad), crawl-delay
+    outcomes: str  # list: the window of recent answers, newest first, "1" bad / "0" good
 
     def ticket(self, job_id: str) -> str:
         """A deferred job's booked place in the domain's line (see lua/permit_acquire.lua)."""
@@ -21,4 +23,11 @@ class DomainKeys:
 
 def domain_keys(domain: str) -> DomainKeys:
     base = f"sj:pol:{{{domain}}}"
-    return DomainKeys(state=f"{base}:state", slots=f"{base}:slots", throttled=f"{base}:throttled")
+    return DomainKeys(
+        state=f"{base}:state", slots=f"{base}:slots", adapt=f"{base}:adapt", outcomes=f"{base}:outcomes"
+    )
+
+
+def robots_keys(origin: str) -> tuple[str, str]:
+    """The cached robots.txt of ``origin`` (scheme://host:port) and the lock of whoever fetches it."""
+    return f"sj:robots:{{{origin}}}", f"sj:robots:{{{origin}}}:lock"

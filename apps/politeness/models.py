@@ -1,6 +1,8 @@
 """Per-domain politeness limits an operator sets in the admin (contract section 4, NFR-5).
 
-A domain without a row gets the ``SCRAPEJOBS_DOMAIN_DEFAULT_*`` settings. The limits themselves
+A domain without a row gets the ``SCRAPEJOBS_DOMAIN_DEFAULT_*`` settings. The rate set here is a
+ceiling: the rate actually granted adapts below it when the domain throttles (429/503, timeouts),
+down to ``min_requests_per_second``, and a robots.txt ``Crawl-delay`` lowers it too. The limits themselves
 are enforced in Redis, shared by every worker (``apps.politeness.services``); this table only
 says what they are. Workers read it through a short cache (``apps.politeness.selectors``), so an
 edit takes effect everywhere within a few seconds.
@@ -12,9 +14,15 @@ from django.core.validators import MinValueValidator
 from django.db import models
 
 
+class DomainGrouping(models.TextChoices):
+    HOST = "host", "exact host"
+    REGISTRABLE = "registrable", "registrable domain"
+
+
 class DomainPolicy(models.Model):
     # The job's domain exactly as intake stores it (``jobs_job.domain``: the lowercase,
-    # IDNA-encoded host name). ``www.example.com`` and ``example.com`` are different domains.
+    # IDNA-encoded host name), or, with ``grouping`` "registrable", a registrable domain
+    # (``shop.com``) whose policy every host under it shares (``apps.politeness.selectors``).
     domain = models.CharField(max_length=255, unique=True)
     requests_per_second = models.FloatField(
         validators=[MinValueValidator(0.001)],
@@ -27,6 +35,28 @@ class DomainPolicy(models.Model):
     max_concurrency = models.PositiveIntegerField(
         validators=[MinValueValidator(1)],
         help_text="Requests in flight to this domain at once, over every worker.",
+    )
+    min_requests_per_second = models.FloatField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0.001)],
+        help_text=(
+            "Floor of the adaptive rate: however often the domain answers 429/503 or times out, "
+            "it is still sent this many requests per second. Empty: SCRAPEJOBS_DOMAIN_ADAPTIVE_FLOOR_RPS."
+        ),
+    )
+    grouping = models.CharField(
+        max_length=16,
+        choices=DomainGrouping.choices,
+        default=DomainGrouping.HOST,
+        help_text=(
+            "Which host names share these limits: this exact host, or every host of its registrable "
+            "domain (www.shop.com, img.shop.com and shop.com share one budget)."
+        ),
+    )
+    obey_robots = models.BooleanField(
+        default=True,
+        help_text="Read and obey the host's robots.txt (when the service and the tenant obey it too).",
     )
     note = models.CharField(max_length=255, blank=True, default="", help_text="Why this policy exists.")
     updated_at = models.DateTimeField(auto_now=True)

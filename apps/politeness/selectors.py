@@ -3,17 +3,20 @@ needs before it claims, and the live Redis state an operator sees in the admin."
 
 from __future__ import annotations
 
+import ipaddress
 import time
 import uuid
 from dataclasses import dataclass
 
 from django.conf import settings
 from django.db.models.functions import Now
+from publicsuffixlist import PublicSuffixList
 
 from apps.jobs.models import Job, JobStatus
 from apps.jobs.redis import state_redis
 from apps.politeness.keys import domain_keys
-from apps.politeness.models import DomainPolicy
+from apps.politeness.models import DomainGrouping, DomainPolicy
+from apps.tenants.models import Tenant
 
 # How long a worker keeps a domain's limits before asking PostgreSQL again: an admin edit takes
 # effect everywhere within this long, and a worker does not query the database per job.
@@ -27,40 +30,109 @@ class DomainLimits:
     requests_per_second: float
     burst: int
     max_concurrency: int
+    # The adaptive rate's floor (``SCRAPEJOBS_DOMAIN_ADAPTIVE_FLOOR_RPS`` unless the policy says).
+    floor_rps: float = 0.0
+    obey_robots: bool = True
+    # Whose budget a job of this host spends: the host itself, or its registrable domain when a
+    # policy groups them. The Redis keys of the domain's state are named after it.
+    group: str = ""
 
 
 _cache: dict[str, tuple[float, DomainLimits]] = {}
+_psl = PublicSuffixList()  # the list the package ships: nothing is downloaded at run time
 
 
-def domain_limits_default() -> DomainLimits:
+def registrable_domain(host: str) -> str:
+    """``img.shop.co.uk`` -> ``shop.co.uk``. An address, a bare public suffix or a single label
+    (``localhost``) has no registrable domain: it stands for itself."""
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return _psl.privatesuffix(host) or host
+    return host
+
+
+def domain_limits_default(*, host: str = "") -> DomainLimits:
     return DomainLimits(
         requests_per_second=settings.SCRAPEJOBS_DOMAIN_DEFAULT_RPS,
         burst=settings.SCRAPEJOBS_DOMAIN_DEFAULT_BURST,
         max_concurrency=settings.SCRAPEJOBS_DOMAIN_DEFAULT_CONCURRENCY,
+        floor_rps=settings.SCRAPEJOBS_DOMAIN_ADAPTIVE_FLOOR_RPS,
+        group=host,
     )
 
 
 def domain_limits_get(*, domain: str) -> DomainLimits:
-    """The domain's policy, or the defaults; at most ``POLICY_CACHE_S`` old. Unknown domains are
-    cached too, so a domain without a policy costs no query per job either."""
+    """The limits a job to host ``domain`` obeys, and the group whose budget it spends; at most
+    ``POLICY_CACHE_S`` old. Unknown hosts are cached too, so a host without a policy costs no
+    query per job either.
+
+    The host's own policy wins; without one, a policy on its registrable domain that groups by
+    registrable domain covers it (one policy on ``shop.com`` for ``www.`` and ``img.shop.com``);
+    without either, the defaults, for the host alone."""
     now = time.monotonic()
     hit = _cache.get(domain)
     if hit is not None and hit[0] > now:
         return hit[1]
-    row = (
-        DomainPolicy.objects.filter(domain=domain)
-        .values_list("requests_per_second", "burst", "max_concurrency")
-        .first()
-    )
-    limits = DomainLimits(*row) if row is not None else domain_limits_default()
+    limits = _limits_read(host=domain)
     if len(_cache) >= _CACHE_MAX_DOMAINS:
         _cache.clear()
     _cache[domain] = (now + POLICY_CACHE_S, limits)
     return limits
 
 
+def _limits_read(*, host: str) -> DomainLimits:
+    registrable = registrable_domain(host)
+    rows = {
+        row["domain"]: row
+        for row in DomainPolicy.objects.filter(domain__in={host, registrable}).values(
+            "domain",
+            "requests_per_second",
+            "burst",
+            "max_concurrency",
+            "min_requests_per_second",
+            "grouping",
+            "obey_robots",
+        )
+    }
+    row = rows.get(host)
+    if row is None:
+        row = rows.get(registrable)
+        if row is None or row["grouping"] != DomainGrouping.REGISTRABLE:
+            return domain_limits_default(host=host)
+    grouped = row["grouping"] == DomainGrouping.REGISTRABLE
+    return DomainLimits(
+        requests_per_second=row["requests_per_second"],
+        burst=row["burst"],
+        max_concurrency=row["max_concurrency"],
+        floor_rps=row["min_requests_per_second"] or settings.SCRAPEJOBS_DOMAIN_ADAPTIVE_FLOOR_RPS,
+        obey_robots=row["obey_robots"],
+        group=registrable if grouped else host,
+    )
+
+
 def domain_limits_cache_clear() -> None:
     _cache.clear()
+    _tenant_robots.clear()
+
+
+_tenant_robots: dict[uuid.UUID | str, tuple[float, bool]] = {}
+
+
+def tenant_obeys_robots(*, tenant_id: uuid.UUID | str | None) -> bool:
+    """Whether a tenant's jobs read robots.txt (an operator may switch it off per tenant); cached
+    like the policies, so a worker does not query per job."""
+    if tenant_id is None:
+        return True
+    now = time.monotonic()
+    hit = _tenant_robots.get(tenant_id)
+    if hit is not None and hit[0] > now:
+        return hit[1]
+    obeys = Tenant.objects.filter(id=tenant_id).values_list("obey_robots", flat=True).first()
+    if len(_tenant_robots) >= _CACHE_MAX_DOMAINS:
+        _tenant_robots.clear()
+    _tenant_robots[tenant_id] = (now + POLICY_CACHE_S, obeys is not False)
+    return obeys is not False
 
 
 @dataclass(frozen=True)
@@ -94,18 +166,24 @@ class DomainState:
     tokens: float | None
     cooldown_s: float  # seconds left, 0 when none
     booked_ahead_s: float  # how far ahead deferred jobs are booked, 0 when none
+    adaptive_rps: float | None  # None: never throttled lately (the policy's rate holds)
+    crawl_delay_s: float | None  # from robots.txt, None when it sets none
 
 
 def domain_state_get(*, domain: str) -> DomainState:
+    """``domain`` is a group key (``DomainLimits.group``): a host, or a registrable domain."""
     keys = domain_keys(domain)
     r = state_redis()
     now_s, now_us = r.time()
     now = now_s + now_us / 1e6
     tokens, cooldown, booked = r.hmget(keys.state, "tokens", "cooldown", "next")
+    rate, crawl = r.hmget(keys.adapt, "rate", "crawl")
     in_flight = r.zcount(keys.slots, f"({now}", "+inf")
     return DomainState(
         in_flight=int(in_flight),
         tokens=float(tokens) if tokens is not None else None,
         cooldown_s=max(0.0, float(cooldown) - now) if cooldown else 0.0,
         booked_ahead_s=max(0.0, float(booked) - now) if booked else 0.0,
+        adaptive_rps=float(rate) if rate else None,
+        crawl_delay_s=float(crawl) if crawl else None,
     )

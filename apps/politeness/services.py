@@ -6,9 +6,13 @@ Each domain has, in Redis (keys in ``apps.politeness.keys``):
 - a **concurrency cap** (``max_concurrency``): a sorted set of slot holders scored by their expiry,
   so the slot of a worker killed mid-fetch frees itself once the fetch could no longer be running
   (the job's timeout plus one lease), without anyone cleaning up;
-- a **cooldown-until**: set by a target's ``Retry-After`` or by repeated 429/503 answers
-  (``THROTTLE_THRESHOLD`` within ``THROTTLE_WINDOW_S``); every worker respects it. It expires by
-  itself and lowers nothing permanently;
+- an **adaptive rate** (issue 11): AIMD over a sliding window of the domain's recent answers,
+  like Scrapy's AutoThrottle but shared by every worker. When more than
+  ``SCRAPEJOBS_DOMAIN_ADAPTIVE_BAD_SHARE`` of them were 429/503 or timeouts the rate is halved;
+  while answers come it climbs back by one policy rate per ``SCRAPEJOBS_DOMAIN_ADAPTIVE_RECOVERY_S``;
+  never above the policy's rate, never below its floor. A robots.txt ``Crawl-delay`` caps it too;
+- a **cooldown-until**: set by a target's ``Retry-After`` (or a robots.txt that cannot be read);
+  every worker respects it. It expires by itself;
 - a **booking pointer** and per-job **tickets**: a refused job is given a place in the domain's
   line, spaced ``1/rate`` apart, and told to come back then. Without it every refused job would
   come back at the next token, all at once, and all but one be refused again (a backlog of N jobs
@@ -29,8 +33,9 @@ from __future__ import annotations
 
 import logging
 import secrets
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,11 +51,15 @@ from apps.politeness.selectors import domain_limits_get, job_runnable_get
 
 logger = logging.getLogger(__name__)
 
-# Repeated 429/503 answers without Retry-After: this many within this window cool the domain down
-# for SCRAPEJOBS_DOMAIN_THROTTLE_COOLDOWN_S.
+# Answers that count against a domain's adaptive rate (with timeouts): the target says it is
+# overloaded. Other failures (404, 500) say nothing about our pace.
 THROTTLE_STATUSES = frozenset({429, 503})
-THROTTLE_THRESHOLD = 3
-THROTTLE_WINDOW_S = 60
+# At least this many answers in the window before a cut: two 503s in a row out of three answers
+# are not yet a share.
+ADAPTIVE_MIN_ANSWERS = 20
+# A domain's adaptive rate and window are forgotten this long after its last answer (it starts
+# again at the policy's rate).
+ADAPTIVE_MEMORY_S = 3600
 # A target cannot stop a domain for longer than this with one Retry-After (a hostile or broken
 # "Retry-After: 31536000" would otherwise park every tenant's jobs for a year). The job's own
 # retry still honours the full value (apps.jobs.lifecycle).
@@ -86,57 +95,108 @@ class DomainDecision:
     granted: bool
     wait_s: float  # when refused: come back after this long
     reason: str  # "" when granted; cooldown, queue, concurrency, rate, unavailable
+    group: str = ""  # whose budget was asked (DomainLimits.group): release the slot there
 
 
-def domain_permit_acquire(*, domain: str, holder: str, ticket: str, slot_ttl_s: float) -> DomainDecision:
-    """Take a token and a concurrency slot of ``domain`` for ``holder``, or say how long to wait.
+def domain_permit_acquire(
+    *, domain: str, holder: str, ticket: str, slot_ttl_s: float, token_only: bool = False
+) -> DomainDecision:
+    """Take a token and a concurrency slot of host ``domain``'s group for ``holder``, or say how
+    long to wait.
 
     ``ticket`` names the job: a refused job is booked a place in the domain's line under it, and
     passes the line when it comes back. The slot frees itself after ``slot_ttl_s`` if
-    ``domain_permit_release`` is never called (the worker was killed)."""
+    ``domain_permit_release`` is never called (the worker was killed). ``token_only``: a redirect
+    hop within a group whose slot the fetch already holds takes a token and no second slot."""
     limits = domain_limits_get(domain=domain)
-    keys = domain_keys(domain)
+    keys = domain_keys(limits.group)
     granted, wait_ms, reason = _script("acquire", _ACQUIRE)(
-        keys=[keys.state, keys.slots, keys.ticket(ticket)],
+        keys=[keys.state, keys.slots, keys.ticket(ticket), keys.adapt],
         args=[
             limits.requests_per_second,
             limits.burst,
             limits.max_concurrency,
             holder,
-            slot_ttl_s,
+            0 if token_only else slot_ttl_s,
             TICKET_GRACE_S,
         ],
     )
-    return DomainDecision(granted=bool(int(granted)), wait_s=int(wait_ms) / 1000.0, reason=str(reason))
+    return DomainDecision(
+        granted=bool(int(granted)), wait_s=int(wait_ms) / 1000.0, reason=str(reason), group=limits.group
+    )
 
 
 def domain_permit_release(*, domain: str, holder: str) -> None:
-    """Give the concurrency slot back (one ZREM: atomic without a script)."""
+    """Give the concurrency slot back (one ZREM: atomic without a script). ``domain`` is the
+    group the slot was taken from (``DomainDecision.group``)."""
     state_redis().zrem(domain_keys(domain).slots, holder)
 
 
-def domain_outcome_record(*, domain: str, http_status: int | None, retry_after_s: float | None) -> float:
-    """Tell the domain how the target answered. A ``Retry-After`` cools the domain down for that
-    long (at most ``MAX_COOLDOWN_S``); the ``THROTTLE_THRESHOLD``-th 429/503 within
-    ``THROTTLE_WINDOW_S`` cools it down for ``SCRAPEJOBS_DOMAIN_THROTTLE_COOLDOWN_S``. Returns the
-    cooldown left in seconds (0: none). Other answers cost nothing (no Redis call)."""
-    throttled = http_status in THROTTLE_STATUSES
-    if not throttled and not retry_after_s:
+def domain_outcome_record(
+    *, domain: str, http_status: int | None, retry_after_s: float | None, timed_out: bool = False
+) -> float:
+    """Tell host ``domain``'s group how the target answered: every answer moves the adaptive rate
+    (see the module docstring), and a ``Retry-After`` pauses the group for that long (at most
+    ``MAX_COOLDOWN_S``). Returns the pause left in seconds (0: none). With adaptation off, only a
+    Retry-After costs a Redis call."""
+    adapt = settings.SCRAPEJOBS_DOMAIN_ADAPTIVE
+    if not adapt and not retry_after_s:
         return 0.0
-    keys = domain_keys(domain)
-    left_ms = _script("record", _RECORD)(
-        keys=[keys.state, keys.throttled],
+    limits = domain_limits_get(domain=domain)
+    keys = domain_keys(limits.group)
+    ceiling = limits.requests_per_second
+    left_ms, _rate = _script("record", _RECORD)(
+        keys=[keys.state, keys.adapt, keys.outcomes],
         args=[
             max(0.0, retry_after_s or 0.0),
-            "1" if throttled else "0",
-            THROTTLE_THRESHOLD,
-            THROTTLE_WINDOW_S,
-            settings.SCRAPEJOBS_DOMAIN_THROTTLE_COOLDOWN_S,
+            "1" if timed_out or http_status in THROTTLE_STATUSES else "0",
+            "1" if adapt else "0",
+            ceiling,
+            limits.floor_rps,
+            settings.SCRAPEJOBS_DOMAIN_ADAPTIVE_WINDOW,
+            ADAPTIVE_MIN_ANSWERS,
+            settings.SCRAPEJOBS_DOMAIN_ADAPTIVE_BAD_SHARE,
+            ceiling / settings.SCRAPEJOBS_DOMAIN_ADAPTIVE_RECOVERY_S,
             MAX_COOLDOWN_S,
-            secrets.token_hex(8),
+            ADAPTIVE_MEMORY_S,
         ],
     )
     return int(left_ms) / 1000.0
+
+
+def domain_crawl_delay_set(*, domain: str, delay_s: float | None, ttl_s: float) -> None:
+    """A robots.txt ``Crawl-delay`` for host ``domain``'s group, kept as long as the robots file
+    is (``ttl_s``): the acquire script caps the group's rate at one request per ``delay_s``. None
+    (the file sets none) lifts it."""
+    key = domain_keys(domain_limits_get(domain=domain).group).adapt
+    r = state_redis()
+    if not delay_s:
+        r.hdel(key, "crawl")
+        return
+    with r.pipeline(transaction=True) as pipe:
+        pipe.hset(key, "crawl", f"{delay_s:.6f}")
+        pipe.expire(key, int(max(ttl_s, ADAPTIVE_MEMORY_S)))
+        pipe.execute()
+
+
+def domain_permit_wait(
+    *, domain: str, holder: str, token_only: bool, deadline: float, check: Callable[[], None]
+) -> DomainDecision:
+    """A redirect hop's permit (issue 11: a hop is charged to the host it goes to): the fetch
+    already runs, so there is no deferring it; it waits here for the hop host's token (and slot,
+    unless ``token_only``), in its place in that domain's line, calling ``check`` between waits.
+    Returns the granted decision, or the last refusal once ``deadline`` (monotonic) has passed:
+    the caller then fails the fetch with a timeout."""
+    slot_ttl_s = max(deadline - time.monotonic(), 0.0) + settings.SCRAPEJOBS_LEASE_SECONDS
+    while True:
+        check()
+        decision = domain_permit_acquire(
+            domain=domain, holder=holder, ticket=holder, slot_ttl_s=slot_ttl_s, token_only=token_only
+        )
+        left = deadline - time.monotonic()
+        if decision.granted or left <= 0:
+            return decision
+        time.sleep(min(decision.wait_s, left))
 
 
 @dataclass(eq=False)
@@ -147,20 +207,25 @@ class DomainTurn:
     inside the caller's own Redis pipeline (``release_into``), so that the worker's end-of-attempt
     bookkeeping is one round trip."""
 
-    domain: str
+    domain: str  # the job's host
     holder: str
+    group: str = ""  # whose slot it holds (DomainDecision.group)
     released: bool = False
 
-    def record(self, *, http_status: int | None, retry_after_s: float | None) -> None:
+    def record(
+        self, *, http_status: int | None, retry_after_s: float | None, timed_out: bool = False
+    ) -> None:
         try:
-            domain_outcome_record(domain=self.domain, http_status=http_status, retry_after_s=retry_after_s)
+            domain_outcome_record(
+                domain=self.domain, http_status=http_status, retry_after_s=retry_after_s, timed_out=timed_out
+            )
         except redis.RedisError:
             logger.warning("recording the answer of %s failed", self.domain, exc_info=True)
 
     def release_into(self, pipe: Any) -> None:
         """Queue the slot's release on ``pipe``; the turn's exit then releases nothing more. If
         the pipeline never runs, the slot expires by itself (its TTL, see ``job_domain_turn``)."""
-        pipe.zrem(domain_keys(self.domain).slots, self.holder)
+        pipe.zrem(domain_keys(self.group).slots, self.holder)
         self.released = True
 
 
@@ -209,12 +274,12 @@ def job_domain_turn(
         )
         yield None
         return
-    turn = DomainTurn(domain=domain, holder=holder)
+    turn = DomainTurn(domain=domain, holder=holder, group=decision.group)
     try:
         yield turn
     finally:
         if not turn.released:
             try:
-                domain_permit_release(domain=domain, holder=holder)
+                domain_permit_release(domain=decision.group, holder=holder)
             except redis.RedisError:
                 logger.warning("releasing a slot of %s failed; it expires by itself", domain, exc_info=True)

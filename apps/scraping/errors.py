@@ -14,6 +14,8 @@ connection_error       no         refused, reset, closed early (incomplete body)
 dns_error              no         the name does not resolve (often a transient DNS failure), or
                                   its resolution outlasted the connect timeout
 interrupted            no         ``FetchInterrupt.fire()`` stopped it and ``check`` gave no reason
+robots_unavailable     no         the host's robots.txt answered 5xx or could not be fetched: all
+                                  is disallowed for a while (RFC 9309); Retry-After kept
 http_408, http_429     no         408 Request Timeout, 429 Too Many Requests (Retry-After kept)
 http_5xx (exact code)  no         500-599 except 501 and 505 (Retry-After kept)
 http_<other>           yes        400, 401, 403, 404, 410, 422, 501, 505 and every other status
@@ -23,6 +25,7 @@ body_too_large         yes        body (or its Content-Length) over the limit
 address_refused        yes        the target resolves only to refused addresses
 invalid_response       yes        malformed answer, undecodable body, unusable 3xx, bad Location
 invalid_url            yes        a URL urllib3 cannot use (intake validates first)
+robots_disallowed      yes        the host's robots.txt disallows the URL; it was not requested
 =====================  =========  ============================================================
 """
 

@@ -17,6 +17,13 @@ that the connection itself is guarded:
 - **Redirects**: 301/302/303/307/308 are followed here, at most ``SCRAPEJOBS_FETCH_MAX_REDIRECTS``
   hops; 303 (and 301/302 after a POST) become GET without a body, as browsers do; credentials
   (Authorization, Cookie) are dropped when the origin changes.
+- **Politeness on every hop** (issue 11): with ``FetchRequest.charge_redirects`` a redirect hop
+  takes a token (and, for another domain, a concurrency slot) of the host it goes to, waiting in
+  that domain's line (``apps.politeness.services.domain_permit_wait``); the first hop's permit is
+  the worker's gate. With ``obey_robots`` every hop's URL is checked against its host's robots.txt
+  (``apps.politeness.robots``, fetched once per TTL through this same fetcher): a disallowed URL
+  fails with ``robots_disallowed`` before any request to it, an unreadable robots.txt with
+  ``robots_unavailable`` (temporary).
 - **Size**: at most ``SCRAPEJOBS_FETCH_MAX_BYTES`` of (decoded) body, refused up front when the
   Content-Length says so, otherwise when the running count passes it. The body is streamed in
   chunks; it is never held whole in memory.
@@ -27,18 +34,32 @@ classified as the table in ``apps.scraping.errors`` says (contract 3.5).
 
 from __future__ import annotations
 
+import logging
+import secrets
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from urllib.parse import urljoin, urlsplit
 
+import redis
 import urllib3
 from django.conf import settings
 
 from apps.outbound.connections import pool_manager
 from apps.outbound.interrupt import FetchInterrupt, RequestContext, request_context
+from apps.politeness.robots import (
+    MAX_ROBOTS_BYTES,
+    ROBOTS_FETCH_TIMEOUT_S,
+    RobotsAnswer,
+    RobotsUnavailable,
+    robots_rules_get,
+)
+from apps.politeness.selectors import domain_limits_get
+from apps.politeness.services import domain_permit_release, domain_permit_wait
 from apps.scraping.errors import FetchError, classify, status_error
+
+logger = logging.getLogger(__name__)
 
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 CHUNK_SIZE = 64 * 1024
@@ -55,6 +76,8 @@ class FetchRequest:
     headers: dict[str, str] = field(default_factory=dict)
     body: str | None = None
     timeout_s: float = 30.0
+    obey_robots: bool = False
+    charge_redirects: bool = False
 
 
 @dataclass(frozen=True)
@@ -146,15 +169,20 @@ def fetch_open(
     limits = limits or FetchLimits.from_settings()
     check = check or _no_check
     deadline = time.monotonic() + request.timeout_s
-    with request_context(interrupt=interrupt, deadline=deadline) as ctx:
-        response, url = _open_final(request=request, limits=limits, check=check, ctx=ctx)
-        fetched = Fetched(
-            response=response, url=url, deadline=deadline, limits=limits, check=check, interrupt=interrupt
-        )
-        try:
-            yield fetched
-        finally:
-            _finish(response, reuse=fetched.complete, interrupt=interrupt)
+    charges = _RedirectCharges(first_url=request.url) if request.charge_redirects else None
+    try:
+        with request_context(interrupt=interrupt, deadline=deadline) as ctx:
+            response, url = _open_final(request=request, limits=limits, check=check, ctx=ctx, charges=charges)
+            fetched = Fetched(
+                response=response, url=url, deadline=deadline, limits=limits, check=check, interrupt=interrupt
+            )
+            try:
+                yield fetched
+            finally:
+                _finish(response, reuse=fetched.complete, interrupt=interrupt)
+    finally:
+        if charges is not None:
+            charges.release()
 
 
 def _no_check() -> None:
@@ -162,7 +190,12 @@ def _no_check() -> None:
 
 
 def _open_final(
-    *, request: FetchRequest, limits: FetchLimits, check: Callable[[], None], ctx: RequestContext
+    *,
+    request: FetchRequest,
+    limits: FetchLimits,
+    check: Callable[[], None],
+    ctx: RequestContext,
+    charges: _RedirectCharges | None,
 ) -> tuple[urllib3.BaseHTTPResponse, str]:
     deadline, interrupt = ctx.deadline, ctx.interrupt
     method = request.method.upper()
@@ -171,9 +204,13 @@ def _open_final(
     headers = {k: v for k, v in request.headers.items() if k.lower() not in _DROPPED_HEADERS}
     if not any(k.lower() == "user-agent" for k in headers):
         headers["User-Agent"] = limits.user_agent
-    for _hop in range(limits.max_redirects + 1):
+    for hop in range(limits.max_redirects + 1):
         check()
         _check_scheme(url)
+        if hop > 0 and charges is not None:
+            charges.charge(url=url, deadline=deadline, check=check)
+        if request.obey_robots:
+            _robots_check(url, limits=limits, check=check, deadline=deadline)
         remaining = _remaining(deadline)
         timeout = urllib3.Timeout(connect=min(limits.connect_timeout_s, remaining), read=remaining)
         try:
@@ -218,6 +255,110 @@ def _open_final(
             headers = {k: v for k, v in headers.items() if k.lower() != "content-type"}
         url = next_url
     raise FetchError("too_many_redirects", f"more than {limits.max_redirects} redirects", permanent=True)
+
+
+class _RedirectCharges:
+    """The permits a fetch's redirect hops take (issue 11): each hop is charged to the domain it
+    goes to. The first URL's domain group is held by the worker's gate; a hop within a group
+    already held takes a token only, a hop to another group a token and a slot, released when
+    the fetch ends (or expiring by themselves if the worker dies)."""
+
+    def __init__(self, *, first_url: str):
+        self.holder = f"hop:{secrets.token_hex(8)}"
+        self.held = {domain_limits_get(domain=_host(first_url)).group}
+        self.taken: list[str] = []
+
+    def charge(self, *, url: str, deadline: float, check: Callable[[], None]) -> None:
+        host = _host(url)
+        group = domain_limits_get(domain=host).group
+        try:
+            decision = domain_permit_wait(
+                domain=host, holder=self.holder, token_only=group in self.held, deadline=deadline, check=check
+            )
+        except redis.RedisError:
+            # The gate already failed closed for the job's own domain; a hop is not worth
+            # failing a fetch in flight for.
+            logger.warning("politeness state unavailable for a redirect to %s", host, exc_info=True)
+            return
+        if not decision.granted:
+            raise FetchError("timeout", f"no turn at {host} within the job's timeout", permanent=False)
+        if group not in self.held:
+            self.held.add(group)
+            self.taken.append(group)
+
+    def release(self) -> None:
+        for group in self.taken:
+            try:
+                domain_permit_release(domain=group, holder=self.holder)
+            except redis.RedisError:
+                logger.warning("releasing a redirect slot of %s failed; it expires by itself", group)
+
+
+def _robots_check(url: str, *, limits: FetchLimits, check: Callable[[], None], deadline: float) -> None:
+    """Raise ``robots_disallowed`` when ``url``'s robots.txt forbids it (and its policy obeys
+    robots.txt), ``robots_unavailable`` while that file cannot be had."""
+    parts = urlsplit(url)
+    host = _host(url)
+    if not domain_limits_get(domain=host).obey_robots:
+        return
+    scheme = parts.scheme.lower()
+    origin = f"{scheme}://{host}:{parts.port or (443 if scheme == 'https' else 80)}"
+    try:
+        rules = robots_rules_get(
+            origin=origin,
+            host=host,
+            fetch=lambda: _robots_fetch(origin=origin, limits=limits, check=check, deadline=deadline),
+            wait_s=min(ROBOTS_FETCH_TIMEOUT_S, _remaining(deadline)),
+        )
+    except RobotsUnavailable as e:
+        raise FetchError("robots_unavailable", str(e), permanent=False, retry_after_s=e.retry_after_s) from e
+    except redis.RedisError as e:
+        raise FetchError("robots_unavailable", f"robots.txt cache unavailable: {e}", permanent=False) from e
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    if not rules.allows(target):
+        raise FetchError("robots_disallowed", f"robots.txt of {origin} disallows {target}", permanent=True)
+
+
+def _robots_fetch(
+    *, origin: str, limits: FetchLimits, check: Callable[[], None], deadline: float
+) -> RobotsAnswer:
+    """``/robots.txt`` of ``origin`` through this same guarded fetcher (address guard, timeouts,
+    at most 5 redirects as RFC 9309 asks), read up to ``MAX_ROBOTS_BYTES``. A failure with a
+    status is that status; a permanent one without (too many redirects, a refused address, a
+    malformed answer) counts as "unavailable", which the RFC treats as a 4xx; a temporary one
+    (timeout, connection) as unreachable."""
+    request = FetchRequest(
+        method="GET",
+        url=f"{origin}/robots.txt",
+        timeout_s=max(0.001, min(ROBOTS_FETCH_TIMEOUT_S, deadline - time.monotonic())),
+    )
+    robots_limits = FetchLimits(
+        connect_timeout_s=limits.connect_timeout_s,
+        max_bytes=limits.max_bytes,
+        max_redirects=min(limits.max_redirects, 5),
+        user_agent=limits.user_agent,
+    )
+    try:
+        with fetch_open(request=request, limits=robots_limits, check=check) as fetched:
+            body = bytearray()
+            for chunk in fetched.chunks():
+                body += chunk
+                if len(body) >= MAX_ROBOTS_BYTES:
+                    break
+            return RobotsAnswer(
+                status=fetched.status, text=bytes(body[:MAX_ROBOTS_BYTES]).decode("utf-8", "replace")
+            )
+    except FetchError as e:
+        if e.http_status is not None:
+            return RobotsAnswer(status=e.http_status)
+        return RobotsAnswer(status=404 if e.permanent else None)
+
+
+def _host(url: str) -> str:
+    try:
+        return (urlsplit(url).hostname or "").lower()
+    except ValueError:
+        return ""
 
 
 def _finish(response: urllib3.BaseHTTPResponse, *, reuse: bool, interrupt: FetchInterrupt | None) -> None:

@@ -27,6 +27,7 @@ from apps.jobs.db_failures import database_failure
 from apps.jobs.models import AttemptOutcome
 from apps.jobs.receipts import AttemptFinished
 from apps.jobs.redis import cancel_flag_key, state_redis
+from apps.politeness.selectors import tenant_obeys_robots
 from apps.politeness.services import job_domain_turn
 from apps.results.storage import ResultStoreFailed, result_store
 from apps.scraping.errors import FetchError
@@ -96,9 +97,13 @@ def job_run_attempt(
             logger.info("job %s not claimable (duplicate message or not queued): skipped", job_id)
             return None
         receipt = attempt_run(claimed=claimed, worker=worker)
-        # A 429/503 or a Retry-After slows the domain down for every worker (a Redis call only
-        # for those answers).
-        turn.record(http_status=receipt.http_status, retry_after_s=receipt.retry_after_s)
+        # Every answer moves the domain's adaptive rate (429/503 and timeouts lower it); a
+        # Retry-After pauses the domain for every worker.
+        turn.record(
+            http_status=receipt.http_status,
+            retry_after_s=receipt.retry_after_s,
+            timed_out=receipt.error_class == "timeout",
+        )
         # One round trip: the slot goes back, the receipt goes to the writer, and the publisher
         # is asked to refill the broker for the worker slot this frees.
         receipt_submit(receipt, also=turn.release_into, nudge_publisher=True)
@@ -135,6 +140,8 @@ def attempt_run(*, claimed: ClaimedJob, worker: str) -> AttemptFinished:
         headers=dict(claimed.headers),
         body=claimed.body,
         timeout_s=float(claimed.timeout_s),
+        obey_robots=settings.SCRAPEJOBS_ROBOTS_OBEY and tenant_obeys_robots(tenant_id=claimed.tenant_id),
+        charge_redirects=True,
     )
     # The fetch ends by timeout_s; storing the body gets the allowance on top. Past this the
     # upload is given up and the lease no longer renewed (issue 9, item 5).

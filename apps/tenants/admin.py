@@ -35,7 +35,7 @@ class TenantAdmin(admin.ModelAdmin):
     list_display = ("name", "id", "is_active", "rate_limit_per_second", "token_count", "created_at")
     list_filter = ("is_active",)
     search_fields = ("name", "=id")
-    fields = ("name", "rate_limit_per_second", "is_active", "id", "created_at")
+    fields = ("name", "rate_limit_per_second", "is_active", "obey_robots", "id", "created_at")
     readonly_fields = ("id", "created_at")
     inlines = (ApiTokenInline,)
     actions = ("create_token",)

@@ -15,6 +15,11 @@ class Tenant(models.Model):
     # Requests per second per token for this tenant; null: the service default.
     rate_limit_per_second = models.PositiveIntegerField(null=True, blank=True)
     is_active = models.BooleanField(default=True)
+    # robots.txt (issue 11): an operator may let a tenant's jobs ignore it (a site's owner
+    # crawling their own site); a domain policy and SCRAPEJOBS_ROBOTS_OBEY can switch it off too.
+    obey_robots = models.BooleanField(
+        default=True, help_text="Jobs of this tenant read and obey the target's robots.txt."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -10,7 +10,7 @@ from django.test import Client
 
 from apps.politeness.models import DomainPolicy
 from apps.politeness.selectors import POLICY_CACHE_S, domain_limits_cache_clear, domain_limits_get
-from apps.politeness.services import DomainDecision, domain_permit_acquire
+from apps.politeness.services import DomainDecision, domain_outcome_record, domain_permit_acquire
 
 pytestmark = pytest.mark.django_db
 
@@ -30,6 +30,8 @@ def form(**overrides: str) -> dict[str, str]:
         "requests_per_second": "0.5",
         "burst": "2",
         "max_concurrency": "1",
+        "grouping": "host",
+        "obey_robots": "on",
         "note": "",
     } | overrides
 
@@ -82,6 +84,21 @@ def test_the_change_page_shows_the_live_state_of_the_domain(admin_client: Client
     assert "1 in flight" in page and "tokens 2.0" in page
 
 
+def test_the_list_and_the_page_show_the_adaptive_rate_in_force(admin_client: Client, settings) -> None:
+    """Issue 11, item 1: after a run of 503s the admin shows the lowered rate, next to the
+    policy's; a registrable-domain policy shows the state its hosts share."""
+    settings.SCRAPEJOBS_DOMAIN_ADAPTIVE = True
+    policy = DomainPolicy.objects.create(
+        domain="shop.example", requests_per_second=8, burst=8, max_concurrency=2, grouping="registrable"
+    )
+    for _ in range(20):
+        domain_outcome_record(domain="www.shop.example", http_status=503, retry_after_s=None)
+    listing = admin_client.get(POLICIES).content.decode()
+    assert "4/s" in listing
+    page = admin_client.get(f"{POLICIES}{policy.pk}/change/").content.decode()
+    assert "rate now 4/s (policy 8/s)" in page
+
+
 @pytest.mark.parametrize(
     "bad",
     [
@@ -90,6 +107,8 @@ def test_the_change_page_shows_the_live_state_of_the_domain(admin_client: Client
         {"max_concurrency": "0"},
         {"domain": "https://shop.example/"},
         {"domain": "shop.example:8080"},
+        {"min_requests_per_second": "1"},  # a floor above the policy's 0.5/s
+        {"grouping": "by-path"},
     ],
 )
 def test_a_policy_that_could_never_let_a_request_through_or_match_a_job_is_refused(

@@ -81,7 +81,8 @@ def test_concurrent_workers_cannot_overspend_the_bucket():
         keys = domain_keys(DOMAIN)
         barrier.wait()
         granted, _, _ = script(
-            keys=[keys.state, keys.slots, keys.ticket(f"j{i}")], args=[0.001, 5, 1000, f"h{i}", 30, 60]
+            keys=[keys.state, keys.slots, keys.ticket(f"j{i}"), keys.adapt],
+            args=[0.001, 5, 1000, f"h{i}", 30, 60],
         )
         with lock:
             results.append(bool(int(granted)))
@@ -137,27 +138,103 @@ def test_a_shorter_retry_after_never_shortens_a_cooldown_already_set():
     assert domain_outcome_record(domain=DOMAIN, http_status=429, retry_after_s=1) > 4
 
 
-def test_three_429s_or_503s_within_a_minute_cool_the_domain_down(settings):
-    settings.SCRAPEJOBS_DOMAIN_THROTTLE_COOLDOWN_S = 2
-    policy(rps=1000, burst=1000, concurrency=100)
-    assert domain_outcome_record(domain=DOMAIN, http_status=429, retry_after_s=None) == 0
-    assert domain_outcome_record(domain=DOMAIN, http_status=500, retry_after_s=None) == 0  # not a throttle
-    assert domain_outcome_record(domain=DOMAIN, http_status=503, retry_after_s=None) == 0
-    assert ask("before").granted
-    left = domain_outcome_record(domain=DOMAIN, http_status=429, retry_after_s=None)
-    assert 1.9 <= left <= 2.0
-    assert ask("during").reason == "cooldown"
-    # A success records nothing and lifts nothing: the cooldown runs out by itself.
-    assert domain_outcome_record(domain=DOMAIN, http_status=200, retry_after_s=None) == 0
-    assert ask("still").reason == "cooldown"
+def adaptive_rate() -> float | None:
+    return domain_state_get(domain=DOMAIN).adaptive_rps
 
 
-def test_repeated_throttles_cool_nothing_when_turned_off(settings):
-    settings.SCRAPEJOBS_DOMAIN_THROTTLE_COOLDOWN_S = 0
+def answer(status: int = 200, *, timed_out: bool = False) -> None:
+    domain_outcome_record(domain=DOMAIN, http_status=status, retry_after_s=None, timed_out=timed_out)
+
+
+@pytest.fixture
+def adaptive(settings):
+    settings.SCRAPEJOBS_DOMAIN_ADAPTIVE = True
+    settings.SCRAPEJOBS_DOMAIN_ADAPTIVE_WINDOW = 100
+    settings.SCRAPEJOBS_DOMAIN_ADAPTIVE_BAD_SHARE = 0.1
+    settings.SCRAPEJOBS_DOMAIN_ADAPTIVE_FLOOR_RPS = 0.05
+    settings.SCRAPEJOBS_DOMAIN_ADAPTIVE_RECOVERY_S = 30
+    return settings
+
+
+def test_a_domain_whose_answers_are_one_in_five_503s_has_its_rate_halved_for_every_worker(adaptive):
+    """Issue 11, item 1: 429/503 answers and timeouts above the bad share of the window halve the
+    rate (once per window of answers, not once per bad answer); the acquire script then grants
+    tokens at the lower rate, and its burst shrinks with it."""
+    policy(rps=100, burst=100, concurrency=1000)
+    for i in range(20):
+        answer(503 if i % 5 == 4 else 200)
+    assert adaptive_rate() == pytest.approx(50, abs=1)
+    began = time.monotonic()
+    granted = sum(ask(f"h{i}").granted for i in range(100))
+    refilled = (time.monotonic() - began) * 50  # tokens due meanwhile at the halved rate
+    assert 50 <= granted <= 50 + refilled + 1  # the burst shrank with the rate: 100 x 50/100
+    for i in range(20):
+        answer(429 if i % 5 == 4 else 200)
+    assert adaptive_rate() == pytest.approx(25, abs=1)
+    for _ in range(20):
+        answer(timed_out=True, status=0)
+    assert adaptive_rate() == pytest.approx(12.5, abs=1)
+
+
+def test_a_domain_answering_503_to_one_percent_keeps_its_full_rate(adaptive):
+    """Issue 11, item 1: a large API answering 503 to 1 % of requests loses nothing (the cliff
+    paused it every few seconds)."""
+    policy(rps=200, burst=200, concurrency=1000)
+    for i in range(2000):
+        answer(503 if i % 100 == 99 else 200)
+    assert adaptive_rate() == pytest.approx(200)
+    assert all(ask(f"h{i}").granted for i in range(200))
+
+
+def test_the_rate_never_falls_below_the_floor_and_climbs_back_while_answers_are_good(adaptive):
+    adaptive.SCRAPEJOBS_DOMAIN_ADAPTIVE_RECOVERY_S = 1  # one policy rate per second
+    DomainPolicy.objects.create(
+        domain=DOMAIN, requests_per_second=10, burst=10, max_concurrency=100, min_requests_per_second=2
+    )
+    domain_limits_cache_clear()
+    for _ in range(10):
+        for _ in range(20):
+            answer(503)
+    assert adaptive_rate() == pytest.approx(2)
+    time.sleep(0.3)
+    answer(200)  # 0.3 s at 10/s per s: +3
+    assert adaptive_rate() == pytest.approx(5, abs=0.3)
+    time.sleep(0.6)
+    answer(200)
+    assert adaptive_rate() == pytest.approx(10)  # never above the policy's rate
+
+
+def test_the_window_decides_what_share_of_recent_answers_was_bad(adaptive):
+    """Three 503s in twenty answers after a hundred good ones: 3 % of a window of 100 (no cut),
+    15 % of a window of 20 (a cut, to the settings' floor at most)."""
+    policy(rps=100, burst=100, concurrency=1000)
+    for _ in range(100):
+        answer(200)
+    for i in range(20):
+        answer(503 if i % 7 == 6 else 200)
+    assert adaptive_rate() == pytest.approx(100)
+    adaptive.SCRAPEJOBS_DOMAIN_ADAPTIVE_WINDOW = 20
+    answer(503)  # the oldest answers leave the window
+    assert adaptive_rate() == pytest.approx(50, abs=0.5)
+
+
+def test_without_a_floor_in_the_policy_the_settings_floor_holds(adaptive):
+    adaptive.SCRAPEJOBS_DOMAIN_ADAPTIVE_FLOOR_RPS = 3
+    policy(rps=100, burst=100, concurrency=1000)
+    for _ in range(10 * 20):
+        answer(429)
+    assert adaptive_rate() == pytest.approx(3)
+
+
+def test_without_adaptation_answers_move_nothing_and_retry_after_still_pauses(settings):
+    settings.SCRAPEJOBS_DOMAIN_ADAPTIVE = False
     policy(rps=1000, burst=1000, concurrency=100)
-    for _ in range(5):
-        assert domain_outcome_record(domain=DOMAIN, http_status=429, retry_after_s=None) == 0
+    for _ in range(50):
+        answer(503)
+    assert adaptive_rate() is None
     assert ask("free").granted
+    assert domain_outcome_record(domain=DOMAIN, http_status=503, retry_after_s=1) > 0.9
+    assert ask("paused").reason == "cooldown"
 
 
 def test_refused_jobs_are_booked_one_token_apart_and_a_newcomer_waits_behind_them():

@@ -9,6 +9,11 @@ Routes (all deterministic, so results can be compared byte for byte):
 - ``/retry-after/KEY?fail=K&after=S``  429 with Retry-After: S for the first K requests, then 200
 - ``/redirect/N``        N redirects, then 200
 - ``/echo``              echoes method, headers and body as JSON
+- ``/go?to=URL``         302 to URL (a redirect to another host)
+- ``/robots.txt``        ``server.robots`` (status, body) when set, else 404
+- ``/shed/...[?every=K]`` 503 to every K-th request of the route (``server.shed_every`` unless
+                         given; 0: never), else 200 (a target shedding a share of its load, which a
+                         test can change mid-run)
 Every request is logged with its arrival time (``requests_for(path_prefix)``).
 """
 
@@ -60,7 +65,16 @@ class _Handler(BaseHTTPRequestHandler):
         self.server.log(path, self.command, dict(self.headers), body)
         seg = path.strip("/").split("/")
         try:
-            if seg[0] == "bytes":
+            if path == "/robots.txt" and self.server.robots is not None:
+                self._send(
+                    self.server.robots[0], self.server.robots[1].encode(), {"Content-Type": "text/plain"}
+                )
+            elif seg[0] == "shed":
+                k = self.server.count("/shed")
+                every = int(q.get("every", self.server.shed_every))
+                shed = every > 0 and k % every == 0
+                self._send(503 if shed else 200, b"shed" if shed else b"ok")
+            elif seg[0] == "bytes":
                 n = int(seg[1])
                 if "delay" in q:  # a target that takes this long to answer (benchmarks: 0.5 s)
                     time.sleep(float(q["delay"]))
@@ -91,6 +105,8 @@ class _Handler(BaseHTTPRequestHandler):
                     self._send(429, b"slow down", {"Retry-After": q.get("after", "1")})
                 else:
                     self._send(200, b"ok")
+            elif seg[0] == "go":
+                self._send(302, b"", {"Location": q["to"]})
             elif seg[0] == "redirect":
                 n = int(seg[1])
                 if n > 0:
@@ -117,6 +133,8 @@ class TargetServer(ThreadingHTTPServer):
         self._lock = threading.Lock()
         self._counts: dict[str, int] = defaultdict(int)
         self.requests: list[tuple[float, str, str, dict, bytes]] = []
+        self.robots: tuple[int, str] | None = None
+        self.shed_every = 0
 
     @property
     def base_url(self) -> str:

@@ -1,27 +1,60 @@
--- domain_outcome_record (apps/politeness/services.py): a target's answer, a domain's cooldown.
--- KEYS: state hash, throttled zset. ARGV: retry-after s (0: none), throttled 0/1, threshold,
--- window s, cooldown s (0: repeated throttles cool nothing), max cooldown s, unique member.
--- Returns the domain's cooldown left, in ms (0: none).
+-- domain_outcome_record (apps/politeness/services.py): a target's answer, the domain's adaptive
+-- rate and its Retry-After pause.
+-- KEYS: state hash, adapt hash, outcomes list. ARGV: retry-after s (0: none), bad 0/1 (429, 503
+-- or a timeout), adapt 0/1, policy rate/s, floor rate/s, window (answers), minimum answers before
+-- a cut, bad share that cuts, recovery step (rate per s per s), max pause s, adapt state ttl s.
+-- Returns {pause left in ms (0: none), adaptive rate as a string ('' when not adapting)}.
+--
+-- AIMD, as TCP and Scrapy's AutoThrottle: every good answer raises the rate by step x the time
+-- since the last answer (additive, capped at the policy's rate); a bad answer that brings the
+-- window's bad share above the threshold halves it (never below the floor) and empties the
+-- window, so the next cut is judged on answers given at the new rate (one cut per window, not
+-- one per bad answer).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local retry_after, throttled = tonumber(ARGV[1]), ARGV[2]
-local threshold, window, cool, max_cool = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local untl = 0
-if retry_after > 0 then untl = now + math.min(retry_after, max_cool) end
-if throttled == '1' and cool > 0 then
-  redis.call('ZADD', KEYS[2], string.format('%.6f', now), ARGV[7])
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - window)
-  redis.call('EXPIRE', KEYS[2], window)
-  if redis.call('ZCARD', KEYS[2]) >= threshold then
-    untl = math.max(untl, now + cool)
-    redis.call('DEL', KEYS[2])
+local retry_after, bad, adapt = tonumber(ARGV[1]), ARGV[2] == '1', ARGV[3] == '1'
+local ceiling, floor = tonumber(ARGV[4]), tonumber(ARGV[5])
+local window, min_n, share, step = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+local max_pause, ttl = tonumber(ARGV[10]), tonumber(ARGV[11])
+floor = math.min(floor, ceiling)
+
+local pause = tonumber(redis.call('HGET', KEYS[1], 'cooldown')) or 0
+if retry_after > 0 then
+  local untl = now + math.min(retry_after, max_pause)
+  if untl > pause then
+    redis.call('HSET', KEYS[1], 'cooldown', string.format('%.6f', untl))
+    local keep = math.ceil((untl - now + 60) * 1000)
+    if redis.call('PTTL', KEYS[1]) < keep then redis.call('PEXPIRE', KEYS[1], keep) end
+    pause = untl
   end
 end
-local cur = tonumber(redis.call('HGET', KEYS[1], 'cooldown')) or 0
-if untl > cur then
-  redis.call('HSET', KEYS[1], 'cooldown', string.format('%.6f', untl))
-  local keep = math.ceil((untl - now + 60) * 1000)
-  if redis.call('PTTL', KEYS[1]) < keep then redis.call('PEXPIRE', KEYS[1], keep) end
-  cur = untl
+
+local rate_out = ''
+if adapt then
+  local a = redis.call('HMGET', KEYS[2], 'rate', 'ts', 'bad')
+  local rate = math.min(tonumber(a[1]) or ceiling, ceiling)
+  local ts = tonumber(a[2]) or now
+  local nbad = tonumber(a[3]) or 0
+  redis.call('LPUSH', KEYS[3], bad and '1' or '0')
+  if bad then nbad = nbad + 1 end
+  -- One answer leaves per answer that comes, more when the window setting was lowered.
+  while redis.call('LLEN', KEYS[3]) > window do
+    if redis.call('RPOP', KEYS[3]) == '1' then nbad = nbad - 1 end
+  end
+  local n = redis.call('LLEN', KEYS[3])
+  if bad and n >= min_n and nbad / n > share then
+    rate = math.max(floor, rate / 2)
+    redis.call('DEL', KEYS[3])
+    nbad = 0
+  elseif not bad then
+    rate = math.min(ceiling, rate + step * math.max(0, now - ts))
+  end
+  rate = math.max(rate, floor)
+  redis.call('HSET', KEYS[2], 'rate', string.format('%.6f', rate), 'ts', string.format('%.6f', now),
+             'bad', nbad)
+  -- Only ever lengthened: a robots.txt Crawl-delay kept here may need longer (services.py).
+  if redis.call('TTL', KEYS[2]) < ttl then redis.call('EXPIRE', KEYS[2], ttl) end
+  redis.call('EXPIRE', KEYS[3], ttl)
+  rate_out = string.format('%.6f', rate)
 end
-return math.ceil(math.max(cur - now, 0) * 1000)
+return {math.ceil(math.max(pause - now, 0) * 1000), rate_out}

@@ -1,0 +1,251 @@
+"""robots.txt (RFC 9309, issue 11): the rules, and one cached copy per origin for every worker.
+
+**Parsing** follows the RFC, not ``urllib.robotparser`` (which takes the first matching rule, not
+the longest, and knows no ``*`` or ``$``): the group whose user-agent line names our product token
+(case-insensitively), else the ``*`` group, groups of the same agent merged; the longest matching
+``allow``/``disallow`` path wins, ``allow`` on a tie; ``*`` matches any run of characters, ``$``
+anchors the end; ``/robots.txt`` itself is always allowed. ``Crawl-delay`` (not in the RFC, but
+widely used) is read from the chosen group.
+
+**Caching** (``robots_rules_get``): the file is kept in Redis per origin (scheme, host, port) for
+``SCRAPEJOBS_ROBOTS_TTL_S``. One worker fetches it while the others wait for its copy: whoever sets
+the origin's lock (``SET NX`` with an expiry, so a worker killed while fetching frees it) fetches;
+the rest poll the cache. So the target sees one request per TTL whatever the number of workers.
+What an answer means (RFC 9309 2.3.1): 2xx, the rules; 4xx, allow everything; 5xx or no answer at
+all, disallow everything for ``SCRAPEJOBS_ROBOTS_UNAVAILABLE_S`` (``RobotsUnavailable``: the job
+is retried later, not failed).
+
+The fetch itself is the caller's (``apps.scraping.fetch``, through the guarded fetcher): this
+module only decides when it happens.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from urllib.parse import unquote
+
+from django.conf import settings
+
+from apps.jobs.redis import state_redis
+from apps.politeness.keys import robots_keys
+from apps.politeness.services import domain_crawl_delay_set
+
+logger = logging.getLogger(__name__)
+
+# The RFC asks crawlers to parse at least 500 KiB; past this a file is read no further.
+MAX_ROBOTS_BYTES = 512 * 1024
+# How long one fetch of a robots.txt may take, and so how long others wait for its copy.
+ROBOTS_FETCH_TIMEOUT_S = 10.0
+# A worker remembers an origin's rules this long (or less: what is left of the Redis copy's TTL),
+# so a job does not read a file of up to 512 KiB from Redis every time.
+LOCAL_CACHE_S = 30.0
+_POLL_S = 0.05
+_LOCAL_MAX = 10_000
+
+_ALLOW_ALL = "all"
+_UNAVAILABLE = "none"
+_RULES = "ok"
+
+
+@dataclass(frozen=True)
+class RobotsAnswer:
+    """What fetching ``/robots.txt`` gave: an HTTP status and the body, or ``status`` None when
+    the host could not be reached (RFC 9309 2.3.1.4: a timeout, a refused connection, a DNS
+    failure). The fetcher reports every failure this way; it raises only to stop (a cancel)."""
+
+    status: int | None
+    text: str = ""
+
+
+class RobotsUnavailable(Exception):
+    """The origin's robots.txt answered 5xx or could not be fetched: everything is disallowed
+    for ``retry_after_s`` more seconds."""
+
+    def __init__(self, origin: str, retry_after_s: float):
+        super().__init__(f"robots.txt of {origin} unavailable; asked again in {retry_after_s:.0f} s")
+        self.retry_after_s = retry_after_s
+
+
+@dataclass(frozen=True)
+class RobotsRules:
+    rules: tuple[tuple[int, bool, re.Pattern[str]], ...] = ()  # (path length, allow, pattern)
+    crawl_delay_s: float | None = None
+
+    def allows(self, path: str) -> bool:
+        """Whether ``path`` (path and query, percent-encoded as sent) may be fetched."""
+        path = _normalise(path or "/")
+        if path == "/robots.txt":
+            return True
+        best: tuple[int, bool] | None = None
+        for length, allow, pattern in self.rules:
+            if pattern.match(path) and (best is None or (length, allow) > best):
+                best = (length, allow)
+        return best is None or best[1]
+
+
+ALLOW_ALL = RobotsRules()
+
+
+def robots_parse(text: str, *, product: str) -> RobotsRules:
+    """The rules of ``text`` that apply to the crawler whose product token is ``product``."""
+    groups: list[tuple[list[str], list[tuple[str, str]]]] = []
+    agents: list[str] = []
+    lines: list[tuple[str, str]] = []
+    in_rules = False
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if ":" not in line:
+            continue
+        field, value = (part.strip() for part in line.split(":", 1))
+        field = field.lower()
+        if field == "user-agent":
+            if in_rules:  # a user-agent line after rules starts a new group
+                groups.append((agents, lines))
+                agents, lines, in_rules = [], [], False
+            agents.append(value.lower())
+        elif field in ("allow", "disallow", "crawl-delay") and agents:
+            in_rules = True
+            lines.append((field, value))
+    if agents:
+        groups.append((agents, lines))
+    product = product.lower()
+    chosen = [rules for names, rules in groups if product in names]
+    if not chosen:
+        chosen = [rules for names, rules in groups if "*" in names]
+    return _rules_of([line for rules in chosen for line in rules])
+
+
+def _rules_of(lines: list[tuple[str, str]]) -> RobotsRules:
+    rules: list[tuple[int, bool, re.Pattern[str]]] = []
+    crawl_delay: float | None = None
+    for field, value in lines:
+        if field == "crawl-delay":
+            try:
+                crawl_delay = max(0.0, float(value)) or None
+            except ValueError:
+                continue
+        elif value:  # an empty disallow allows everything: it matches nothing
+            path = _normalise(value)
+            rules.append((len(path), field == "allow", _pattern(path)))
+    return RobotsRules(rules=tuple(rules), crawl_delay_s=crawl_delay)
+
+
+def _normalise(path: str) -> str:
+    """Compare paths with their unreserved characters decoded (RFC 9309 2.2.2): ``/%7Efoo`` and
+    ``/~foo`` are one path, while an encoded ``/`` or ``?`` stays encoded."""
+    return re.sub(r"%[0-9A-Fa-f]{2}", _decoded_if_unreserved, path)
+
+
+def _decoded_if_unreserved(match: re.Match[str]) -> str:
+    char = unquote(match.group())
+    return char if char.isascii() and (char.isalnum() or char in "-._~") else match.group().upper()
+
+
+def _pattern(path: str) -> re.Pattern[str]:
+    anchored = path.endswith("$")
+    body = path[:-1] if anchored else path
+    regex = ".*".join(re.escape(part) for part in body.split("*"))
+    return re.compile(regex + ("$" if anchored else ""))
+
+
+def product_token(user_agent: str) -> str:
+    """``scrapejobs/1.0 (+https://...)`` -> ``scrapejobs``: what a robots.txt user-agent line names."""
+    return re.split(r"[/\s]", user_agent.strip(), maxsplit=1)[0] or "*"
+
+
+def robots_rules_get(
+    *, origin: str, host: str, fetch: Callable[[], RobotsAnswer], wait_s: float
+) -> RobotsRules:
+    """The rules of ``origin`` for our user agent (``SCRAPEJOBS_FETCH_USER_AGENT``): from this worker's memory, from Redis, or
+    fetched with ``fetch`` by exactly one worker for all (see the module docstring). Waits at most
+    ``wait_s`` for another worker's fetch. Raises ``RobotsUnavailable`` while the file cannot be
+    had (5xx, unreachable, or another worker's fetch outlasting ``wait_s``)."""
+    now = time.monotonic()
+    hit = _local.get(origin)
+    if hit is not None and hit[0] > now:
+        entry = hit[1]
+    else:
+        entry, ttl_s = _shared_entry_get(origin=origin, host=host, fetch=fetch, wait_s=wait_s)
+        if len(_local) >= _LOCAL_MAX:
+            _local.clear()
+        _local[origin] = (now + min(LOCAL_CACHE_S, ttl_s), entry)
+    rules, unavailable_until = entry
+    if rules is None:
+        raise RobotsUnavailable(origin, max(1.0, unavailable_until - time.time()))
+    return rules
+
+
+# origin -> (monotonic expiry, (the rules or None while unavailable, wall-clock end of the copy))
+_Entry = tuple[RobotsRules | None, float]
+_local: dict[str, tuple[float, _Entry]] = {}
+
+
+def robots_local_cache_clear() -> None:
+    _local.clear()
+
+
+def _shared_entry_get(
+    *, origin: str, host: str, fetch: Callable[[], RobotsAnswer], wait_s: float
+) -> tuple[_Entry, float]:
+    """The origin's entry from Redis, fetching it under the lock when missing; and the seconds it
+    has left."""
+    r = state_redis()
+    key, lock = robots_keys(origin)
+    give_up = time.monotonic() + wait_s
+    while True:
+        raw, ttl_ms = _cached(r, key)
+        if raw is not None:
+            return _entry(raw, ttl_ms / 1000.0), ttl_ms / 1000.0
+        token = secrets.token_hex(8)
+        if r.set(lock, token, nx=True, px=int((ROBOTS_FETCH_TIMEOUT_S + 5) * 1000)):
+            try:
+                raw, ttl_s = _fetched(origin=origin, host=host, fetch=fetch)
+                r.set(key, raw, px=int(ttl_s * 1000))
+            finally:
+                if r.get(lock) == token:
+                    r.delete(lock)
+            return _entry(raw, ttl_s), ttl_s
+        if time.monotonic() >= give_up:
+            raise RobotsUnavailable(origin, 1.0)
+        time.sleep(_POLL_S)
+
+
+def _cached(r: object, key: str) -> tuple[str | None, int]:
+    pipe = r.pipeline(transaction=False)  # type: ignore[attr-defined]
+    pipe.get(key)
+    pipe.pttl(key)
+    raw, ttl_ms = pipe.execute()
+    return raw, max(int(ttl_ms), 0)
+
+
+def _entry(raw: str, ttl_s: float) -> _Entry:
+    kind, _, text = raw.partition("\n")
+    if kind == _UNAVAILABLE:
+        return None, time.time() + ttl_s
+    if kind == _ALLOW_ALL:
+        return ALLOW_ALL, 0.0
+    return robots_parse(text, product=product_token(settings.SCRAPEJOBS_FETCH_USER_AGENT)), 0.0
+
+
+def _fetched(*, origin: str, host: str, fetch: Callable[[], RobotsAnswer]) -> tuple[str, float]:
+    """Fetch the file and say what to cache, for how long; a Crawl-delay reaches the domain's
+    rate here, once per fetch."""
+    # Whatever ``fetch`` raises (the job was cancelled meanwhile) caches nothing: the lock is let
+    # go and the next worker fetches.
+    answer = fetch()
+    if answer.status is None:
+        logger.warning("robots.txt of %s could not be fetched", origin)
+    ttl_s = float(settings.SCRAPEJOBS_ROBOTS_TTL_S)
+    if answer.status is not None and 200 <= answer.status < 300:
+        rules = robots_parse(answer.text, product=product_token(settings.SCRAPEJOBS_FETCH_USER_AGENT))
+        domain_crawl_delay_set(domain=host, delay_s=rules.crawl_delay_s, ttl_s=ttl_s)
+        return f"{_RULES}\n{answer.text}", ttl_s
+    if answer.status is not None and 400 <= answer.status < 500:
+        domain_crawl_delay_set(domain=host, delay_s=None, ttl_s=ttl_s)
+        return f"{_ALLOW_ALL}\n", ttl_s
+    return f"{_UNAVAILABLE}\n", float(settings.SCRAPEJOBS_ROBOTS_UNAVAILABLE_S)

@@ -1,0 +1,89 @@
+"""The adaptive rate with real processes (issue 11, item 1, done when): two worker processes, the
+writer and beat against a local target that logs every request's arrival. While the target sheds
+one request in five (503) the domain's rate settles below its policy's; once it answers 200 again
+the rate climbs back to the policy's within a minute. The rate over time is printed as a table,
+next to the requests per second the target actually saw."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from apps.jobs.models import Job, JobStatus
+from apps.politeness.models import DomainPolicy
+from apps.politeness.selectors import domain_state_get
+from tests.e2e.fault_support import submit, wait_all_final
+from tests.support.target import TargetServer
+
+pytestmark = pytest.mark.e2e
+
+POLICY_RPS = 10.0
+JOBS = 300
+
+
+def sample(
+    target: TargetServer, start: float, table: list[tuple[float, float, int, str]], phase: str
+) -> float:
+    """One row of the table: seconds since the start, the adaptive rate in Redis, the requests
+    the target saw in the last second."""
+    now = time.time()
+    rate = domain_state_get(domain="127.0.0.1").adaptive_rps or POLICY_RPS
+    seen = sum(1 for t, *_ in target.requests_for("/shed/") if now - 1.0 <= t < now)
+    table.append((now - start, rate, seen, phase))
+    return rate
+
+
+def test_a_domain_shedding_one_request_in_five_settles_lower_and_recovers_within_a_minute(
+    services, make_tenant, target, tmp_path: Path
+) -> None:
+    DomainPolicy.objects.create(
+        domain="127.0.0.1", requests_per_second=POLICY_RPS, burst=int(POLICY_RPS), max_concurrency=100
+    )
+    target.shed_every = 5
+    svc = services(
+        SCRAPEJOBS_DOMAIN_ADAPTIVE="true",
+        SCRAPEJOBS_DOMAIN_ADAPTIVE_RECOVERY_S="10",
+        SCRAPEJOBS_PUBLISH_INTERVAL_S="0.25",
+        SCRAPEJOBS_RESULTS_DIR=str(tmp_path / "results"),
+    )
+    svc.start("writer")
+    svc.start("beat")
+    svc.start("worker", concurrency=10, name="a")
+    svc.start("worker", concurrency=10, name="b")
+    tenant = make_tenant()[0]
+    ids = [submit(tenant, target.url(f"/shed/{i}"), max_attempts=20).id for i in range(JOBS)]
+    start = time.time()
+    table: list[tuple[float, float, int, str]] = []
+
+    while time.time() - start < 20:  # shedding
+        sample(target, start, table, "503 to 1 in 5")
+        time.sleep(0.5)
+    shedding = [rate for t, rate, _, _ in table if t >= 10]
+    target.shed_every = 0
+    healed = time.time()
+    recovered_after = None
+    while time.time() - healed < 60:
+        if sample(target, start, table, "200 again") >= POLICY_RPS * 0.999:
+            recovered_after = time.time() - healed
+            break
+        time.sleep(0.5)
+    for _ in range(6):  # and it stays there
+        time.sleep(0.5)
+        sample(target, start, table, "200 again")
+    wait_all_final(ids, timeout=120)
+
+    print("\n   t (s)  adaptive rate (/s)  requests seen in the last s  target")
+    for t, rate, seen, phase in table:
+        print(f"  {t:6.1f}  {rate:18.2f}  {seen:27d}  {phase}")
+    print(f"recovered to {POLICY_RPS:g}/s {recovered_after} s after the target healed")
+    statuses = Counter(Job.objects.filter(id__in=ids).values_list("status", flat=True))
+    assert statuses == {JobStatus.SUCCEEDED: JOBS}
+    assert max(shedding) < POLICY_RPS * 0.95 and sum(shedding) / len(shedding) < POLICY_RPS * 0.8
+    assert recovered_after is not None and recovered_after < 60
+    assert [rate for _, rate, _, phase in table[-6:]] == [pytest.approx(POLICY_RPS)] * 6
+    # Never above the policy's rate at the target (a little slack for one second's boundaries).
+    arrivals = Counter(int(t) for t, *_ in target.requests_for("/shed/"))
+    assert max(arrivals.values()) <= POLICY_RPS * 1.5 + 1

@@ -1,0 +1,115 @@
+"""Domain grouping and redirect hops (issue 11, item 5): a policy may group every host of a
+registrable domain under one budget (the public-suffix list the package ships), and a redirect
+hop takes a token (and for another domain a slot) of the host it goes to, through the worker's
+real path."""
+
+from __future__ import annotations
+
+import pytest
+
+from apps.jobs.models import Job, JobStatus
+from apps.jobs.receipt_fold import attempts_apply_finished
+from apps.politeness.models import DomainPolicy
+from apps.politeness.selectors import domain_limits_cache_clear, domain_limits_get, registrable_domain
+from apps.politeness.services import domain_permit_acquire
+from apps.scraping.services import job_run_attempt
+from tests.e2e.fault_support import submit
+
+pytestmark = pytest.mark.django_db
+
+SLACK_S = 0.05
+
+
+@pytest.fixture(autouse=True)
+def _fresh_policy_cache():
+    domain_limits_cache_clear()
+    yield
+    domain_limits_cache_clear()
+
+
+@pytest.mark.parametrize(
+    ("host", "registrable"),
+    [
+        ("www.shop.com", "shop.com"),
+        ("img.shop.co.uk", "shop.co.uk"),
+        ("shop.com", "shop.com"),
+        ("a.b.github.io", "b.github.io"),  # a private suffix of the list: each site its own
+        ("127.0.0.1", "127.0.0.1"),  # an address stands for itself
+        ("localhost", "localhost"),
+    ],
+)
+def test_the_registrable_domain_comes_from_the_shipped_public_suffix_list(
+    host: str, registrable: str
+) -> None:
+    assert registrable_domain(host) == registrable
+
+
+def ask(host: str, holder: str):
+    return domain_permit_acquire(domain=host, holder=holder, ticket=holder, slot_ttl_s=30)
+
+
+def test_hosts_of_a_registrable_domain_share_one_budget_when_the_policy_says_so() -> None:
+    DomainPolicy.objects.create(
+        domain="shop.com", requests_per_second=0.001, burst=2, max_concurrency=100, grouping="registrable"
+    )
+    assert domain_limits_get(domain="img.shop.com").group == "shop.com"
+    assert ask("www.shop.com", "a").granted and ask("img.shop.com", "b").granted
+    refused = ask("shop.com", "c")
+    assert not refused.granted and refused.reason == "rate" and refused.group == "shop.com"
+    # Another registrable domain keeps its own budget (the defaults, unlimited in tests).
+    assert ask("www.other.com", "d").granted
+
+
+def test_without_grouping_each_host_has_its_own_budget() -> None:
+    DomainPolicy.objects.create(domain="shop.com", requests_per_second=0.001, burst=1, max_concurrency=100)
+    assert domain_limits_get(domain="www.shop.com").group == "www.shop.com"
+    assert ask("shop.com", "a").granted and not ask("shop.com", "b").granted
+    assert ask("www.shop.com", "c").granted  # a host policy covers that host only
+
+
+def test_a_host_policy_wins_over_its_registrable_domains() -> None:
+    DomainPolicy.objects.create(
+        domain="shop.com", requests_per_second=1, burst=1, max_concurrency=1, grouping="registrable"
+    )
+    DomainPolicy.objects.create(domain="api.shop.com", requests_per_second=50, burst=50, max_concurrency=5)
+    limits = domain_limits_get(domain="api.shop.com")
+    assert (limits.group, limits.requests_per_second) == ("api.shop.com", 50)
+    assert domain_limits_get(domain="www.shop.com").group == "shop.com"
+
+
+def run(job: Job) -> Job:
+    receipt = job_run_attempt(job_id=job.id, worker="w:1:1")
+    assert receipt is not None
+    attempts_apply_finished([receipt])
+    job.refresh_from_db()
+    return job
+
+
+def published(tenant, url: str) -> Job:
+    job = submit(tenant, url)
+    Job.objects.filter(id=job.id).update(published_at=job.created_at)
+    return job
+
+
+def test_a_redirect_to_another_host_waits_for_that_hosts_token(make_tenant, target) -> None:
+    """127.0.0.1 is unlimited; localhost allows one request per 1.5 s. Two jobs whose URLs on
+    127.0.0.1 redirect to localhost reach localhost 1.5 s apart: the hop was charged there."""
+    DomainPolicy.objects.create(domain="localhost", requests_per_second=1 / 1.5, burst=1, max_concurrency=10)
+    tenant = make_tenant()[0]
+    landing = target.url("/bytes/7").replace("127.0.0.1", "localhost")
+    jobs = [run(published(tenant, target.url(f"/go?to={landing}&n={i}"))) for i in range(2)]
+    assert [j.status for j in jobs] == [JobStatus.SUCCEEDED] * 2
+    arrivals = [t for t, *_ in target.requests_for("/bytes/7")]
+    assert len(arrivals) == 2
+    assert arrivals[1] - arrivals[0] >= 1.5 - SLACK_S
+
+
+def test_every_hop_of_a_redirect_chain_within_a_domain_takes_a_token(make_tenant, target) -> None:
+    """2 requests/s, burst 1: /redirect/2 is three requests, 0.5 s apart; the job's one slot
+    (concurrency 1) is not asked for twice, or the chain would wait for itself."""
+    DomainPolicy.objects.create(domain="127.0.0.1", requests_per_second=2, burst=1, max_concurrency=1)
+    job = run(published(make_tenant()[0], target.url("/redirect/2")))
+    assert job.status == JobStatus.SUCCEEDED
+    arrivals = [t for t, *_ in target.requests_for("/redirect/")]
+    assert len(arrivals) == 3
+    assert all(b - a >= 0.5 - SLACK_S for a, b in zip(arrivals, arrivals[1:], strict=False)), arrivals
