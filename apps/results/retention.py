@@ -72,11 +72,12 @@ def retention_run(*, now: datetime | None = None, budget_s: float = 240.0) -> Re
 
 def _in_batches(deadline: float, batch: Callable[[int], tuple[int, int]]) -> None:
     """Run ``batch(limit)`` until it picks fewer rows than the limit, or makes no progress (every
-    delete failed), or the deadline passed."""
+    delete failed), or the deadline passed. One batch always runs: a pass whose budget an
+    earlier step spent still moves every step on."""
     limit = settings.SCRAPEJOBS_RETENTION_BATCH_SIZE
-    while time.monotonic() < deadline:
+    while True:
         picked, done = batch(limit)
-        if picked < limit or done == 0:
+        if picked < limit or done == 0 or time.monotonic() >= deadline:
             return
 
 
