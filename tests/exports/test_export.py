@@ -4,12 +4,16 @@ plus a manifest written last, read back with pyarrow and DuckDB, row by row agai
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from django.core.files.storage import FileSystemStorage, Storage
@@ -22,6 +26,9 @@ from apps.exports.tasks import export_daily_task
 from apps.jobs.models import Attempt, Job
 from scrapejobs.celery import _beat_schedule
 from tests.query import helpers
+from tests.results.test_storage import s3_results  # noqa: F401 - the moto S3 fixture
+from tests.support.big_ledger import ledger_build
+from tests.support.procs import ROOT, service_env
 
 pytestmark = pytest.mark.django_db
 
@@ -274,3 +281,66 @@ def test_a_bad_window_is_refused_and_writes_nothing(local_results, db, args):
     with pytest.raises(CommandError):
         call_command("export_jobs", *args)
     assert _files_under(local_results) == set()
+
+
+def test_an_export_to_s3_reads_back_row_by_row_and_lists_exactly_its_parts(request, make_tenant):
+    client, bucket = request.getfixturevalue("s3_results")  # moto in server mode, over HTTP
+    tenant, _, _ = make_tenant()
+    _ledger(tenant, inside=7)
+    prefix = export_prefix(since=SINCE, until=UNTIL)
+    client.put_object(Bucket=bucket, Key=f"{prefix}/jobs/part-00009.parquet", Body=b"left by a dead run")
+    outcome = export_window(since=SINCE, until=UNTIL, part_rows=3)
+    assert outcome.written and outcome.parts == 3
+
+    manifest = json.loads(client.get_object(Bucket=bucket, Key=outcome.manifest_key)["Body"].read())
+    listed = [p["key"] for t in manifest["tables"].values() for p in t["parts"]]
+    stored = [o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix=prefix)["Contents"]]
+    assert sorted(stored) == sorted([*listed, outcome.manifest_key])
+
+    def read(key: str) -> list[tuple]:
+        body = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+        return [tuple(r.values()) for r in pq.read_table(pa.BufferReader(body)).to_pylist()]
+
+    jobs = [row for p in manifest["tables"]["jobs"]["parts"] for row in read(p["key"])]
+    attempts = [row for p in manifest["tables"]["attempts"]["parts"] for row in read(p["key"])]
+    assert jobs == _expected_jobs()
+    assert sorted(attempts) == sorted(_expected_attempts([row[0] for row in jobs]))
+
+
+def test_an_export_process_killed_halfway_leaves_no_manifest_and_a_rerun_completes_it(
+    transactional_db, tmp_path
+):
+    built = ledger_build(jobs=20_000, attempts_per_job=2, tenants=2, domains=10)
+    now = datetime.now(tz=UTC)
+    since, until = now - timedelta(days=8), now + timedelta(days=1)
+    prefix = export_prefix(since=since, until=until)
+    argv = [
+        sys.executable,
+        "manage.py",
+        "export_jobs",
+        "--since",
+        since.isoformat(),
+        "--until",
+        until.isoformat(),
+    ]
+    env = service_env(SCRAPEJOBS_STORAGE="local", SCRAPEJOBS_RESULTS_DIR=str(tmp_path))
+    proc = subprocess.Popen([*argv, "--part-rows", "100"], cwd=ROOT, env=env)
+    third_part = tmp_path / prefix / "attempts" / "part-00002.parquet"
+    deadline = time.monotonic() + 120
+    while not third_part.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.002)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait(timeout=30) == -signal.SIGKILL  # killed halfway, not finished
+    assert third_part.exists() and not (tmp_path / prefix / "manifest.json").exists()
+
+    rerun = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr
+    manifest = json.loads((tmp_path / prefix / "manifest.json").read_text())
+    final = Job.objects.filter(status__in=["succeeded", "failed", "cancelled"], finished_at__gte=since)
+    assert manifest["tables"]["jobs"]["rows"] == final.count() > built.jobs // 2
+    assert manifest["tables"]["attempts"]["rows"] == Attempt.objects.filter(job__in=final).count()
+    listed = {p["key"] for t in manifest["tables"].values() for p in t["parts"]}
+    assert _files_under(tmp_path) == listed | {f"{prefix}/manifest.json"}
+    con = duckdb.connect()
+    ids = con.execute(f"SELECT id FROM read_parquet('{tmp_path}/{prefix}/jobs/*.parquet')").fetchall()
+    assert sorted(i for (i,) in ids) == sorted(str(i) for i in final.values_list("id", flat=True))
