@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -35,7 +36,10 @@ from apps.jobs.export_reads import (
     export_attempts_of,
     export_jobs_page,
 )
+from apps.results.locks import session_lock
 from apps.results.storage import results_storage, storage_files_under, storage_put_file
+
+logger = logging.getLogger(__name__)
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = "scrapejobs-export"
@@ -97,6 +101,10 @@ class ExportWindowInvalid(ValueError):
     """``since`` is not before ``until``, or either has no time zone."""
 
 
+class ExportBusy(Exception):
+    """Another process is exporting the same window right now."""
+
+
 @dataclass(frozen=True)
 class ExportOutcome:
     prefix: str
@@ -125,6 +133,20 @@ def export_window(*, since: datetime, until: datetime, part_rows: int | None = N
     storage = results_storage()
     if storage.exists(manifest_key):
         return ExportOutcome(prefix=prefix, manifest_key=manifest_key, written=False)
+    # Two runs of one window (beat's and an operator's) would delete each other's parts.
+    with session_lock(f"scrapejobs.export:{prefix}") as taken:
+        if not taken:
+            raise ExportBusy(f"another process is exporting {prefix}")
+        if storage.exists(manifest_key):  # the other run finished between the check and the lock
+            return ExportOutcome(prefix=prefix, manifest_key=manifest_key, written=False)
+        return _export_unlocked(since=since, until=until, prefix=prefix, part_rows=part_rows)
+
+
+def _export_unlocked(
+    *, since: datetime, until: datetime, prefix: str, part_rows: int | None
+) -> ExportOutcome:
+    storage = results_storage()
+    manifest_key = f"{prefix}/{MANIFEST_NAME}"
     # What an export that died here left behind: its parts are not this run's and, with another
     # part size, not even the same files; a glob over the prefix must find this run's only.
     for key in storage_files_under(prefix):
@@ -157,11 +179,17 @@ def export_window(*, since: datetime, until: datetime, part_rows: int | None = N
 def export_daily(*, now: datetime | None = None) -> list[ExportOutcome]:
     """Export each of the last DAILY_LOOKBACK_DAYS whole UTC days that ended at least
     DAILY_SETTLE ago and has no manifest yet (what beat runs; a day already exported costs one
-    existence check)."""
+    existence check; a day another process is exporting is skipped)."""
     now = now or datetime.now(tz=UTC)
     last_end = (now - DAILY_SETTLE).replace(hour=0, minute=0, second=0, microsecond=0)
     days = [last_end - timedelta(days=n) for n in range(DAILY_LOOKBACK_DAYS, 0, -1)]
-    return [export_window(since=day, until=day + timedelta(days=1)) for day in days]
+    outcomes = []
+    for day in days:
+        try:
+            outcomes.append(export_window(since=day, until=day + timedelta(days=1)))
+        except ExportBusy:  # an operator's run has it; the next hourly run checks again
+            logger.info("export of %s skipped: another process is exporting it", day.date())
+    return outcomes
 
 
 def _pages(*, since: datetime, until: datetime, limit: int) -> Iterator[tuple[list[_Row], list[_Row]]]:

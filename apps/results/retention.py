@@ -27,6 +27,7 @@ from apps.jobs.retention import (
     results_due_for_expiry,
     results_mark_expired,
 )
+from apps.results.locks import session_lock
 from apps.results.storage import result_key, results_storage
 
 logger = logging.getLogger(__name__)
@@ -47,13 +48,21 @@ class RetentionStats:
     orphans_deleted: int = 0
     jobs_pruned: int = 0
     delete_failures: int = 0
+    busy: bool = False  # another pass was running: this one did nothing
 
 
 def retention_run(*, now: datetime | None = None, budget_s: float = 240.0) -> RetentionStats:
     """One retention pass: expired results, then orphan bodies, then (when set) old jobs, each in
     batches of SCRAPEJOBS_RETENTION_BATCH_SIZE until none is left or ``budget_s`` is spent (the
     next run goes on from there)."""
-    now = now or datetime.now(tz=UTC)
+    # One pass at a time: two would pick the same rows and delete every object twice.
+    with session_lock("scrapejobs.retention") as taken:
+        if not taken:
+            return RetentionStats(busy=True)
+        return _retention_pass(now=now or datetime.now(tz=UTC), budget_s=budget_s)
+
+
+def _retention_pass(*, now: datetime, budget_s: float) -> RetentionStats:
     deadline = time.monotonic() + budget_s
     stats = RetentionStats()
     result_cutoff = now - timedelta(days=settings.SCRAPEJOBS_RESULT_RETENTION_DAYS)

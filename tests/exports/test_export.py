@@ -29,6 +29,7 @@ from tests.query import helpers
 from tests.results.test_storage import s3_results  # noqa: F401 - the moto S3 fixture
 from tests.support.big_ledger import ledger_build
 from tests.support.procs import ROOT, service_env
+from tests.support.session_locks import lock_held_elsewhere
 
 pytestmark = pytest.mark.django_db
 
@@ -344,3 +345,17 @@ def test_an_export_process_killed_halfway_leaves_no_manifest_and_a_rerun_complet
     con = duckdb.connect()
     ids = con.execute(f"SELECT id FROM read_parquet('{tmp_path}/{prefix}/jobs/*.parquet')").fetchall()
     assert sorted(i for (i,) in ids) == sorted(str(i) for i in final.values_list("id", flat=True))
+
+
+def test_a_window_another_process_is_exporting_is_refused_by_the_command_and_skipped_by_the_daily_task(
+    local_results, make_tenant
+):
+    tenant, _, _ = make_tenant()
+    _ledger(tenant, inside=2)
+    with lock_held_elsewhere(f"scrapejobs.export:{export_prefix(since=SINCE, until=UNTIL)}"):
+        with pytest.raises(CommandError, match="another process is exporting"):
+            call_command("export_jobs", "--since", "2026-11-20", "--until", "2026-11-21")
+        assert _files_under(local_results) == set()
+        daily = export_daily(now=datetime(2026, 11, 22, 2, 0, tzinfo=UTC))
+        assert [o.prefix for o in daily] == ["exports/20261121T000000Z_20261122T000000Z"]
+    assert export_window(since=SINCE, until=UNTIL).jobs == 2

@@ -17,12 +17,13 @@ from django.utils import timezone
 from apps.jobs.claims import job_claim
 from apps.jobs.models import Attempt, Job
 from apps.jobs.sweeping import jobs_lose_expired_leases
-from apps.results.retention import retention_run
+from apps.results.retention import RetentionStats, retention_run
 from apps.results.storage import result_key, result_store, results_storage, storage_files_under
 from apps.results.tasks import retention_run_task
 from scrapejobs.celery import _beat_schedule
 from tests.query import helpers
 from tests.results.test_storage import s3_results  # noqa: F401 - the moto S3 fixture
+from tests.support.session_locks import lock_held_elsewhere
 
 pytestmark = pytest.mark.django_db
 
@@ -129,6 +130,7 @@ def test_expired_results_and_orphan_bodies_are_deleted_once_and_their_jobs_answe
         "orphans_deleted": 2,
         "jobs_pruned": 0,
         "delete_failures": 0,
+        "busy": False,
     }
 
     # Left: the fresh result, the result that followed a lost attempt, and the body of an attempt
@@ -160,6 +162,7 @@ def test_expired_results_and_orphan_bodies_are_deleted_once_and_their_jobs_answe
         "orphans_deleted": 0,
         "jobs_pruned": 0,
         "delete_failures": 0,
+        "busy": False,
     }
     assert (
         Job.objects.filter(tenant=tenant).count() == 6
@@ -245,3 +248,15 @@ def test_each_batch_deletes_at_most_the_configured_number_and_a_run_stops_at_its
             _age(_succeed(helpers.queued(tenant)), days=31)
         assert retention_run().results_deleted == 5
     assert Job.objects.filter(result_deleted_at__isnull=True).count() == 0
+
+
+def test_a_pass_while_another_one_runs_does_nothing(tmp_path, make_tenant):
+    tenant, _, _ = make_tenant()
+    with override_settings(STORAGES=_local_storages(tmp_path)):
+        job = _succeed(helpers.queued(tenant))
+        _age(job, days=31)
+        with lock_held_elsewhere("scrapejobs.retention"):
+            assert retention_run() == RetentionStats(busy=True)
+            assert retention_run_task()["busy"] is True
+        assert _stored_keys() == {result_key(job_id=job.id, attempt=1)}
+        assert retention_run().results_deleted == 1

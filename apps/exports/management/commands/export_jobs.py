@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from apps.exports.services import ExportWindowInvalid, export_window
+from apps.exports.services import ExportBusy, ExportWindowInvalid, export_window
 
 
 def _instant(value: str) -> datetime:
@@ -37,7 +37,7 @@ class Command(BaseCommand):
                 until=_instant(options["until"]),
                 part_rows=options["part_rows"],
             )
-        except ExportWindowInvalid as e:
+        except (ExportWindowInvalid, ExportBusy) as e:
             raise CommandError(str(e)) from e
         if not outcome.written:
             self.stdout.write(f"{outcome.manifest_key} already exists; nothing written")
