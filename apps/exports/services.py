@@ -52,6 +52,7 @@ DAILY_SETTLE = timedelta(hours=1)
 DAILY_LOOKBACK_DAYS = 2
 
 _Row = tuple[Any, ...]
+# apps.jobs.export_reads gives times as microseconds since the epoch, which this type takes as is.
 _TS = pa.timestamp("us", tz="UTC")
 JOB_SCHEMA = pa.schema(
     [
@@ -195,7 +196,7 @@ def export_daily(*, now: datetime | None = None) -> list[ExportOutcome]:
 def _pages(*, since: datetime, until: datetime, limit: int) -> Iterator[tuple[list[_Row], list[_Row]]]:
     """(jobs, their attempts) a page at a time; one empty page for an empty window, so that every
     export has at least one part of each table, with its schema."""
-    after: tuple[datetime, Any] | None = None
+    after: tuple[int, str] | None = None
     first = True
     while True:
         jobs = export_jobs_page(since=since, until=until, after=after, limit=limit)
