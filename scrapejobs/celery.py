@@ -32,6 +32,9 @@ app.conf.task_time_limit = 360
 
 # Releasing expired idempotency keys is housekeeping: hourly keeps the index at TTL + 1 h of keys.
 IDEMPOTENCY_EXPIRE_INTERVAL_S = 3600
+# Retention and the daily export are housekeeping too (issue 12 item 5, issue 13 item 6).
+RETENTION_INTERVAL_S = 300
+EXPORT_DAILY_INTERVAL_S = 3600
 
 
 def _beat_schedule() -> dict:
@@ -90,6 +93,22 @@ def _beat_schedule() -> dict:
                 "queue": WEBHOOK_QUEUE,
                 "expires": max(settings.SCRAPEJOBS_WEBHOOK_INTERVAL_S * 5, 5),
             },
+        },
+        # Retention (apps/results/retention.py): expired results, orphan bodies, old jobs when
+        # SCRAPEJOBS_JOB_RETENTION_DAYS is set. If it stops: nothing is deleted, storage grows,
+        # and old results keep answering 200 on /result past their retention.
+        "results-retention": {
+            "task": "apps.results.tasks.retention_run",
+            "schedule": RETENTION_INTERVAL_S,
+            "options": {"queue": CONTROL_QUEUE, "expires": RETENTION_INTERVAL_S},
+        },
+        # Daily analytics export (apps/exports/services.py): each of the last two whole UTC days
+        # without a manifest. If it stops: no new export appears; `manage.py export_jobs` makes
+        # any window on demand.
+        "exports-daily": {
+            "task": "apps.exports.tasks.export_daily",
+            "schedule": EXPORT_DAILY_INTERVAL_S,
+            "options": {"queue": CONTROL_QUEUE, "expires": EXPORT_DAILY_INTERVAL_S},
         },
     }
 

@@ -100,6 +100,7 @@ INSTALLED_APPS = [
     "apps.webhooks",
     "apps.politeness",
     "apps.operators",
+    "apps.exports",
 ]
 
 MIDDLEWARE = [
@@ -375,6 +376,23 @@ else:
         # A retried store of the same attempt replaces its file instead of adding a suffix.
         "OPTIONS": {"location": str(SCRAPEJOBS_RESULTS_DIR), "allow_overwrite": True},
     }
+# --- Retention and analytics exports (issue 13 item 6, issue 12 item 5) -----------------------
+# A stored result is deleted this many days after it was stored; its job then answers 410 on
+# /result and says result_expired. Bodies that never became a result (a lost attempt's, a late
+# upload's) are deleted two hours after their attempt ended, whatever this says.
+SCRAPEJOBS_RESULT_RETENTION_DAYS = _bounded_int("SCRAPEJOBS_RESULT_RETENTION_DAYS", 30, 1, 36_500)
+# Final jobs and their attempts are deleted this many days after they finished (or after
+# SCRAPEJOBS_RESULT_RETENTION_DAYS if longer: never before their stored bodies are gone); 0 keeps
+# them for ever.
+SCRAPEJOBS_JOB_RETENTION_DAYS = _bounded_int("SCRAPEJOBS_JOB_RETENTION_DAYS", 0, 0, 36_500)
+# Storage objects deleted (or job rows pruned) per retention transaction.
+SCRAPEJOBS_RETENTION_BATCH_SIZE = _bounded_int("SCRAPEJOBS_RETENTION_BATCH_SIZE", 500, 1, 10_000)
+# Exports of finished jobs and their attempts go under <prefix>/<since>_<until>/ in the result
+# storage, as Parquet parts of at most this many jobs (and those jobs' attempts) each.
+SCRAPEJOBS_EXPORT_PREFIX = env.str("SCRAPEJOBS_EXPORT_PREFIX", default="exports").strip("/") or "exports"
+# A part is built in memory: at most about 75 MB at 20,000 jobs with two attempts each.
+SCRAPEJOBS_EXPORT_PART_ROWS = _bounded_int("SCRAPEJOBS_EXPORT_PART_ROWS", 25_000, 1, 10_000_000)
+
 STORAGES = {
     "default": _results_backend,
     "results": _results_backend,

@@ -31,6 +31,7 @@ USED_AS = {
     "whitenoise": "whitenoise",
     "urllib3": "urllib3",
     "publicsuffixlist": "publicsuffixlist",
+    "pyarrow": "pyarrow",
 }
 LOADED_BY_ANOTHER_PACKAGE = {"hiredis"}
 DEV_ONLY = {
@@ -43,6 +44,7 @@ DEV_ONLY = {
     "mypy",
     "uv",
     "pytest-timeout",
+    "duckdb",
 }
 
 

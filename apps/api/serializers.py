@@ -54,6 +54,7 @@ def job_representation(job: Job, *, base: str) -> dict[str, Any]:
         "created_at": _iso(job.created_at),
         "started_at": _iso(job.started_at),
         "finished_at": _iso(job.finished_at),
+        "result_expired": job.result_deleted_at is not None,
         "links": job_links(base=base, job_id=job.id),
     }
 
@@ -104,6 +105,9 @@ class JobOutput(serializers.Serializer):
     created_at = serializers.DateTimeField()
     started_at = serializers.DateTimeField(allow_null=True)
     finished_at = serializers.DateTimeField(allow_null=True)
+    result_expired = serializers.BooleanField(
+        help_text="Retention deleted the stored result: /result answers 410 (SCRAPEJOBS_RESULT_RETENTION_DAYS)."
+    )
     links = JobLinksOutput()
 
 

@@ -99,6 +99,10 @@ class Job(models.Model):
     result_http_status = models.PositiveSmallIntegerField(null=True, blank=True)
     result_stored_at = models.DateTimeField(null=True, blank=True)
 
+    # Retention (issue 13, item 6): when the retention task deleted the stored result. The row
+    # keeps its result metadata; /result answers 410 and GET /jobs/{id} says result_expired.
+    result_deleted_at = models.DateTimeField(null=True, blank=True)
+
     class Meta:
         constraints = [
             models.UniqueConstraint(
@@ -151,6 +155,20 @@ class Job(models.Model):
             # (apps/scheduling/selectors.py): domain = %s. Django's automatic db_index also built a
             # varchar_pattern_ops twin for LIKE 'prefix%', which no query runs.
             models.Index(fields=["domain"], name="jobs_job_domain_3f0e0f84"),
+            # Retention and exports (issue 12 item 5, issue 13 item 6). results_due_for_expiry
+            # (apps/jobs/retention.py): stored results not yet deleted, oldest first.
+            models.Index(
+                fields=["result_stored_at"],
+                condition=Q(result_key__isnull=False, result_deleted_at__isnull=True),
+                name="jobs_result_unexpired",
+            ),
+            # export_jobs_page (apps/jobs/export_reads.py), keyset on (finished_at, id), and
+            # jobs_prune_due (apps/jobs/retention.py): final jobs by the time they ended.
+            models.Index(
+                fields=["finished_at", "id"],
+                condition=Q(status__in=["succeeded", "failed", "cancelled"]),
+                name="jobs_final_by_finished",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -175,8 +193,22 @@ class Attempt(models.Model):
     error_class = models.CharField(max_length=64, null=True, blank=True)
     error = models.TextField(null=True, blank=True)
     duration_ms = models.PositiveIntegerField(null=True, blank=True)
+    # Retention (issue 13, item 6): when the retention task deleted a body this attempt stored
+    # that is not its job's result (an orphan), or its job's result when that expired.
+    body_deleted_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        indexes = [
+            # orphan_bodies_due (apps/jobs/retention.py): attempts that may have left a body in
+            # storage that is not their job's result: lost with their worker (its upload may have
+            # finished), or failed after or while storing (an abandoned upload lands late).
+            models.Index(
+                fields=["finished_at"],
+                condition=Q(body_deleted_at__isnull=True)
+                & (Q(outcome="lost") | Q(error_class__in=["storage_error", "internal_error"])),
+                name="attempts_orphan_body",
+            ),
+        ]
         constraints = [
             # The natural key: a replayed receipt for the same attempt can change nothing.
             models.UniqueConstraint(fields=["job", "number"], name="attempts_unique_job_number"),

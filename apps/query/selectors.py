@@ -34,6 +34,7 @@ JOB_COLUMNS = (
     "created_at",
     "started_at",
     "finished_at",
+    "result_deleted_at",  # result_expired (retention, issue 13 item 6)
 )
 # Result columns, for GET /jobs/{id}/result.
 RESULT_COLUMNS = (

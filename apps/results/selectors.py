@@ -37,6 +37,8 @@ def result_link(*, job: Job, request: HttpRequest | None = None, ttl_s: int | No
     Raises ``ResultGone`` when the job has no stored body or the object was removed."""
     if not job.result_key:
         raise ResultGone(f"job {job.id} has no stored result")
+    if job.result_deleted_at is not None:  # retention deleted it (apps/results/retention.py)
+        raise ResultGone(f"the result of job {job.id} expired")
     ttl = min(max(int(ttl_s or settings.SCRAPEJOBS_RESULT_LINK_TTL_S), 1), MAX_LINK_TTL_S)
     storage = results_storage()
     # One cheap existence check (a stat, or a HEAD to S3) so a removed body answers 410, not a

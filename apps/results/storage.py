@@ -198,3 +198,38 @@ def _spool_dir(storage: Storage) -> str | None:
             _spool_dirs.add(path)
         return path
     return None
+
+
+# --- Files other than result bodies (exports, issue 12) ---------------------------------------
+
+
+def storage_put_file(*, key: str, path: str, content_type: str) -> str:
+    """Put a finished local file in the result storage under ``key``, whole or not at all: a
+    rename on the same disk for local storage (the file is first copied next to the results, so
+    the rename is atomic), one PUT (or a multipart upload, completed at once) for S3. An export's
+    manifest relies on this: a reader sees it complete or not at all."""
+    storage = results_storage()
+    if isinstance(storage, FileSystemStorage):
+        spool_dir = _spool_dir(storage)
+        with tempfile.NamedTemporaryFile(dir=spool_dir, prefix="put-", delete=False) as staged:
+            with open(path, "rb") as source:
+                while chunk := source.read(_COPY_BUFFER):
+                    staged.write(chunk)
+        return _local_move(storage, key, staged.name)
+    with open(path, "rb") as fh:
+        content = _SpoolFile(fh, name=path)
+        content.content_type = content_type
+        return storage.save(key, content)
+
+
+def storage_files_under(prefix: str) -> list[str]:
+    """Every key below ``prefix`` (recursively); none when the prefix holds nothing."""
+    storage = results_storage()
+    try:
+        dirs, files = storage.listdir(prefix)
+    except FileNotFoundError:  # local storage: the directory was never made
+        return []
+    keys = [f"{prefix}/{name}" for name in files]
+    for sub in dirs:
+        keys.extend(storage_files_under(f"{prefix}/{sub}"))
+    return keys

@@ -36,6 +36,7 @@ def test_a_new_job_reads_back_queued_with_every_contract_field(make_tenant):
         "created_at": body["created_at"],
         "started_at": None,
         "finished_at": None,
+        "result_expired": False,
         "links": {
             "self": f"http://testserver/api/v1/jobs/{job.id}",
             "result": f"http://testserver/api/v1/jobs/{job.id}/result",
