@@ -32,24 +32,29 @@ _SELECT_PRIORITIES = """
                     WHERE status = 'queued' AND published_at IS NULL AND priority = p)
 """
 
-# The next ``limit`` tenants with unpublished rows in one priority, in tenant id order, after a
-# given tenant or from the first: a loose index scan (one probe per tenant found).
+# The next tenants with DUE unpublished rows (``not_before`` passed) in one priority, in tenant id
+# order, after a given tenant or from the first, until ``limit`` due ones are found: a loose index
+# scan of jobs_outbox_due (priority, tenant_id, not_before NULLS FIRST), one probe per tenant with
+# backlog, whose first entry is the tenant's earliest not_before: due when it is empty or passed.
+# A tenant whose rows all wait (a domain deferral, a retry) is walked past, never listed (issue 11:
+# listing it cost its priority the round and kept the cursor on it). Due by the database's clock.
 _SELECT_TENANTS = """
-    WITH RECURSIVE tenants (tenant_id, n) AS (
-        (SELECT tenant_id, 1 FROM jobs_job
-          WHERE status = 'queued' AND published_at IS NULL AND priority = %(priority)s {after}
-          ORDER BY tenant_id LIMIT 1)
+    WITH RECURSIVE tenants (tenant_id, due, n) AS (
+        (SELECT tenant_id, due, due::int FROM (
+            SELECT tenant_id, (not_before IS NULL OR not_before <= now()) AS due FROM jobs_job
+             WHERE status = 'queued' AND published_at IS NULL AND priority = %(priority)s {after}
+             ORDER BY tenant_id, not_before NULLS FIRST LIMIT 1) first)
         UNION ALL
-        SELECT nxt.tenant_id, t.n + 1
+        SELECT nxt.tenant_id, nxt.due, t.n + nxt.due::int
           FROM tenants t
          CROSS JOIN LATERAL (
-               SELECT tenant_id FROM jobs_job
+               SELECT tenant_id, (not_before IS NULL OR not_before <= now()) AS due FROM jobs_job
                 WHERE status = 'queued' AND published_at IS NULL AND priority = %(priority)s
                   AND tenant_id > t.tenant_id
-                ORDER BY tenant_id LIMIT 1) nxt
+                ORDER BY tenant_id, not_before NULLS FIRST LIMIT 1) nxt
          WHERE t.n < %(limit)s
     )
-    SELECT tenant_id::text FROM tenants
+    SELECT tenant_id::text FROM tenants WHERE due
 """
 
 # The oldest due rows of each (priority, tenant, how many) asked for, locked. Due by the
@@ -77,12 +82,16 @@ def outbox_priorities_pending(*, priorities: Sequence[str]) -> set[str]:
         return {row[0] for row in cur.fetchall()}
 
 
-def outbox_tenants_after(*, priority: str, after: str | None, limit: int) -> list[str]:
-    """Up to ``limit`` tenants with unpublished rows in ``priority``, in round-robin order: the
-    ones after ``after`` first, then from the first tenant again (wrapping)."""
+def outbox_tenants_due_after(
+    *, priority: str, after: str | None, limit: int, inclusive: bool = False
+) -> list[str]:
+    """Up to ``limit`` tenants with due unpublished rows in ``priority``, in round-robin order:
+    the ones after ``after`` (from ``after`` itself when ``inclusive``) first, then from the first
+    tenant again (wrapping)."""
     params: dict[str, Any] = {"priority": priority, "limit": limit, "after": after}
+    start = ("AND tenant_id >= %(after)s" if inclusive else "AND tenant_id > %(after)s") if after else ""
     with connection.cursor() as cur:
-        cur.execute(_SELECT_TENANTS.format(after="AND tenant_id > %(after)s" if after else ""), params)
+        cur.execute(_SELECT_TENANTS.format(after=start), params)
         tenants = [row[0] for row in cur.fetchall()]
         if after and len(tenants) < limit:
             cur.execute(_SELECT_TENANTS.format(after=""), {**params, "limit": limit - len(tenants)})
