@@ -19,7 +19,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models.functions import Now
 
-from apps.jobs.models import Job, JobStatus
+from apps.jobs.models import Job, JobStatus, WaitingFor
 
 # The queries below use the partial index jobs_outbox_fair (priority, tenant_id, created_at) WHERE
 # status = 'queued' AND published_at IS NULL (apps/publishing/migrations/0001): each is a handful
@@ -129,9 +129,27 @@ def outbox_published_stamp(*, job_ids: Sequence[str]) -> None:
         )
 
 
-def job_defer_for_domain(*, job_id: uuid.UUID | str, wait_s: float) -> bool:
+# A domain gate's refusal (apps.politeness DomainDecision.reason) as the job's ``waiting_for``.
+_DOMAIN_REFUSALS = {
+    "rate": WaitingFor.DOMAIN_RATE,
+    "queue": WaitingFor.DOMAIN_RATE,  # its place in the domain's line is one token ahead
+    "concurrency": WaitingFor.DOMAIN_CONCURRENCY,
+    "cooldown": WaitingFor.DOMAIN_PAUSED,
+    "paused": WaitingFor.DOMAIN_PAUSED,
+    "unavailable": WaitingFor.DISPATCH,  # the gate's state (Redis) could not be read
+}
+
+
+def waiting_for_domain_refusal(refusal: str) -> WaitingFor:
+    """What a job refused by its domain for ``refusal`` waits for. A refusal this table does not
+    know yet is a wait for the domain's pace, the gate's general answer."""
+    return _DOMAIN_REFUSALS.get(refusal, WaitingFor.DOMAIN_RATE)
+
+
+def job_defer_for_domain(*, job_id: uuid.UUID | str, wait_s: float, reason: WaitingFor) -> bool:
     """Put a job refused by its domain back in the outbox, to be published again after
-    ``wait_s``; its attempts are unchanged (no attempt was spent). Conditional: only a queued job
+    ``wait_s``; its attempts are unchanged (no attempt was spent). ``reason`` is kept with the
+    not-before time for GET /jobs/{id}'s ``waiting_for``. Conditional: only a queued job
     that was published (the message we are handling) is deferred; False means another process
     changed it first (cancelled, claimed by a duplicate message, already deferred)."""
     with transaction.atomic():
@@ -151,7 +169,14 @@ def job_defer_for_domain(*, job_id: uuid.UUID | str, wait_s: float) -> bool:
         # ``wait_s`` is a duration (the politeness gate measures it on the Redis clock); it is
         # added to the database's clock, which the publisher compares ``not_before`` with, not
         # to this worker's (issue 9, item 3: a worker 30 s ahead made its deferrals 30 s longer).
+        # deferred_until is the same expression in the same statement, hence equal to not_before:
+        # the reason holds until something else moves not_before (apps.jobs.selectors).
+        until = Now() + timedelta(seconds=wait_s)
         Job.objects.filter(id=job_id).update(
-            published_at=None, not_before=Now() + timedelta(seconds=wait_s), updated_at=Now()
+            published_at=None,
+            not_before=until,
+            defer_reason=reason,
+            deferred_until=until,
+            updated_at=Now(),
         )
     return True
