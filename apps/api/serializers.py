@@ -13,10 +13,12 @@ from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest
+from django.utils import timezone
 from rest_framework import serializers
 from rest_framework.request import Request
 
-from apps.jobs.models import Attempt, AttemptOutcome, Job, JobStatus, Method, Priority
+from apps.jobs.models import Attempt, AttemptOutcome, Job, JobStatus, Method, Priority, WaitingFor
+from apps.jobs.selectors import job_waiting_for
 
 API_PREFIX = "/api/v1"
 
@@ -36,6 +38,7 @@ def _iso(value: datetime | None) -> str | None:
 
 def job_representation(job: Job, *, base: str) -> dict[str, Any]:
     last = job.last_error
+    wait = job_waiting_for(job, now=timezone.now())
     return {
         "id": str(job.id),
         "url": job.url,
@@ -55,6 +58,8 @@ def job_representation(job: Job, *, base: str) -> dict[str, Any]:
         "started_at": _iso(job.started_at),
         "finished_at": _iso(job.finished_at),
         "result_expired": job.result_deleted_at is not None,
+        "waiting_for": wait.waiting_for,
+        "waiting_until": _iso(wait.until),
         "links": job_links(base=base, job_id=job.id),
     }
 
@@ -107,6 +112,19 @@ class JobOutput(serializers.Serializer):
     finished_at = serializers.DateTimeField(allow_null=True)
     result_expired = serializers.BooleanField(
         help_text="Retention deleted the stored result: /result answers 410 (SCRAPEJOBS_RESULT_RETENTION_DAYS)."
+    )
+    waiting_for = serializers.ChoiceField(
+        choices=WaitingFor.choices,
+        allow_null=True,
+        help_text="What a queued job waits for (null otherwise): domain_rate, domain_concurrency or "
+        "domain_paused (its target domain's limits or its request to back off), retry_backoff (the "
+        "wait before its next attempt), tenant_share (its turn among your and other tenants' due "
+        "jobs), dispatch (sent, waiting for a free worker).",
+    )
+    waiting_until = serializers.DateTimeField(
+        allow_null=True,
+        help_text="When a queued job may start at the earliest; null when not known (tenant_share, "
+        "dispatch) or not queued.",
     )
     links = JobLinksOutput()
 

@@ -15,10 +15,12 @@ from typing import Any
 from django.contrib import admin, messages
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest
+from django.utils import timezone
 
 from apps.admin_mixins import ReadOnlyAdminMixin
 from apps.jobs.cancel_requeue import job_cancel, jobs_requeue
 from apps.jobs.models import Attempt, Job
+from apps.jobs.selectors import job_waiting_for
 
 # How far back the domain filter looks for its choices: grouping the whole table on every page
 # load would be a full scan; the newest jobs are the ones an operator is looking at.
@@ -115,6 +117,7 @@ class JobAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             {
                 "fields": (
                     "status",
+                    "waiting_for",
                     "attempts",
                     "last_error",
                     "created_at",
@@ -145,7 +148,15 @@ class JobAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     )
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        return [f.name for f in Job._meta.fields]
+        return [f.name for f in Job._meta.fields] + ["waiting_for"]
+
+    @admin.display(description="waiting for")
+    def waiting_for(self, obj: Job) -> str:
+        """The same answer as GET /jobs/{id} (issue 11): why a queued job has not started."""
+        wait = job_waiting_for(obj, now=timezone.now())
+        if wait.waiting_for is None:
+            return "-"
+        return f"{wait.waiting_for} until {wait.until.isoformat()}" if wait.until else wait.waiting_for
 
     @admin.display(description="attempts")
     def attempts_of_max(self, obj: Job) -> str:

@@ -42,6 +42,18 @@ class AttemptOutcome(models.TextChoices):
     LOST = "lost"
 
 
+class WaitingFor(models.TextChoices):
+    """What a queued job waits for (GET /jobs/{id} ``waiting_for``, issue 11). The domain ones and
+    ``dispatch`` after a refused gate are stored by the deferral; the others are read off the row."""
+
+    DOMAIN_RATE = "domain_rate"  # its domain's requests per second are spent
+    DOMAIN_CONCURRENCY = "domain_concurrency"  # its domain's requests in flight are at the cap
+    DOMAIN_PAUSED = "domain_paused"  # its domain asked us to back off (Retry-After, cooldown)
+    RETRY_BACKOFF = "retry_backoff"  # an attempt failed temporarily; the next one waits
+    TENANT_SHARE = "tenant_share"  # due, waiting for its turn in the fair dispatch
+    DISPATCH = "dispatch"  # sent to the workers (or the gate's state was unavailable)
+
+
 class Job(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
     # No index of its own: jobs_tenant_newest (tenant, -id) serves every lookup by tenant.
@@ -80,6 +92,13 @@ class Job(models.Model):
     # A retry waits in the database, not in a worker or the broker: not published before this.
     not_before = models.DateTimeField(null=True, blank=True)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
+
+    # Why the job waits (issue 11, "waiting_for"): the reason of the last domain deferral
+    # (job_defer_for_domain) and the not_before it set. The reason holds only while not_before
+    # still equals deferred_until: a retry or a requeue since then has set another not_before, so
+    # nobody else has to clear these (apps/jobs/selectors.py job_waiting_for reads them).
+    defer_reason = models.CharField(max_length=24, choices=WaitingFor.choices, null=True, blank=True)
+    deferred_until = models.DateTimeField(null=True, blank=True)
 
     # Lease of the running attempt; the attempt number (`attempts`) is the fencing token.
     lease_owner = models.CharField(max_length=200, null=True, blank=True)

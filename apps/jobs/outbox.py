@@ -19,7 +19,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models.functions import Now
 
-from apps.jobs.models import Job, JobStatus
+from apps.jobs.models import Job, JobStatus, WaitingFor
 
 # The queries below use the partial index jobs_outbox_fair (priority, tenant_id, created_at) WHERE
 # status = 'queued' AND published_at IS NULL (apps/publishing/migrations/0001): each is a handful
@@ -32,24 +32,29 @@ _SELECT_PRIORITIES = """
                     WHERE status = 'queued' AND published_at IS NULL AND priority = p)
 """
 
-# The next ``limit`` tenants with unpublished rows in one priority, in tenant id order, after a
-# given tenant or from the first: a loose index scan (one probe per tenant found).
+# The next tenants with DUE unpublished rows (``not_before`` passed) in one priority, in tenant id
+# order, after a given tenant or from the first, until ``limit`` due ones are found: a loose index
+# scan of jobs_outbox_due (priority, tenant_id, not_before NULLS FIRST), one probe per tenant with
+# backlog, whose first entry is the tenant's earliest not_before: due when it is empty or passed.
+# A tenant whose rows all wait (a domain deferral, a retry) is walked past, never listed (issue 11:
+# listing it cost its priority the round and kept the cursor on it). Due by the database's clock.
 _SELECT_TENANTS = """
-    WITH RECURSIVE tenants (tenant_id, n) AS (
-        (SELECT tenant_id, 1 FROM jobs_job
-          WHERE status = 'queued' AND published_at IS NULL AND priority = %(priority)s {after}
-          ORDER BY tenant_id LIMIT 1)
+    WITH RECURSIVE tenants (tenant_id, due, n) AS (
+        (SELECT tenant_id, due, due::int FROM (
+            SELECT tenant_id, (not_before IS NULL OR not_before <= now()) AS due FROM jobs_job
+             WHERE status = 'queued' AND published_at IS NULL AND priority = %(priority)s {after}
+             ORDER BY tenant_id, not_before NULLS FIRST LIMIT 1) first)
         UNION ALL
-        SELECT nxt.tenant_id, t.n + 1
+        SELECT nxt.tenant_id, nxt.due, t.n + nxt.due::int
           FROM tenants t
          CROSS JOIN LATERAL (
-               SELECT tenant_id FROM jobs_job
+               SELECT tenant_id, (not_before IS NULL OR not_before <= now()) AS due FROM jobs_job
                 WHERE status = 'queued' AND published_at IS NULL AND priority = %(priority)s
                   AND tenant_id > t.tenant_id
-                ORDER BY tenant_id LIMIT 1) nxt
+                ORDER BY tenant_id, not_before NULLS FIRST LIMIT 1) nxt
          WHERE t.n < %(limit)s
     )
-    SELECT tenant_id::text FROM tenants
+    SELECT tenant_id::text FROM tenants WHERE due
 """
 
 # The oldest due rows of each (priority, tenant, how many) asked for, locked. Due by the
@@ -77,12 +82,16 @@ def outbox_priorities_pending(*, priorities: Sequence[str]) -> set[str]:
         return {row[0] for row in cur.fetchall()}
 
 
-def outbox_tenants_after(*, priority: str, after: str | None, limit: int) -> list[str]:
-    """Up to ``limit`` tenants with unpublished rows in ``priority``, in round-robin order: the
-    ones after ``after`` first, then from the first tenant again (wrapping)."""
+def outbox_tenants_due_after(
+    *, priority: str, after: str | None, limit: int, inclusive: bool = False
+) -> list[str]:
+    """Up to ``limit`` tenants with due unpublished rows in ``priority``, in round-robin order:
+    the ones after ``after`` (from ``after`` itself when ``inclusive``) first, then from the first
+    tenant again (wrapping)."""
     params: dict[str, Any] = {"priority": priority, "limit": limit, "after": after}
+    start = ("AND tenant_id >= %(after)s" if inclusive else "AND tenant_id > %(after)s") if after else ""
     with connection.cursor() as cur:
-        cur.execute(_SELECT_TENANTS.format(after="AND tenant_id > %(after)s" if after else ""), params)
+        cur.execute(_SELECT_TENANTS.format(after=start), params)
         tenants = [row[0] for row in cur.fetchall()]
         if after and len(tenants) < limit:
             cur.execute(_SELECT_TENANTS.format(after=""), {**params, "limit": limit - len(tenants)})
@@ -120,9 +129,27 @@ def outbox_published_stamp(*, job_ids: Sequence[str]) -> None:
         )
 
 
-def job_defer_for_domain(*, job_id: uuid.UUID | str, wait_s: float) -> bool:
+# A domain gate's refusal (apps.politeness DomainDecision.reason) as the job's ``waiting_for``.
+_DOMAIN_REFUSALS = {
+    "rate": WaitingFor.DOMAIN_RATE,
+    "queue": WaitingFor.DOMAIN_RATE,  # its place in the domain's line is one token ahead
+    "concurrency": WaitingFor.DOMAIN_CONCURRENCY,
+    "cooldown": WaitingFor.DOMAIN_PAUSED,
+    "paused": WaitingFor.DOMAIN_PAUSED,
+    "unavailable": WaitingFor.DISPATCH,  # the gate's state (Redis) could not be read
+}
+
+
+def waiting_for_domain_refusal(refusal: str) -> WaitingFor:
+    """What a job refused by its domain for ``refusal`` waits for. A refusal this table does not
+    know yet is a wait for the domain's pace, the gate's general answer."""
+    return _DOMAIN_REFUSALS.get(refusal, WaitingFor.DOMAIN_RATE)
+
+
+def job_defer_for_domain(*, job_id: uuid.UUID | str, wait_s: float, reason: WaitingFor) -> bool:
     """Put a job refused by its domain back in the outbox, to be published again after
-    ``wait_s``; its attempts are unchanged (no attempt was spent). Conditional: only a queued job
+    ``wait_s``; its attempts are unchanged (no attempt was spent). ``reason`` is kept with the
+    not-before time for GET /jobs/{id}'s ``waiting_for``. Conditional: only a queued job
     that was published (the message we are handling) is deferred; False means another process
     changed it first (cancelled, claimed by a duplicate message, already deferred)."""
     with transaction.atomic():
@@ -142,7 +169,14 @@ def job_defer_for_domain(*, job_id: uuid.UUID | str, wait_s: float) -> bool:
         # ``wait_s`` is a duration (the politeness gate measures it on the Redis clock); it is
         # added to the database's clock, which the publisher compares ``not_before`` with, not
         # to this worker's (issue 9, item 3: a worker 30 s ahead made its deferrals 30 s longer).
+        # deferred_until is the same expression in the same statement, hence equal to not_before:
+        # the reason holds until something else moves not_before (apps.jobs.selectors).
+        until = Now() + timedelta(seconds=wait_s)
         Job.objects.filter(id=job_id).update(
-            published_at=None, not_before=Now() + timedelta(seconds=wait_s), updated_at=Now()
+            published_at=None,
+            not_before=until,
+            defer_reason=reason,
+            deferred_until=until,
+            updated_at=Now(),
         )
     return True

@@ -1,15 +1,18 @@
 """Reads of the ledger that other parts need beyond a plain ORM query of their own: the operators'
-metrics, what a dead-letter discard remembers, the secrets webhook deliveries are signed with."""
+metrics, what a dead-letter discard remembers, the secrets webhook deliveries are signed with, what
+a queued job waits for."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
+from typing import NamedTuple
 
 from django.db import connection
 
-from apps.jobs.models import Job, JobStatus
+from apps.jobs.models import Job, JobStatus, WaitingFor
 
 
 @dataclass
@@ -58,3 +61,39 @@ def jobs_webhook_secrets(*, job_ids: Iterable[uuid.UUID | str]) -> dict[str, str
     """The webhook signing secret of each job's tenant, by job id (as text)."""
     rows = Job.objects.filter(id__in=[str(i) for i in job_ids]).values_list("id", "tenant__webhook_secret")
     return {str(job_id): secret for job_id, secret in rows}
+
+
+class JobWait(NamedTuple):
+    """What a job waits for (None unless it is queued) and from when it may start (None when
+    that is not known: its turn in the dispatch, or a free worker)."""
+
+    waiting_for: str | None
+    until: datetime | None
+
+
+# The columns job_waiting_for reads: a list page loads them with the rest of each row, so telling
+# why 500 jobs wait costs no query more.
+JOB_WAITING_COLUMNS = ("status", "attempts", "not_before", "published_at", "defer_reason", "deferred_until")
+
+
+def job_waiting_for(job: Job, *, now: datetime) -> JobWait:
+    """Why a queued job has not started, from its row alone (issue 11, item 4).
+
+    Stored where it happens: a domain's refusal (``job_defer_for_domain`` records its reason with
+    the not_before it set). Read off the row: a job in the broker waits for a worker
+    (``dispatch``); a due job still in the outbox waits for its tenant's turn in the fair
+    dispatch (``tenant_share``); a job that has been tried and waits for a later not_before
+    than the domain set is backing off a retry (``retry_backoff``: the retry planner sets
+    not_before without touching the deferral's columns, so they no longer match)."""
+    if job.status != JobStatus.QUEUED:
+        return JobWait(None, None)
+    if job.published_at is not None:
+        return JobWait(WaitingFor.DISPATCH, None)
+    if job.not_before is None or job.not_before <= now:
+        return JobWait(WaitingFor.TENANT_SHARE, None)
+    if job.defer_reason and job.deferred_until == job.not_before:
+        return JobWait(job.defer_reason, job.not_before)
+    if job.attempts > 0:
+        return JobWait(WaitingFor.RETRY_BACKOFF, job.not_before)
+    # A not_before nobody here explains (set by hand): the job waits for it, then for its turn.
+    return JobWait(WaitingFor.TENANT_SHARE, job.not_before)

@@ -44,7 +44,7 @@ from typing import Any
 import redis
 from django.conf import settings
 
-from apps.jobs.outbox import job_defer_for_domain
+from apps.jobs.outbox import job_defer_for_domain, waiting_for_domain_refusal
 from apps.jobs.redis import state_redis
 from apps.politeness.keys import domain_keys
 from apps.politeness.selectors import domain_limits_get, job_runnable_get
@@ -263,7 +263,9 @@ def job_domain_turn(
         )
         decision = DomainDecision(granted=False, wait_s=UNAVAILABLE_DEFER_S, reason="unavailable")
     if not decision.granted:
-        deferred = job_defer_for_domain(job_id=job_id, wait_s=decision.wait_s)
+        deferred = job_defer_for_domain(
+            job_id=job_id, wait_s=decision.wait_s, reason=waiting_for_domain_refusal(decision.reason)
+        )
         logger.debug(
             "job %s refused by %s (%s): %s for %.2fs",
             job_id,

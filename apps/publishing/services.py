@@ -13,8 +13,10 @@ in weighted-fair order:
   one free slot per run converges to 6:3:1 and ``low`` gets a slot in every ten; a priority
   without backlog drops out (its share goes to the others) and its credit is reset to zero, so
   it cannot come back with a burst it saved up while idle;
-- within a priority, round-robin over the tenants with backlog, starting after the tenant served
-  last (a cursor in Redis), oldest job of each tenant first: equal shares whatever the backlog.
+- within a priority, round-robin over the tenants with due backlog (a tenant whose rows all wait
+  for their ``not_before`` is not planned), starting after the tenant planned last (a cursor in
+  Redis that always moves on), oldest job of each tenant first: shares in proportion to the
+  tenants' weights (``Tenant.weight``, 1 by default: equal shares) whatever the backlog.
 
 Delivery is at-least-once. A transaction-scoped advisory lock lets one dispatcher (beat's tick, the
 intake and scrape nudges) run at a time (the others return at once), so the free room is measured once per batch and the credits
@@ -41,9 +43,10 @@ from apps.jobs.outbox import (
     outbox_oldest_lock,
     outbox_priorities_pending,
     outbox_published_stamp,
-    outbox_tenants_after,
+    outbox_tenants_due_after,
 )
 from apps.jobs.redis import state_redis
+from apps.tenants.selectors import tenant_weights_get
 
 SCRAPE_TASK = "apps.scraping.tasks.scrape_job"
 PRIORITIES = ("high", "normal", "low")
@@ -131,6 +134,31 @@ class Pick(NamedTuple):
     timeout_s: int
 
 
+class Turn(NamedTuple):
+    """Where a priority's tenant round-robin stands: the tenant planned last and how many slots of
+    its turn (its weight) it has left. Stored in Redis as ``<tenant>:<left>``."""
+
+    tenant: str | None
+    left: int
+
+    @classmethod
+    def parse(cls, raw: object) -> Turn:
+        if not raw:
+            return cls(None, 0)
+        tenant, _, left = str(raw).partition(":")
+        return cls(tenant, int(left or 0))
+
+    def __str__(self) -> str:
+        return f"{self.tenant}:{self.left}"
+
+
+class TenantPlan(NamedTuple):
+    """The tenant of each of a priority's slots, in send order, and the turn it ends on."""
+
+    order: list[str]
+    turn: Turn
+
+
 def _dispatch_pick(*, limit: int) -> list[Pick]:
     """Choose and lock up to ``limit`` rows in weighted-fair order; returns them in the order to
     send them. Runs under the dispatcher lock."""
@@ -139,10 +167,7 @@ def _dispatch_pick(*, limit: int) -> list[Pick]:
     active = outbox_priorities_pending(priorities=PRIORITIES)
     stored = r.hgetall(_CREDIT_KEY)
     credit = {p: int(stored.get(p, 0)) if p in active else 0 for p in PRIORITIES}
-    cursors: dict[str, str | None] = {}
-    for p in PRIORITIES:
-        last = r.get(_CURSOR_KEY.format(priority=p))
-        cursors[p] = str(last) if last else None
+    turns = {p: Turn.parse(r.get(_CURSOR_KEY.format(priority=p))) for p in PRIORITIES}
 
     picked: list[Pick] = []
     exhausted: set[tuple[str, str]] = set()  # (priority, tenant) with no more due rows this batch
@@ -150,39 +175,72 @@ def _dispatch_pick(*, limit: int) -> list[Pick]:
         want = limit - len(picked)
         if want <= 0 or not active:
             break
+        # Only tenants with due rows are planned, and a priority without any drops out before
+        # the slots are shared: a tenant whose rows all wait (deferred by its domain, backing off
+        # a retry) can no longer be planned, find nothing and cost the others the round (issue 11).
+        due = {p: _tenants_due(priority=p, turn=turns[p], exhausted=exhausted, limit=want) for p in active}
+        active = {p for p in active if due[p]}
+        if not active:
+            break
+        tenant_weights = tenant_weights_get(tenant_ids={t for tenants in due.values() for t in tenants})
         slots = Counter(_weighted_slots(credit=credit, weights=weights, active=active, n=want))
-        plan: dict[str, list[str]] = {}  # priority -> tenant of each of its slots, in send order
-        for priority, n in slots.items():
-            tenants = [
-                t
-                for t in outbox_tenants_after(priority=priority, after=cursors[priority], limit=n)
-                if (priority, t) not in exhausted
-            ]
-            if tenants:
-                plan[priority] = [tenants[k % len(tenants)] for k in range(n)]
-            else:
-                active.discard(priority)
-        wanted = Counter((priority, tenant) for priority, order in plan.items() for tenant in order)
+        plans = {
+            p: _tenant_plan(tenants=due[p], turn=turns[p], weights=tenant_weights, n=n)
+            for p, n in slots.items()
+        }
+        wanted = Counter((p, tenant) for p, plan in plans.items() for tenant in plan.order)
         rows = outbox_oldest_lock(wanted=wanted, skip=[pick.job_id for pick in picked])
-        for priority, order in plan.items():
-            for tenant in order:
-                queue = rows.get((priority, tenant))
+        for p, plan in plans.items():
+            for tenant in plan.order:
+                queue = rows.get((p, tenant))
                 if queue:
                     job_id, domain, timeout_s = queue.pop(0)
-                    picked.append(Pick(job_id, priority, domain, timeout_s))
-                    cursors[priority] = tenant
+                    picked.append(Pick(job_id, p, domain, timeout_s))
                 else:
-                    exhausted.add((priority, tenant))
-            if all((priority, t) in exhausted for t in set(order)):
-                active.discard(priority)
+                    exhausted.add((p, tenant))
+            # The cursor moves to where the plan ended, whether or not that tenant's rows came
+            # (locked by someone else, fewer than planned): the next turn is the next tenant's.
+            ended = (p, plan.turn.tenant) in exhausted
+            turns[p] = Turn(plan.turn.tenant, 0) if ended else plan.turn
 
     with r.pipeline(transaction=False) as pipe:
         for p in PRIORITIES:
             pipe.hset(_CREDIT_KEY, p, credit[p])
-            if cursors[p] is not None:
-                pipe.set(_CURSOR_KEY.format(priority=p), str(cursors[p]))
+            if turns[p].tenant is not None:
+                pipe.set(_CURSOR_KEY.format(priority=p), str(turns[p]))
         pipe.execute()
     return picked
+
+
+def _tenants_due(*, priority: str, turn: Turn, exhausted: set[tuple[str, str]], limit: int) -> list[str]:
+    """The tenants with due rows in ``priority``, in round-robin order from ``turn``: its tenant
+    first while its turn has slots left, else the ones after it."""
+    tenants = outbox_tenants_due_after(
+        priority=priority, after=turn.tenant, limit=limit, inclusive=turn.left > 0
+    )
+    return [t for t in tenants if (priority, t) not in exhausted]
+
+
+def _tenant_plan(*, tenants: list[str], turn: Turn, weights: dict[str, int], n: int) -> TenantPlan:
+    """Weighted round-robin of ``n`` slots over ``tenants`` (deficit round-robin with a quantum
+    of each tenant's weight): a tenant takes its weight in consecutive slots, then the next one
+    does. A turn cut short by the end of the batch carries over (``turn.left``), so even one free
+    slot per run gives a weight-3 tenant three slots to a weight-1 tenant's one."""
+    first = tenants[0]
+    left = turn.left if first == turn.tenant and turn.left > 0 else weights.get(first, 1)
+    order: list[str] = []
+    i = 0
+    last = Turn(first, left)
+    while len(order) < n:
+        tenant = tenants[i % len(tenants)]
+        take = min(left, n - len(order))
+        order += [tenant] * take
+        left -= take
+        last = Turn(tenant, left)
+        if left == 0:
+            i += 1
+            left = weights.get(tenants[i % len(tenants)], 1)
+    return TenantPlan(order, last)
 
 
 def _weighted_slots(

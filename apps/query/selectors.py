@@ -20,6 +20,7 @@ from psycopg import sql
 from apps.api.selectors import parse_job_id
 from apps.jobs.final_notices import JOB_FINAL_CHANNEL
 from apps.jobs.models import Attempt, Job
+from apps.jobs.selectors import JOB_WAITING_COLUMNS
 
 # The columns a job's API representation needs; the request headers and body stay in the row.
 JOB_COLUMNS = (
@@ -35,7 +36,7 @@ JOB_COLUMNS = (
     "started_at",
     "finished_at",
     "result_deleted_at",  # result_expired (retention, issue 13 item 6)
-)
+) + JOB_WAITING_COLUMNS
 # Result columns, for GET /jobs/{id}/result.
 RESULT_COLUMNS = (
     "result_key",

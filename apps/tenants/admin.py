@@ -32,10 +32,10 @@ class ApiTokenInline(ReadOnlyAdminMixin, admin.TabularInline):
 
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin):
-    list_display = ("name", "id", "is_active", "rate_limit_per_second", "token_count", "created_at")
+    list_display = ("name", "id", "is_active", "rate_limit_per_second", "weight", "token_count", "created_at")
     list_filter = ("is_active",)
     search_fields = ("name", "=id")
-    fields = ("name", "rate_limit_per_second", "is_active", "obey_robots", "id", "created_at")
+    fields = ("name", "rate_limit_per_second", "weight", "is_active", "obey_robots", "id", "created_at")
     readonly_fields = ("id", "created_at")
     inlines = (ApiTokenInline,)
     actions = ("create_token",)
@@ -49,8 +49,10 @@ class TenantAdmin(admin.ModelAdmin):
             super().save_model(request, obj, form, change)
             return
         created = tenant_create(name=obj.name, rate_limit_per_second=obj.rate_limit_per_second)
-        if not obj.is_active:
-            Tenant.objects.filter(pk=created.tenant.pk).update(is_active=False)
+        # The form's other fields, which the service does not take.
+        Tenant.objects.filter(pk=created.tenant.pk).update(
+            is_active=obj.is_active, weight=obj.weight, obey_robots=obj.obey_robots
+        )
         # The admin goes on with `obj` (log entry, redirect): make it the row the service made.
         obj.pk = created.tenant.pk
         obj.webhook_secret = created.webhook_secret

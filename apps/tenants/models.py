@@ -2,7 +2,9 @@ from __future__ import annotations
 
 import uuid
 
+from django.core.validators import MinValueValidator
 from django.db import models
+from django.db.models import Q
 
 
 class Tenant(models.Model):
@@ -20,10 +22,19 @@ class Tenant(models.Model):
     obey_robots = models.BooleanField(
         default=True, help_text="Jobs of this tenant read and obey the target's robots.txt."
     )
+    # Fair dispatch (issue 11, item 6): within a priority, a tenant with backlog takes this many
+    # turns to a weight-1 tenant's one (apps/publishing/services.py).
+    weight = models.PositiveSmallIntegerField(
+        default=1,
+        validators=[MinValueValidator(1)],
+        help_text="Share of the workers against other tenants with backlog in the same priority: "
+        "a tenant of weight 3 gets three jobs started for each one of a weight-1 tenant.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["name"]
+        constraints = [models.CheckConstraint(condition=Q(weight__gte=1), name="tenants_weight_positive")]
 
     def __str__(self) -> str:
         return self.name

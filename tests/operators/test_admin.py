@@ -177,6 +177,7 @@ def test_adding_a_tenant_shows_its_token_once_and_stores_only_its_hash(admin_cli
         {
             "name": "newco",
             "rate_limit_per_second": "7",
+            "weight": "1",
             "is_active": "on",
             "tokens-TOTAL_FORMS": "0",
             "tokens-INITIAL_FORMS": "0",

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from apps.jobs.claims import job_claim
 from apps.jobs.intake import job_create
-from apps.jobs.models import Attempt, Job
+from apps.jobs.models import Attempt, Job, WaitingFor
 from apps.jobs.outbox import job_defer_for_domain
 from apps.jobs.receipt_fold import attempts_apply_finished
 from apps.jobs.redis import state_redis
@@ -108,15 +108,17 @@ def test_a_duplicate_message_for_a_finished_job_spends_no_token(tenant, target):
 
 def test_only_a_queued_and_published_job_is_deferred(tenant, target):
     unpublished = job_create(tenant_id=tenant.id, url=target.url("/bytes/1"), domain=DOMAIN)[0]
-    assert job_defer_for_domain(job_id=unpublished.id, wait_s=5) is False
+    assert job_defer_for_domain(job_id=unpublished.id, wait_s=5, reason=WaitingFor.DOMAIN_RATE) is False
     running = published_job(tenant, target.url("/bytes/2"))
     assert job_claim(job_id=running.id, worker="w") is not None
-    assert job_defer_for_domain(job_id=running.id, wait_s=5) is False
+    assert job_defer_for_domain(job_id=running.id, wait_s=5, reason=WaitingFor.DOMAIN_RATE) is False
     waiting = published_job(tenant, target.url("/bytes/3"))
-    assert job_defer_for_domain(job_id=waiting.id, wait_s=5) is True
+    assert job_defer_for_domain(job_id=waiting.id, wait_s=5, reason=WaitingFor.DOMAIN_RATE) is True
     waiting.refresh_from_db()
     assert (waiting.status, waiting.attempts, waiting.published_at) == ("queued", 0, None)
-    assert job_defer_for_domain(job_id=waiting.id, wait_s=5) is False  # a duplicate message
+    assert (
+        job_defer_for_domain(job_id=waiting.id, wait_s=5, reason=WaitingFor.DOMAIN_RATE) is False
+    )  # a duplicate message
 
 
 def test_without_redis_a_job_waits_rather_than_hitting_its_target_unthrottled(tenant, target):
@@ -159,7 +161,7 @@ def test_a_job_refused_before_the_publishers_stamp_commits_is_still_deferred(ten
     thread = threading.Thread(target=publisher)
     thread.start()
     assert locked.wait(5)
-    assert job_defer_for_domain(job_id=job.id, wait_s=5) is True
+    assert job_defer_for_domain(job_id=job.id, wait_s=5, reason=WaitingFor.DOMAIN_RATE) is True
     assert stamped.is_set()  # it waited for the publisher's commit
     thread.join()
     job.refresh_from_db()

@@ -10,12 +10,14 @@ from __future__ import annotations
 import base64
 import json
 from collections import Counter
+from datetime import timedelta
 
 import environ
 import pytest
 import redis
 from django.conf import settings
 from django.db import connection
+from django.utils import timezone
 
 from apps.jobs.intake import job_create
 from apps.jobs.models import Job
@@ -24,6 +26,7 @@ from apps.publishing.services import (
     outbox_publish,
     outbox_publish_batch,
 )
+from apps.tenants.models import Tenant
 from settings.base import _priority_weights
 
 QUEUES = ("jobs.high", "jobs.normal", "jobs.low")
@@ -221,8 +224,53 @@ def test_the_dispatch_queries_are_index_probes_even_with_a_large_backlog(make_te
         ):
             cur.execute("EXPLAIN " + sql, params)
             plans[name] = "\n".join(row[0] for row in cur.fetchall())
+    # The tenant walk reads jobs_outbox_due (a tenant's earliest not_before first); the others
+    # jobs_outbox_fair (either serves the priorities' existence probe).
+    indexes = {"priorities": ("jobs_outbox_fair", "jobs_outbox_due"), "tenants": ("jobs_outbox_due",)}
     for name, plan in plans.items():
-        assert "jobs_outbox_fair" in plan, (name, plan)
+        assert any(index in plan for index in indexes.get(name, ("jobs_outbox_fair",))), (name, plan)
         # No scan or sort of the whole backlog: every read is a bounded walk of the index.
         assert "Seq Scan on jobs_job" not in plan and "Bitmap" not in plan, (name, plan)
         assert "Sort" not in plan and "Aggregate" not in plan, (name, plan)
+
+
+def _defer_all(tenant, *, seconds: int = 3600) -> None:
+    """Every outbox row of ``tenant`` waits (``not_before`` in the future), as a domain deferral
+    or a retry leaves it."""
+    Job.objects.filter(tenant_id=tenant.id, published_at__isnull=True).update(
+        not_before=timezone.now() + timedelta(seconds=seconds)
+    )
+
+
+@pytest.mark.parametrize("capacity", [1, 2])
+@pytest.mark.django_db
+def test_a_tenant_whose_jobs_all_wait_does_not_stall_the_others_in_its_priority(make_tenant, capacity):
+    """NFR-10 (issue 11, item 2): a tenant with backlog that is all deferred used to be planned,
+    have nothing due, and cost its priority the round, the cursor never moving past it."""
+    tenants = sorted((make_tenant()[0] for _ in range(3)), key=lambda t: str(t.id))
+    waiting, *others = tenants  # first in round-robin order: planned first every round
+    _backlog(waiting, "normal", 500)
+    _defer_all(waiting)
+    for tenant in others:
+        _backlog(tenant, "normal", 20)
+    sent = [j for run in _runs(runs=10, capacity=capacity) for j in run]
+    assert len(sent) == 10 * capacity
+    assert Counter(j.tenant_id for j in sent) == {t.id: 5 * capacity for t in others}
+
+
+@pytest.mark.parametrize("capacity", [1, 4, 10])
+@pytest.mark.django_db
+def test_a_tenant_of_weight_three_gets_three_times_the_share_of_a_weight_one_tenant(make_tenant, capacity):
+    """Issue 11, item 6: Tenant.weight scales the share within a priority; a turn cut by a small
+    free room carries over to the next run."""
+    heavy, _, _ = make_tenant()
+    light, _, _ = make_tenant()
+    Tenant.objects.filter(id=heavy.id).update(weight=3)
+    _backlog(heavy, "normal", 300)
+    _backlog(light, "normal", 300)
+    sent = [j for run in _runs(runs=-(-40 // capacity), capacity=capacity) for j in run][:40]
+    assert Counter(j.tenant_id for j in sent) == {heavy.id: 30, light.id: 10}
+    # Every window of four starts is three of the heavy tenant's and one of the light one's.
+    for start in range(0, 40, 4):
+        window = Counter(j.tenant_id for j in sent[start : start + 4])
+        assert window == {heavy.id: 3, light.id: 1}, (start, window)
