@@ -41,14 +41,14 @@ def run() -> None:
     flush_redis()
 
 
-def _rows() -> list[dict[str, object]]:
+def _rows() -> list[dict[str, str]]:
     return [
         {"url": f"https://shop{i % 500}.example/item/{i}", "priority": ("high", "normal", "low")[i % 3]}
         for i in range(ROWS)
     ]
 
 
-def _parquet(rows: list[dict[str, object]]) -> bytes:
+def _parquet(rows: list[dict[str, str]]) -> bytes:
     import pyarrow as pa  # noqa: PLC0415 - the parent process does not need it
     import pyarrow.parquet as pq  # noqa: PLC0415
 
@@ -81,7 +81,7 @@ def _handoff(tenant: object, token: str, data: bytes) -> float:
     return took
 
 
-def _bulk_create(tenant_id: uuid.UUID, rows: list[dict[str, object]]) -> float:
+def _bulk_create(tenant_id: uuid.UUID, rows: list[dict[str, str]]) -> float:
     from django.utils import timezone  # noqa: PLC0415
 
     from apps.jobs.models import Job  # noqa: PLC0415
@@ -104,7 +104,7 @@ def _bulk_create(tenant_id: uuid.UUID, rows: list[dict[str, object]]) -> float:
     return time.perf_counter() - started
 
 
-def _floor(tenant_id: uuid.UUID, rows: list[dict[str, object]]) -> float:
+def _floor(tenant_id: uuid.UUID, rows: list[dict[str, str]]) -> float:
     from django.db import transaction  # noqa: PLC0415
 
     from apps.jobs.bulk import jobs_bulk_merge  # noqa: PLC0415

@@ -30,6 +30,7 @@ USED_AS = {
     "gunicorn": "gunicorn",
     "whitenoise": "whitenoise",
     "urllib3": "urllib3",
+    "pyarrow": "pyarrow",
 }
 LOADED_BY_ANOTHER_PACKAGE = {"hiredis"}
 DEV_ONLY = {

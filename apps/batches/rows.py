@@ -22,7 +22,7 @@ from typing import IO, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from apps.intake.serializers import JobCreateInput, job_create_input_lean
+from apps.intake.serializers import JobCreateInput, hostname_of, job_create_input_lean
 
 FORMATS = ("json", "jsonl", "csv", "parquet")
 _INT_FIELDS = ("max_attempts", "timeout_s", "max_age_s")
@@ -139,7 +139,14 @@ def _parquet_rows(fh: IO[bytes]) -> RowSource:
         raise UnreadableFile(f"not a Parquet file: {e}") from None
 
     def rows() -> Iterator[Any]:
-        for batch in parquet.iter_batches(batch_size=65_536):
+        batches = parquet.iter_batches(batch_size=65_536)
+        while True:
+            try:
+                batch = next(batches)
+            except StopIteration:
+                return
+            except (pa.ArrowException, OSError) as e:  # a damaged row group past the footer
+                raise UnreadableFile(f"the Parquet file is damaged: {e}") from None
             names = batch.schema.names
             columns = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
             for values in zip(*columns, strict=True):
@@ -156,15 +163,18 @@ def rows_open(fh: IO[bytes], *, format: str) -> RowSource:
 
 
 def row_validate(row: Any) -> tuple[dict[str, Any] | None, dict[str, list[str]] | None]:
-    """(validated data, None) for a good row, (None, {field: [reasons]}) for a bad one."""
+    """(validated data with the job's ``domain``, None) for a good row, (None, {field: [reasons]})
+    for a bad one."""
     if isinstance(row, _Unparsed):
         return None, {"non_field_errors": [row.reason]}
     data = job_create_input_lean(row)
+    if data is None:
+        serializer = JobCreateInput(data=row)
+        if serializer.is_valid():
+            data = dict(serializer.validated_data)
     if data is not None:
+        data["domain"] = hostname_of(data["url"])
         return data, None
-    serializer = JobCreateInput(data=row)
-    if serializer.is_valid():
-        return dict(serializer.validated_data), None
     return None, {str(k): [str(m) for m in _messages(v)] for k, v in serializer.errors.items()}
 
 

@@ -27,7 +27,6 @@ from django.utils import timezone
 from apps.batches.models import Batch, BatchStatus
 from apps.batches.parts import PartInfo, batch_objects_remove, manifest_write, orphan_batches, part_write
 from apps.batches.rows import RowSource, row_validate
-from apps.intake.serializers import hostname_of
 from apps.jobs.bulk import STAGE_COLUMNS
 from apps.jobs.ids import uuid7
 
@@ -133,10 +132,10 @@ def _columns_append(columns: dict[str, list[Any]], data: dict[str, Any], *, row_
     """One validated row into the part's columns (STAGE_COLUMNS): what job_create stores."""
     columns["id"].append(uuid7().bytes)
     columns["batch_row"].append(row_number)
-    columns["domain"].append(hostname_of(data["url"]))
     columns["headers"].append(_json_dumps(data["headers"]))
     for name in (
         "url",
+        "domain",
         "method",
         "body",
         "priority",

@@ -275,3 +275,11 @@ def test_another_tenants_batch_is_404_and_its_jobs_filter_is_400(make_tenant):
     r = stranger.get("/api/v1/jobs", {"batch": batch_id})
     assert r.status_code == 400 and "batch" in r.json()["fields"]
     assert owner.get("/api/v1/jobs", {"batch": batch_id}).status_code == 200
+
+
+@override_settings(SCRAPEJOBS_BATCH_KEY_PREFIX="bulk-in")
+def test_parts_and_manifest_live_under_the_configured_prefix(api, local_results):
+    batch_id = accepted(api, rows(2))["id"]
+    names = sorted(p.name for p in (local_results / "bulk-in" / batch_id).iterdir())
+    assert names == ["manifest.json", "part-00000.parquet"]
+    assert batch_load(batch_id=uuid.UUID(batch_id)) == "loaded"
