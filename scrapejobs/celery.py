@@ -22,8 +22,10 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 SCRAPE_QUEUES = ("jobs.high", "jobs.normal", "jobs.low")
 CONTROL_QUEUE = "control"
 WEBHOOK_QUEUE = "webhooks"
+# Batch loads (apps/batches): long COPY work, kept apart from the short control tasks.
+BATCHES_QUEUE = "batches"
 
-app.conf.task_queues = [Queue(name) for name in (*SCRAPE_QUEUES, CONTROL_QUEUE, WEBHOOK_QUEUE)]
+app.conf.task_queues = [Queue(name) for name in (*SCRAPE_QUEUES, CONTROL_QUEUE, WEBHOOK_QUEUE, BATCHES_QUEUE)]
 app.conf.task_default_queue = CONTROL_QUEUE
 # Every task has both limits; the scrape task's are derived from the job's timeout in its code.
 app.conf.task_soft_time_limit = 330
@@ -35,6 +37,9 @@ IDEMPOTENCY_EXPIRE_INTERVAL_S = 3600
 # Retention and the daily export are housekeeping too (issue 12 item 5, issue 13 item 6).
 RETENTION_INTERVAL_S = 300
 EXPORT_DAILY_INTERVAL_S = 3600
+# Parts left without a manifest are removed after SCRAPEJOBS_BATCH_ORPHAN_GRACE_S; looking every
+# 15 minutes keeps them at most that much longer.
+BATCH_ORPHANS_INTERVAL_S = 900
 
 
 def _beat_schedule() -> dict:
@@ -109,6 +114,24 @@ def _beat_schedule() -> dict:
             "task": "apps.exports.tasks.export_daily",
             "schedule": EXPORT_DAILY_INTERVAL_S,
             "options": {"queue": CONTROL_QUEUE, "expires": EXPORT_DAILY_INTERVAL_S},
+        },
+        # Batches (apps/batches): unfinished batches without a live loader lease go to a loader. If
+        # it stops: a batch whose load message was lost, or whose loader died, stays `accepted` or
+        # `loading` (its rows are not lost: parts and manifest wait in storage).
+        "batches-resume": {
+            "task": "apps.batches.tasks.batches_resume",
+            "schedule": settings.SCRAPEJOBS_BATCH_RESUME_INTERVAL_S,
+            "options": {
+                "queue": CONTROL_QUEUE,
+                "expires": max(settings.SCRAPEJOBS_BATCH_RESUME_INTERVAL_S * 2, 5),
+            },
+        },
+        # Parts without a manifest (intake died midway) are removed after the grace period. If it
+        # stops: they stay in storage (never loaded); batches stuck `receiving` are not failed.
+        "batches-orphans-remove": {
+            "task": "apps.batches.tasks.batches_orphans_remove",
+            "schedule": BATCH_ORPHANS_INTERVAL_S,
+            "options": {"queue": CONTROL_QUEUE, "expires": BATCH_ORPHANS_INTERVAL_S},
         },
     }
 

@@ -26,6 +26,8 @@ from apps.api.errors import api_error_response, body_unreadable, length_required
 logger = logging.getLogger(__name__)
 
 API_PREFIX = "/api/"
+# POST /batches takes files: its bound is SCRAPEJOBS_BATCH_MAX_BYTES (apps/batches).
+BATCHES_PATH = "/api/v1/batches"
 
 
 def _is_api(request: HttpRequest) -> bool:
@@ -59,13 +61,17 @@ class RequestBodyLimitMiddleware:
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]):
         self.get_response = get_response
         self.limit: int = settings.SCRAPEJOBS_MAX_REQUEST_BYTES
+        self.batch_limit: int = settings.SCRAPEJOBS_BATCH_MAX_BYTES
+
+    def _limit_for(self, request: HttpRequest) -> int:
+        return self.batch_limit if request.path_info == BATCHES_PATH else self.limit
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         meta = request.META
         declared = meta.get("CONTENT_LENGTH")
         if declared:
             try:
-                too_large = int(declared) > self.limit
+                too_large = int(declared) > self._limit_for(request)
             except ValueError:
                 too_large = False  # Django reads a malformed length as no body at all
             if too_large and _is_api(request):
@@ -80,7 +86,7 @@ class RequestBodyLimitMiddleware:
         meta = request.META
         if not meta.get("wsgi.input_terminated"):
             return api_error_response(length_required())
-        limit = self.limit
+        limit = self._limit_for(request)
         try:
             body = _read_at_most(meta["wsgi.input"], limit + 1)
         except Exception:  # noqa: BLE001 - whatever the server's reader raises, the body is unreadable

@@ -5,7 +5,8 @@ the same components with these argv lists; the README shows them for running on 
 
 - web     gunicorn serving the API, admin, docs and signed result links
 - worker  Celery worker on the scrape queues (threads: a fetch mostly waits on the network)
-- writer  Celery worker on the control queue: outbox publisher, sweeper, receipt writer, webhooks
+- writer  Celery worker on the control queue: outbox publisher, sweeper, receipt writer, webhooks,
+          and the batch loader (queue ``batches``)
 - beat    Celery beat: the periodic tasks of scrapejobs/celery.py
 - flower  Celery's monitoring UI
 - migrate database migrations (run once per deploy, before the others)
@@ -78,7 +79,7 @@ def writer(*, concurrency: int = 8, name: str = "writer") -> list[str]:
         "--loglevel",
         "INFO",
         "--queues",
-        "control,webhooks",
+        "control,webhooks,batches",
         "--pool",
         "threads",
         "--concurrency",

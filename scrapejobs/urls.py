@@ -15,6 +15,7 @@ api_v1: list[URLPattern | URLResolver] = [
     path("jobs", JobCollectionView.as_view(), name="jobs"),
     path("", include("apps.intake.urls")),  # POST /jobs/{id}/cancel
     path("", include("apps.query.urls")),  # GET /jobs/{id}, attempts, result
+    path("", include("apps.batches.urls")),  # POST /batches, GET /batches/{id}
     path("", include("apps.api.urls")),  # the OpenAPI schema and its docs page
 ]
 

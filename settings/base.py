@@ -101,6 +101,7 @@ INSTALLED_APPS = [
     "apps.politeness",
     "apps.operators",
     "apps.exports",
+    "apps.batches",
 ]
 
 MIDDLEWARE = [
@@ -400,6 +401,27 @@ STORAGES = {
 }
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / ".run" / "static"
+
+# --- Batches (issue 12, contract 7: bulk intake through Parquet parts and a manifest) ------
+# POST /batches bodies may be this large (the one /api/ path above SCRAPEJOBS_MAX_REQUEST_BYTES)
+# and hold this many rows; above either, 413 and nothing is created.
+SCRAPEJOBS_BATCH_MAX_BYTES = _bounded_int("SCRAPEJOBS_BATCH_MAX_BYTES", 256 * 1024 * 1024, 1024, 1 << 34)
+SCRAPEJOBS_BATCH_MAX_ROWS = _bounded_int("SCRAPEJOBS_BATCH_MAX_ROWS", 1_000_000, 1, 100_000_000)
+# Good rows per Parquet part: the unit of one loader transaction (and of what a killed loader redoes).
+SCRAPEJOBS_BATCH_PART_ROWS = _bounded_int("SCRAPEJOBS_BATCH_PART_ROWS", 100_000, 1, 10_000_000)
+# The loader's lease on a batch lapses this long after its last renewal (renewed every third).
+SCRAPEJOBS_BATCH_LEASE_S = _positive_float("SCRAPEJOBS_BATCH_LEASE_S", 60.0)
+# Beat: hand unfinished batches without a live lease to a loader (lost message, dead loader).
+SCRAPEJOBS_BATCH_RESUME_INTERVAL_S = _positive_float("SCRAPEJOBS_BATCH_RESUME_INTERVAL_S", 10.0)
+# Parts without a manifest (intake died or was refused midway) are removed this long after they
+# were written; a batch still `receiving` after it is failed.
+SCRAPEJOBS_BATCH_ORPHAN_GRACE_S = _positive_float("SCRAPEJOBS_BATCH_ORPHAN_GRACE_S", 3600.0)
+# How many rejected rows GET /batches/{id} lists with their reasons (all of them are counted).
+SCRAPEJOBS_BATCH_REJECTED_SHOWN = _bounded_int("SCRAPEJOBS_BATCH_REJECTED_SHOWN", 100, 0, 10_000)
+# Parts and manifests live under <prefix>/<batch id>/ in the result storage.
+SCRAPEJOBS_BATCH_KEY_PREFIX = (
+    env.str("SCRAPEJOBS_BATCH_KEY_PREFIX", default="batches").strip("/") or "batches"
+)
 
 # --- API ---------------------------------------------------------------------------------
 REST_FRAMEWORK = {

@@ -121,9 +121,22 @@ class Job(models.Model):
     # Retention (issue 13, item 6): when the retention task deleted the stored result. The row
     # keeps its result metadata; /result answers 410 and GET /jobs/{id} says result_expired.
     result_deleted_at = models.DateTimeField(null=True, blank=True)
+    # Bulk intake (issue 12, apps/batches): a job loaded from a batch carries the batch's id and
+    # its row number there, the natural key that makes a retried load insert nothing twice
+    # (apps/jobs/bulk.py). Plain columns, not a foreign key: apps/jobs imports no other app.
+    batch_id = models.UUIDField(null=True, blank=True)
+    batch_row = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         constraints = [
+            # jobs_bulk_merge (apps/jobs/bulk.py): ON CONFLICT on the natural key; also serves
+            # GET /jobs?batch= and a batch's counts by status. Partial: jobs submitted one by one
+            # are not in it and pay nothing for it.
+            models.UniqueConstraint(
+                fields=["batch_id", "batch_row"],
+                condition=Q(batch_id__isnull=False),
+                name="jobs_unique_batch_row",
+            ),
             models.UniqueConstraint(
                 fields=["tenant", "idempotency_key"],
                 condition=Q(idempotency_key__isnull=False),

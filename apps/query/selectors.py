@@ -68,6 +68,7 @@ def job_list(
     tenant_id: uuid.UUID,
     status: str | None = None,
     priority: str | None = None,
+    batch_id: uuid.UUID | None = None,
     before: uuid.UUID | None = None,
     limit: int = 50,
 ) -> tuple[list[Job], uuid.UUID | None]:
@@ -82,6 +83,8 @@ def job_list(
         qs = qs.filter(status=status)
     if priority is not None:
         qs = qs.filter(priority=priority)
+    if batch_id is not None:
+        qs = qs.filter(batch_id=batch_id)
     if before is not None:
         qs = qs.filter(id__lt=before)
     rows = list(qs.order_by("-id")[: limit + 1])

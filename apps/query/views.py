@@ -19,6 +19,7 @@ from apps.api.serializers import (
     base_url,
     job_representation,
 )
+from apps.batches.selectors import batch_exists
 from apps.jobs.models import JobStatus, Priority
 from apps.query import selectors
 from apps.query.serializers import AttemptPageOutput, JobPageOutput, ResultOutput
@@ -46,10 +47,9 @@ class JobListView(APIView):
     class Params(serializers.Serializer):
         status = serializers.ChoiceField(choices=JobStatus.choices, required=False)
         priority = serializers.ChoiceField(choices=Priority.choices, required=False)
-        batch = serializers.CharField(
+        batch = serializers.UUIDField(
             required=False,
-            help_text="Jobs of one batch. Batches do not exist yet in this version: any value is 400 "
-            "with code unknown_batch.",
+            help_text="Jobs of one batch (POST /batches). A batch that is not the caller's is 400.",
         )
         limit = serializers.IntegerField(min_value=1, max_value=500, default=50)
         cursor = serializers.CharField(required=False, help_text="next_cursor of the previous page.")
@@ -65,10 +65,9 @@ class JobListView(APIView):
     )
     def get(self, request: Request) -> Response:
         params = _query_params(request, self.Params)
-        if "batch" in params:
-            # Honest until batches land: no job belongs to any batch, and an empty page would
-            # make a typo look like an empty batch.
-            raise serializers.ValidationError({"batch": [f"Unknown batch {params['batch']!r}."]})
+        if "batch" in params and not batch_exists(tenant_id=_tenant_id(request), batch_id=params["batch"]):
+            # An empty page would make a typo (or another tenant's batch) look like an empty batch.
+            raise serializers.ValidationError({"batch": [f"Unknown batch {str(params['batch'])!r}."]})
         before = None
         if "cursor" in params:
             try:
@@ -81,6 +80,7 @@ class JobListView(APIView):
             tenant_id=_tenant_id(request),
             status=params.get("status"),
             priority=params.get("priority"),
+            batch_id=params.get("batch"),
             before=before,
             limit=params["limit"],
         )

@@ -1,0 +1,186 @@
+"""Reading a submitted batch file row by row, and checking each row with POST /jobs's rules.
+
+Formats: a JSON list of job objects, JSON lines (one object a line), CSV (a header line with
+the job's field names; ``headers`` as a JSON object in its cell; an empty cell is an absent
+field) and Parquet (columns named after the fields; ``headers`` a JSON string or a map). Rows
+are numbered from 1 in file order (CSV's header line is not a row).
+
+Each row is validated exactly as POST /jobs validates a body: ``job_create_input_lean`` first
+(cheap), and for a row it does not accept, the ``JobCreateInput`` serializer, whose errors are
+the row's reasons. The rules are imported, never copied.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import IO, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from apps.intake.serializers import JobCreateInput, hostname_of, job_create_input_lean
+
+FORMATS = ("json", "jsonl", "csv", "parquet")
+_INT_FIELDS = ("max_attempts", "timeout_s", "max_age_s")
+# Content types that name a format; multipart uploads may name it by the file's extension.
+CONTENT_TYPES = {
+    "application/json": "json",
+    "application/x-ndjson": "jsonl",
+    "application/jsonl": "jsonl",
+    "application/json-lines": "jsonl",
+    "text/csv": "csv",
+    "application/vnd.apache.parquet": "parquet",
+    "application/x-parquet": "parquet",
+}
+EXTENSIONS = {".json": "json", ".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".parquet": "parquet"}
+
+
+class UnreadableFile(Exception):
+    """The file as a whole cannot be read in its format (not one bad row: the framing)."""
+
+
+@dataclass
+class RowSource:
+    """How many rows a file has (known before any is validated, for the row limit), and them."""
+
+    count: int
+    rows: Iterator[Any]
+
+
+def _json_rows(fh: IO[bytes]) -> RowSource:
+    try:
+        data = json.load(fh)
+    except (ValueError, RecursionError) as e:
+        raise UnreadableFile(f"not a JSON document: {e}") from None
+    if not isinstance(data, list):
+        raise UnreadableFile("a JSON batch is a list of job objects")
+    return RowSource(len(data), iter(data))
+
+
+def _jsonl_rows(fh: IO[bytes]) -> RowSource:
+    count = sum(1 for line in fh if line.strip())
+    fh.seek(0)
+
+    def rows() -> Iterator[Any]:
+        for line in fh:
+            if line.strip():
+                try:
+                    yield json.loads(line)
+                except (ValueError, RecursionError) as e:
+                    yield _Unparsed(f"not a JSON object: {e}")
+
+    return RowSource(count, rows())
+
+
+@dataclass(frozen=True)
+class _Unparsed:
+    """A row that could not even be parsed; it is rejected with this reason."""
+
+    reason: str
+
+
+def _csv_cell(name: str, value: str) -> Any:
+    """A CSV cell as the JSON value POST /jobs would get: numbers for the integer fields, an object
+    for headers; anything that does not convert stays a string and is refused by the rules."""
+    if name in _INT_FIELDS and value.strip().lstrip("-").isdigit():
+        return int(value)
+    if name == "headers":
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _csv_rows(fh: IO[bytes]) -> RowSource:
+    text = io.TextIOWrapper(fh, encoding="utf-8", newline="")
+    try:
+        count = sum(1 for _ in csv.reader(text)) - 1
+        text.seek(0)
+        reader = csv.DictReader(text)
+        if not reader.fieldnames:
+            raise UnreadableFile("a CSV batch needs a header line naming the fields")
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise UnreadableFile(f"not a UTF-8 CSV file: {e}") from None
+
+    def rows() -> Iterator[Any]:
+        try:
+            for record in reader:
+                if None in record:  # more cells than the header names
+                    yield _Unparsed("more cells than the header line has names")
+                    continue
+                yield {k: _csv_cell(k, v) for k, v in record.items() if v != "" and v is not None}
+        except (UnicodeDecodeError, csv.Error) as e:
+            yield _Unparsed(f"unreadable CSV: {e}")
+
+    return RowSource(max(count, 0), rows())
+
+
+def _parquet_value(name: str, value: Any) -> Any:
+    if name == "headers" and isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    if name == "headers" and isinstance(value, list):  # a Parquet map reads as (key, value) pairs
+        return dict(value)
+    return value
+
+
+def _parquet_rows(fh: IO[bytes]) -> RowSource:
+    try:
+        parquet = pq.ParquetFile(fh)
+        count = parquet.metadata.num_rows
+    except (pa.ArrowException, OSError) as e:
+        raise UnreadableFile(f"not a Parquet file: {e}") from None
+
+    def rows() -> Iterator[Any]:
+        batches = parquet.iter_batches(batch_size=65_536)
+        while True:
+            try:
+                batch = next(batches)
+            except StopIteration:
+                return
+            except (pa.ArrowException, OSError) as e:  # a damaged row group past the footer
+                raise UnreadableFile(f"the Parquet file is damaged: {e}") from None
+            names = batch.schema.names
+            columns = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
+            for values in zip(*columns, strict=True):
+                yield {n: _parquet_value(n, v) for n, v in zip(names, values, strict=True) if v is not None}
+
+    return RowSource(count, rows())
+
+
+_READERS = {"json": _json_rows, "jsonl": _jsonl_rows, "csv": _csv_rows, "parquet": _parquet_rows}
+
+
+def rows_open(fh: IO[bytes], *, format: str) -> RowSource:
+    return _READERS[format](fh)
+
+
+def row_validate(row: Any) -> tuple[dict[str, Any] | None, dict[str, list[str]] | None]:
+    """(validated data with the job's ``domain``, None) for a good row, (None, {field: [reasons]})
+    for a bad one."""
+    if isinstance(row, _Unparsed):
+        return None, {"non_field_errors": [row.reason]}
+    data = job_create_input_lean(row)
+    if data is None:
+        serializer = JobCreateInput(data=row)
+        if serializer.is_valid():
+            data = dict(serializer.validated_data)
+    if data is not None:
+        data["domain"] = hostname_of(data["url"])
+        return data, None
+    return None, {str(k): [str(m) for m in _messages(v)] for k, v in serializer.errors.items()}
+
+
+def _messages(detail: Any) -> list[str]:
+    if isinstance(detail, dict):
+        return [f"{k}: {m}" for k, v in detail.items() for m in _messages(v)]
+    if isinstance(detail, list):
+        return [m for item in detail for m in _messages(item)]
+    return [str(detail)]

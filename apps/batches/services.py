@@ -1,0 +1,194 @@
+"""Batch intake (issue 12 items 1-2): check the rows one by one, stream the good ones into
+Parquet parts, write the manifest last, and record the batch.
+
+The batch row is inserted first (status ``receiving``), which is what makes ``Idempotency-Key``
+work as on POST /jobs: the unique (tenant, key) index lets one request of several concurrent
+retries through, and a replay finds the batch. The manifest carries everything the loader needs
+(the parts, and the counts of rows and rejects), so a batch whose intake died after writing it is
+still loaded in full (``batches_to_resume``); one whose intake died before it never is, and its
+parts are removed after a grace period (``batches_orphans_remove``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections.abc import Callable
+from datetime import timedelta
+from typing import IO, Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from apps.batches.models import Batch, BatchStatus
+from apps.batches.parts import PartInfo, batch_objects_remove, manifest_write, orphan_batches, part_write
+from apps.batches.rows import RowSource, row_validate
+from apps.jobs.bulk import STAGE_COLUMNS
+from apps.jobs.ids import uuid7
+
+
+class BatchIdempotencyConflict(Exception):
+    """The Idempotency-Key was used before for another batch body."""
+
+
+class TooManyRows(Exception):
+    def __init__(self, count: int):
+        super().__init__(f"{count} rows; at most {settings.SCRAPEJOBS_BATCH_MAX_ROWS} per batch")
+        self.count = count
+
+
+def batch_submit(
+    *,
+    tenant_id: uuid.UUID,
+    source: RowSource,
+    format: str,
+    idempotency_key: str | None,
+    fingerprint: str,
+    on_accepted: Callable[[uuid.UUID], None],
+) -> tuple[Batch, bool]:
+    """Take a batch; returns ``(batch, created)``. A replayed key returns the batch it made
+    (``created`` False); a key used for another body raises ``BatchIdempotencyConflict``.
+    ``on_accepted(batch_id)`` runs once the batch is recorded as accepted (after commit)."""
+    if source.count > settings.SCRAPEJOBS_BATCH_MAX_ROWS:
+        raise TooManyRows(source.count)
+    try:
+        with transaction.atomic():  # a savepoint when the caller holds a transaction
+            batch = Batch.objects.create(
+                tenant_id=tenant_id,
+                format=format,
+                total=source.count,
+                idempotency_key=idempotency_key,
+                idempotency_fingerprint=fingerprint if idempotency_key else None,
+            )
+    except IntegrityError:
+        existing = Batch.objects.filter(tenant_id=tenant_id, idempotency_key=idempotency_key).first()
+        if existing is None:  # cannot be: keys of batches are never released
+            raise
+        if existing.idempotency_fingerprint != fingerprint:
+            raise BatchIdempotencyConflict() from None
+        return existing, False
+    try:
+        parts, total, rejected_rows, rejected = _rows_to_parts(batch.id, source)
+        manifest = manifest_write(
+            batch_id=batch.id,
+            tenant_id=tenant_id,
+            parts=parts,
+            counts={"total": total, "rejected": rejected, "rejected_rows": rejected_rows},
+        )
+    except BaseException as e:
+        # Nothing was published: the parts written so far go now rather than after the grace.
+        batch_objects_remove(batch_id=batch.id)
+        Batch.objects.filter(id=batch.id).update(
+            status=BatchStatus.FAILED, error=f"intake failed: {e}", finished_at=Now()
+        )
+        raise
+    with transaction.atomic():
+        Batch.objects.filter(id=batch.id, status=BatchStatus.RECEIVING).update(
+            status=BatchStatus.ACCEPTED,
+            total=total,
+            rejected=rejected,
+            rejected_rows=rejected_rows,
+            manifest_key=manifest,
+            updated_at=Now(),
+        )
+        transaction.on_commit(lambda: on_accepted(batch.id))
+    batch.refresh_from_db()
+    return batch, True
+
+
+def _rows_to_parts(
+    batch_id: uuid.UUID, source: RowSource
+) -> tuple[list[PartInfo], int, list[dict[str, Any]], int]:
+    """Validate every row; good ones go into parts of SCRAPEJOBS_BATCH_PART_ROWS rows. Returns the
+    parts, the number of rows read, the first rejected rows shown and the count of rejected."""
+    per_part = settings.SCRAPEJOBS_BATCH_PART_ROWS
+    shown = settings.SCRAPEJOBS_BATCH_REJECTED_SHOWN
+    columns: dict[str, list[Any]] = {name: [] for name, _ in STAGE_COLUMNS}
+    parts: list[PartInfo] = []
+    rejected_rows: list[dict[str, Any]] = []
+    rejected = 0
+    number = 0
+    for number, row in enumerate(source.rows, start=1):
+        data, errors = row_validate(row)
+        if data is None:
+            rejected += 1
+            if len(rejected_rows) < shown:
+                rejected_rows.append({"row": number, "errors": errors})
+            continue
+        _columns_append(columns, data, row_number=number)
+        if len(columns["id"]) >= per_part:
+            parts.append(part_write(batch_id=batch_id, number=len(parts), columns=columns))
+            columns = {name: [] for name, _ in STAGE_COLUMNS}
+    if columns["id"]:
+        parts.append(part_write(batch_id=batch_id, number=len(parts), columns=columns))
+    return parts, number, rejected_rows, rejected
+
+
+def _columns_append(columns: dict[str, list[Any]], data: dict[str, Any], *, row_number: int) -> None:
+    """One validated row into the part's columns (STAGE_COLUMNS): what job_create stores."""
+    columns["id"].append(uuid7().bytes)
+    columns["batch_row"].append(row_number)
+    columns["headers"].append(_json_dumps(data["headers"]))
+    for name in (
+        "url",
+        "domain",
+        "method",
+        "body",
+        "priority",
+        "callback_url",
+        "max_attempts",
+        "timeout_s",
+        "max_age_s",
+    ):
+        columns[name].append(data[name])
+
+
+def _json_dumps(value: dict[str, str]) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")) if value else "{}"
+
+
+def batches_orphans_remove() -> tuple[int, int]:
+    """Housekeeping (beat): remove the objects of batches that never got a manifest once they are
+    older than SCRAPEJOBS_BATCH_ORPHAN_GRACE_S, and fail batches still ``receiving`` then.
+    Returns (object sets removed, batches failed)."""
+    grace = timedelta(seconds=settings.SCRAPEJOBS_BATCH_ORPHAN_GRACE_S)
+    removed = 0
+    for batch_id in orphan_batches(older_than=grace):
+        batch_objects_remove(batch_id=batch_id)
+        removed += 1
+    # Uses batches_unfinished.
+    failed = Batch.objects.filter(status=BatchStatus.RECEIVING, updated_at__lt=timezone.now() - grace).update(
+        status=BatchStatus.FAILED, error="intake did not finish: no manifest was written", finished_at=Now()
+    )
+    return removed, failed
+
+
+def batches_to_resume(*, limit: int = 100) -> list[uuid.UUID]:
+    """Unfinished batches without a live loader lease: accepted or loading ones whose message was
+    lost or whose loader died, and ``receiving`` ones older than a lease (their intake may have
+    died after writing the manifest; the loader leaves them alone when it finds none)."""
+    stale = timezone.now() - timedelta(seconds=settings.SCRAPEJOBS_BATCH_LEASE_S)
+    # Uses batches_unfinished.
+    unfinished = Q(status__in=[BatchStatus.ACCEPTED, BatchStatus.LOADING]) | Q(
+        status=BatchStatus.RECEIVING, updated_at__lt=stale
+    )
+    return list(
+        Batch.objects.filter(unfinished)
+        .exclude(lease__expires_at__gt=Now())
+        .order_by("updated_at")
+        .values_list("id", flat=True)[:limit]
+    )
+
+
+def batch_fingerprint_of(fh: IO[bytes], *, format: str) -> str:
+    """SHA-256 of the submitted bytes and their format: the same file again is a replay."""
+    digest = hashlib.sha256(format.encode() + b"\0")
+    fh.seek(0)
+    while chunk := fh.read(1 << 20):
+        digest.update(chunk)
+    fh.seek(0)
+    return digest.hexdigest()

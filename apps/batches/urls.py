@@ -1,0 +1,8 @@
+from django.urls import path
+
+from apps.batches.views import BatchCreateView, BatchDetailView
+
+urlpatterns = [
+    path("batches", BatchCreateView.as_view(), name="batches"),
+    path("batches/<str:batch_id>", BatchDetailView.as_view(), name="batch-detail"),
+]
