@@ -30,6 +30,7 @@ USED_AS = {
     "gunicorn": "gunicorn",
     "whitenoise": "whitenoise",
     "urllib3": "urllib3",
+    "prometheus-client": "prometheus_client",
 }
 LOADED_BY_ANOTHER_PACKAGE = {"hiredis"}
 DEV_ONLY = {
@@ -42,6 +43,7 @@ DEV_ONLY = {
     "mypy",
     "uv",
     "pytest-timeout",
+    "selenium",
 }
 
 
