@@ -15,14 +15,18 @@
         borderDash: d.slo ? [6, 4] : [], pointRadius: d.slo ? 0 : 2, spanGaps: true, borderWidth: 2
       };
     });
+    var bar = spec.kind === "bar";  // horizontal: categories (domains) on y, values on x
+    var unit = { display: !!spec.unit, text: spec.unit };
     window.scrapejobsCharts[spec.id] = new Chart(canvas, {
       type: spec.kind,
       data: { labels: spec.labels, datasets: datasets },
       options: {
         animation: false, responsive: true, maintainAspectRatio: false,
-        indexAxis: spec.kind === "bar" ? "y" : "x",
+        indexAxis: bar ? "y" : "x",
         plugins: { legend: { position: "bottom", labels: { boxWidth: 12 } } },
-        scales: { x: { ticks: { maxTicksLimit: 12 } }, y: { beginAtZero: true, title: { display: !!spec.unit, text: spec.unit } } }
+        scales: bar
+          ? { x: { beginAtZero: true, title: unit }, y: { ticks: { autoSkip: false } } }
+          : { x: { ticks: { maxTicksLimit: 12 } }, y: { beginAtZero: true, title: unit } }
       }
     });
   });
