@@ -155,8 +155,10 @@ def test_minute_rows_past_the_retention_are_pruned_and_totals_stay():
     with override_settings(SCRAPEJOBS_ROLLUP_RETENTION_DAYS=8):
         assert rollups_prune() == 2
     assert GaugeMinute.objects.count() == 1
+    later = timezone.now() + timedelta(days=1, hours=12)  # the remaining row is 7.5 days old then
+    assert rollups_prune(now=later) == 0
     with override_settings(SCRAPEJOBS_ROLLUP_RETENTION_DAYS=7):
-        assert rollups_prune(now=timezone.now() + timedelta(days=2)) == 1
+        assert rollups_prune(now=later) == 1
 
 
 def test_the_quantile_of_a_histogram_is_interpolated_within_its_bucket():
