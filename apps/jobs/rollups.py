@@ -63,24 +63,27 @@ class QueueSnapshot:
         return max((d.oldest_age_s for d in self.depths), default=0.0)
 
 
-# The highest attempt id up to which every attempt has ended, at most `limit` ids past `after`.
-# Three bounds: the batch size; the lowest id still running (the current attempt of each running
-# job, through the partial index jobs_running_by_lease); and attempts started before `settle_s`
-# ago, so that an id handed out to a claim whose transaction has not committed yet (ids are not
-# transactional) is never jumped over.
+# The highest attempt id up to which every attempt has ended, at most `limit` ids past the first
+# attempt after `after` (so that a gap in the ids - rolled-back claims, pruned rows - of any size
+# is crossed in one step). Three bounds: the batch size; the lowest id still running (the current
+# attempt of each running job, through the partial index jobs_running_by_lease); and attempts
+# started before `settle_s` ago, so that an id handed out to a claim whose transaction has not
+# committed yet (ids are not transactional) is never jumped over.
 _SETTLED_UPTO_SQL = """
+WITH first AS (SELECT COALESCE(min(id) - 1, %(after)s) AS base FROM jobs_attempt WHERE id > %(after)s)
 SELECT LEAST(
-         %(after)s + %(limit)s,
+         first.base + %(limit)s,
          COALESCE((SELECT min(a.id) - 1
                      FROM jobs_job AS j
                      JOIN jobs_attempt AS a ON a.job_id = j.id AND a.number = j.attempts
                     WHERE j.status = 'running' AND a.id > %(after)s),
-                  %(after)s + %(limit)s),
+                  first.base + %(limit)s),
          COALESCE((SELECT max(id)
                      FROM jobs_attempt
-                    WHERE id > %(after)s AND id <= %(after)s + %(limit)s
+                    WHERE id > %(after)s AND id <= first.base + %(limit)s
                       AND started_at < statement_timestamp() - make_interval(secs => %(settle_s)s)),
                   %(after)s))
+  FROM first
 """
 
 
@@ -92,11 +95,14 @@ def attempts_settled_upto(*, after_id: int, limit: int, settle_s: float) -> int:
     return max(int(upto), after_id)
 
 
+# Each attempt's job is looked up by primary key (a LATERAL subquery kept apart by OFFSET 0, which
+# the planner cannot flatten into a join): a batch costs O(batch) probes. As a plain join, the
+# planner hashes the whole of jobs_job as soon as a batch is a few percent of it.
 _GROUPS_SQL = """
 SELECT date_trunc('minute', a.finished_at), j.domain, a.outcome, COALESCE(a.error_class, ''),
        count(*), count(*) FILTER (WHERE j.status = 'failed' AND a.number = j.attempts)
   FROM jobs_attempt AS a
-  JOIN jobs_job AS j ON j.id = a.job_id
+ CROSS JOIN LATERAL (SELECT domain, status, attempts FROM jobs_job WHERE id = a.job_id OFFSET 0) AS j
  WHERE a.id > %(after)s AND a.id <= %(upto)s AND a.finished_at IS NOT NULL
  GROUP BY 1, 2, 3, 4
 """
@@ -113,7 +119,7 @@ def attempt_groups(*, after_id: int, upto_id: int) -> list[AttemptGroup]:
 _FIRST_WAITS_SQL = """
 SELECT date_trunc('minute', a.started_at), GREATEST(EXTRACT(EPOCH FROM a.started_at - j.created_at), 0)
   FROM jobs_attempt AS a
-  JOIN jobs_job AS j ON j.id = a.job_id
+ CROSS JOIN LATERAL (SELECT created_at FROM jobs_job WHERE id = a.job_id OFFSET 0) AS j
  WHERE a.id > %(after)s AND a.id <= %(upto)s AND a.number = 1
 """
 

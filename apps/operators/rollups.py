@@ -43,8 +43,8 @@ FIRST_ATTEMPT_BUCKETS: tuple[float, ...] = (0.5, 1, 2, 5, 10, 30, 60, 120, 300, 
 FAILED_OUTCOMES = frozenset({AttemptOutcome.TEMPORARY, AttemptOutcome.PERMANENT, AttemptOutcome.LOST})
 # Attempts folded per transaction, and transactions per run: a run that catches up on a large
 # backlog (a first run on an old ledger) stops after this many and goes on at the next run.
-BATCH_ATTEMPTS = 50_000
-MAX_BATCHES_PER_RUN = 20
+BATCH_ATTEMPTS = 10_000
+MAX_BATCHES_PER_RUN = 50
 # An attempt id handed out this long ago belongs to a committed claim (apps/jobs/rollups.py).
 SETTLE_S = 30.0
 

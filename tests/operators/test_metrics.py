@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from apps.jobs.intake import job_create
 from apps.jobs.models import Attempt, Job
-from apps.operators.rollups import rollup_run
+from apps.operators.rollups import BATCH_ATTEMPTS, rollup_run
 from scrapejobs.celery import _beat_schedule
 from tests.query import helpers
 from tests.support.procs import wait_for
@@ -255,3 +255,55 @@ def _healthz_count(base: str) -> float:
             }:
                 return s.value
     return 0.0
+
+
+def test_request_metrics_are_counted_under_asgi_too(db):
+    from asgiref.sync import async_to_sync
+    from django.test import AsyncClient
+
+    client = AsyncClient()
+    for _ in range(3):
+        assert async_to_sync(client.get)("/healthz").status_code == 200
+    samples = scrape()
+    assert value(samples, "scrapejobs_http_requests_total", route="healthz", method="GET", status="200") == 3
+
+
+@pytest.mark.django_db
+def test_the_rollup_and_scrape_statements_read_the_ledger_through_indexes_only():
+    """On a ledger the planner knows is large (ANALYZE), no statement of the rollup or of a
+    scrape scans jobs_job or jobs_attempt sequentially."""
+    from apps.jobs import rollups
+    from tests.support.big_ledger import ledger_build
+
+    ledger_build(jobs=30_000, attempts_per_job=3, tenants=3, domains=20)
+    params = {"after": 0, "upto": BATCH_ATTEMPTS, "limit": BATCH_ATTEMPTS, "settle_s": 30.0}
+    plans = []
+    with connection.cursor() as cur:
+        for statement in (
+            rollups._SETTLED_UPTO_SQL,
+            rollups._GROUPS_SQL,
+            rollups._FIRST_WAITS_SQL,
+            rollups._QUEUED_SQL,
+            rollups._RUNNING_SQL,
+        ):
+            cur.execute("EXPLAIN " + statement, params)
+            plans.append("\n".join(row[0] for row in cur.fetchall()))
+    for plan in plans:
+        assert "Seq Scan on jobs_job" not in plan, plan
+        assert "Seq Scan on jobs_attempt" not in plan, plan
+    assert "jobs_queued_by_created" in plans[3], plans[3]
+
+
+@pytest.mark.django_db
+def test_a_gap_in_attempt_ids_wider_than_a_batch_does_not_stall_the_rollup(make_tenant):
+    tenant, _, _ = make_tenant()
+    helpers.succeeded(tenant)
+    rollup_run(settle_s=0)
+    with connection.cursor() as cur:  # ids a rolled-back burst of claims would have used
+        cur.execute(
+            "SELECT setval(pg_get_serial_sequence('jobs_attempt', 'id'), "
+            "(SELECT max(id) FROM jobs_attempt) + %s)",
+            [3 * BATCH_ATTEMPTS],
+        )
+    helpers.succeeded(tenant)
+    assert rollup_run(settle_s=0) == 1
