@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 BENCH ?=
 PYTEST_ARGS ?=
 
-.PHONY: run test lint bench install clean schema lock
+.PHONY: run test lint bench install clean schema lock browser
 
 $(STAMP): requirements.txt requirements-dev.txt
 	@$(PY) -c "import sys; assert sys.version_info[:2] == (3, 11), sys.version" || { echo "need Python 3.11 (make PY=/path/to/python3.11)"; exit 1; }
@@ -23,8 +23,22 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/python -m scrapejobs.embedded exec --dir .run/dev -- $(BIN)/python -m scrapejobs.supervise
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(BIN)/python -m scrapejobs.embedded exec --dir .run/test -- $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The dashboard's browser test (tests/operators/test_dashboard_browser.py) drives Debian's chromium
+# through chromedriver. Installed here where missing and possible (root with apt-get); otherwise
+# this says why that one test will skip. The test itself never installs anything.
+browser:
+	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then \
+	  true; \
+	elif command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	  echo "installing chromium and chromium-driver for the dashboard's browser test"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
+	else \
+	  echo "no /usr/bin/chromium and no way to install it here (needs apt-get as root):" \
+	       "the dashboard's browser test will skip"; \
+	fi
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

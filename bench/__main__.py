@@ -4,8 +4,9 @@ lines. ``make bench`` (``make bench BENCH=intake``) runs this with DATABASE_URL 
 
 Benchmarks: intake (POST /jobs against a bare Django view), e2e (2,000 jobs through the whole
 service against a bare Celery task doing requests.get), writer (receipts through the leased writer
-against one transaction per receipt), bulk (rows/s of the batch handoff against bulk_create and
-the COPY floor), each ``bench/<name>.py:run()``.
+against one transaction per receipt), politeness (limits not binding against limits off), bulk
+(rows/s of the batch handoff against bulk_create and the COPY floor), metrics (a /metrics scrape
+at 10 and at 1,000,000 jobs), each ``bench/<name>.py:run()``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-ORDER = ("intake", "e2e", "writer", "politeness", "bulk")
+ORDER = ("intake", "e2e", "writer", "politeness", "bulk", "metrics")
 
 
 def available() -> list[str]:

@@ -133,6 +133,14 @@ def _beat_schedule() -> dict:
             "schedule": BATCH_ORPHANS_INTERVAL_S,
             "options": {"queue": CONTROL_QUEUE, "expires": BATCH_ORPHANS_INTERVAL_S},
         },
+        # Operators' rollups (apps/operators/rollups.py). If it stops: the dashboard's charts and
+        # the /metrics counters and time-to-first-attempt histogram stop moving (the live queue
+        # figures still answer); nothing about jobs changes, and a restart catches up.
+        "operators-rollup": {
+            "task": "apps.operators.tasks.operators_rollup",
+            "schedule": settings.SCRAPEJOBS_ROLLUP_INTERVAL_S,
+            "options": {"queue": CONTROL_QUEUE, "expires": settings.SCRAPEJOBS_ROLLUP_INTERVAL_S},
+        },
     }
 
 

@@ -105,6 +105,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Request count and latency by route, method and status for /metrics (apps/operators).
+    "apps.operators.request_metrics.RequestMetricsMiddleware",
     # A body over SCRAPEJOBS_MAX_REQUEST_BYTES under /api/ is a 413 before anything else runs;
     # chunked bodies are read up to the limit (scrapejobs/middleware.py).
     "scrapejobs.middleware.RequestBodyLimitMiddleware",
@@ -422,6 +424,23 @@ SCRAPEJOBS_BATCH_REJECTED_SHOWN = _bounded_int("SCRAPEJOBS_BATCH_REJECTED_SHOWN"
 SCRAPEJOBS_BATCH_KEY_PREFIX = (
     env.str("SCRAPEJOBS_BATCH_KEY_PREFIX", default="batches").strip("/") or "batches"
 )
+# --- Operators: dashboard, rollups and /metrics (issue 13) ----------------------------------
+# The rollup task folds ended attempts into per-minute tables and records the queue this often;
+# the dashboard's charts and /metrics read those tables, never the whole ledger.
+SCRAPEJOBS_ROLLUP_INTERVAL_S = _positive_float("SCRAPEJOBS_ROLLUP_INTERVAL_S", 60.0)
+# Minute rows older than this are deleted (the 7-day window needs 7); running totals are kept.
+SCRAPEJOBS_ROLLUP_RETENTION_DAYS = _bounded_int("SCRAPEJOBS_ROLLUP_RETENTION_DAYS", 8, 7, 3650)
+# /metrics answers a request carrying `Authorization: Bearer <this>`; empty: no token accepted.
+SCRAPEJOBS_METRICS_TOKEN = env.str("SCRAPEJOBS_METRICS_TOKEN", default="")
+# ...or a request from these networks without a token (comma-separated CIDRs; empty: none). The
+# default lets a scraper on the same host (and `make run`) in; behind a reverse proxy on the same
+# host every client looks local: set it to empty there and use the token.
+SCRAPEJOBS_METRICS_ALLOWED_NETWORKS = env.list(
+    "SCRAPEJOBS_METRICS_ALLOWED_NETWORKS", default=["127.0.0.0/8", "::1/128"]
+)
+# Request counts and latencies are added up in each web process and sent to Redis (one pipeline)
+# at most this often, so that /metrics reports every process's requests.
+SCRAPEJOBS_REQUEST_METRICS_FLUSH_S = _positive_float("SCRAPEJOBS_REQUEST_METRICS_FLUSH_S", 5.0)
 
 # --- API ---------------------------------------------------------------------------------
 REST_FRAMEWORK = {

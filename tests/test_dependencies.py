@@ -32,6 +32,7 @@ USED_AS = {
     "urllib3": "urllib3",
     "publicsuffixlist": "publicsuffixlist",
     "pyarrow": "pyarrow",
+    "prometheus-client": "prometheus_client",
 }
 LOADED_BY_ANOTHER_PACKAGE = {"hiredis"}
 DEV_ONLY = {
@@ -45,6 +46,7 @@ DEV_ONLY = {
     "uv",
     "pytest-timeout",
     "duckdb",
+    "selenium",
 }
 
 

@@ -9,7 +9,8 @@ module per step of the lifecycle (REQUIREMENTS.md):
 - ``sweeping``: attempts lost with their worker, published jobs nobody took;
 - ``cancel_requeue``: cancel a job, requeue failed or cancelled ones;
 - ``final_notices``: jobs that became final (``?wait=`` listeners, the webhooks' outbox);
-- ``selectors``: the reads other parts need beyond the ORM (metrics, dead jobs, webhook secrets).
+- ``selectors``: the reads other parts need beyond the ORM (dead jobs, webhook secrets);
+- ``rollups``: the operators' bounded reads (settled attempts by id, the queue now).
 
 Claiming is a conditional UPDATE whose row count says who won (healthchecks' "another process got
 there first"); no network I/O happens inside any transaction here. Nothing in this package

@@ -6,4 +6,6 @@ urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path("readyz", views.readyz, name="readyz"),
     path("metrics", views.metrics, name="metrics"),
+    # Under admin/ for the operators (staff only); included before the admin's own URLs.
+    path("admin/dashboard/", views.dashboard, name="operators-dashboard"),
 ]

@@ -1,16 +1,24 @@
-"""Probes and metrics for operators: plain Django views (no DRF, no token, no rate limit)."""
+"""Probes, metrics and the dashboard for operators: plain Django views (no DRF, no API token, no
+rate limit). /metrics is guarded by its own setting, the dashboard by the admin's staff login."""
 
 from __future__ import annotations
 
 import functools
+import hmac
+import ipaddress
 
 import redis
 from django.conf import settings
+from django.contrib import admin
+from django.contrib.admin.views.decorators import staff_member_required
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
 from django.views.decorators.http import require_GET
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from apps.jobs.selectors import jobs_counts
+from apps.operators.dashboard import DEFAULT_WINDOW, WINDOWS, dashboard_charts, dashboard_now
+from apps.operators.metrics import metrics_registry
 
 
 @functools.cache
@@ -49,20 +57,55 @@ def readyz(request: HttpRequest) -> HttpResponse:
     )
 
 
+def metrics_allowed(request: HttpRequest) -> bool:
+    """A scrape carrying the bearer token SCRAPEJOBS_METRICS_TOKEN, or one from a network in
+    SCRAPEJOBS_METRICS_ALLOWED_NETWORKS."""
+    token = settings.SCRAPEJOBS_METRICS_TOKEN
+    given = request.headers.get("Authorization", "")
+    if token and hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+        return True
+    try:
+        client = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
+    except ValueError:
+        return False
+    return any(
+        client in ipaddress.ip_network(n, strict=False) for n in settings.SCRAPEJOBS_METRICS_ALLOWED_NETWORKS
+    )
+
+
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
-    """Prometheus text format: jobs by status, age of the oldest queued job, running jobs past
-    their lease (their worker is gone; the sweeper will requeue them)."""
-    counts = jobs_counts()
-    lines = [
-        "# HELP scrapejobs_jobs Jobs by status.",
-        "# TYPE scrapejobs_jobs gauge",
-        *(f'scrapejobs_jobs{{status="{s}"}} {n}' for s, n in counts.by_status.items()),
-        "# HELP scrapejobs_oldest_queued_job_age_seconds Age of the oldest queued job (0 when none).",
-        "# TYPE scrapejobs_oldest_queued_job_age_seconds gauge",
-        f"scrapejobs_oldest_queued_job_age_seconds {max(counts.oldest_queued_age_s, 0.0):.3f}",
-        "# HELP scrapejobs_jobs_running_past_lease Running jobs whose lease has expired.",
-        "# TYPE scrapejobs_jobs_running_past_lease gauge",
-        f"scrapejobs_jobs_running_past_lease {counts.running_past_lease}",
-    ]
-    return HttpResponse("\n".join(lines) + "\n", content_type="text/plain; version=0.0.4; charset=utf-8")
+    """Prometheus text format (apps/operators/metrics.py says what and at what cost)."""
+    if not metrics_allowed(request):
+        response = HttpResponse(
+            "metrics need `Authorization: Bearer <SCRAPEJOBS_METRICS_TOKEN>` from this address\n",
+            status=401,
+            content_type="text/plain; charset=utf-8",
+        )
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return response
+    return HttpResponse(generate_latest(metrics_registry()), content_type=CONTENT_TYPE_LATEST)
+
+
+@require_GET
+@staff_member_required
+def dashboard(request: HttpRequest) -> HttpResponse:
+    """Charts of what operators watch (contract section 8) over a window of 1 h, 24 h or 7 d."""
+    name = request.GET.get("window", DEFAULT_WINDOW)
+    if name not in WINDOWS:
+        return HttpResponse(
+            f"Unknown window {name!r}: use one of {', '.join(WINDOWS)}.\n",
+            status=400,
+            content_type="text/plain; charset=utf-8",
+        )
+    charts = dashboard_charts(window=WINDOWS[name])
+    context = {
+        **admin.site.each_context(request),
+        "title": "Dashboard",
+        "window": name,
+        "windows": list(WINDOWS),
+        "now": dashboard_now(),
+        "charts": charts,
+        "charts_data": [c.as_dict() for c in charts],
+    }
+    return render(request, "operators/dashboard.html", context)

@@ -1,0 +1,162 @@
+"""Reads of the ledger for the operators' rollups, dashboard and ``/metrics`` (issue 13), each
+bounded by something other than the ledger's size: a range of attempt ids, the queued jobs, the
+running jobs. None of them scans jobs_job or jobs_attempt as a whole.
+
+Finished attempts are read by id, in order, through the primary key: an attempt row is inserted
+when its job is claimed (apps/jobs/claims.py) and updated once when it ends, so the rollup keeps a
+watermark id and only moves it over attempts that have all ended ("settled"). Each attempt is thus
+counted exactly once, at any writer lag, and no index on finished_at is needed (it would make every
+receipt's UPDATE of jobs_attempt a non-HOT one).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db import connection
+
+
+@dataclass(frozen=True)
+class AttemptGroup:
+    """Attempts that ended in one minute for one domain, outcome and error class."""
+
+    minute: datetime
+    domain: str
+    outcome: str
+    error_class: str  # "" when the attempt has none
+    attempts: int
+    dead_letters: int  # of them, attempts that ended their job as failed (a dead letter)
+
+
+@dataclass(frozen=True)
+class FirstAttemptWait:
+    """How long one job waited from intake to its first attempt, and the minute that attempt began."""
+
+    minute: datetime
+    wait_s: float
+
+
+@dataclass(frozen=True)
+class QueueDepth:
+    tenant_id: uuid.UUID
+    priority: str
+    depth: int
+    oldest_age_s: float
+
+
+@dataclass
+class QueueSnapshot:
+    """The work waiting and running now."""
+
+    depths: list[QueueDepth] = field(default_factory=list)
+    running: int = 0
+    running_past_lease: int = 0  # their worker is gone; the sweeper will requeue them
+
+    @property
+    def queued(self) -> int:
+        return sum(d.depth for d in self.depths)
+
+    @property
+    def oldest_queued_age_s(self) -> float:
+        return max((d.oldest_age_s for d in self.depths), default=0.0)
+
+
+# The highest attempt id up to which every attempt has ended, at most `limit` ids past the first
+# attempt after `after` (so that a gap in the ids - rolled-back claims, pruned rows - of any size
+# is crossed in one step). Three bounds: the batch size; the lowest id still running (the current
+# attempt of each running job, through the partial index jobs_running_by_lease); and attempts
+# started before `settle_s` ago, so that an id handed out to a claim whose transaction has not
+# committed yet (ids are not transactional) is never jumped over.
+_SETTLED_UPTO_SQL = """
+WITH first AS (SELECT COALESCE(min(id) - 1, %(after)s) AS base FROM jobs_attempt WHERE id > %(after)s)
+SELECT LEAST(
+         first.base + %(limit)s,
+         COALESCE((SELECT min(a.id) - 1
+                     FROM jobs_job AS j
+                     JOIN jobs_attempt AS a ON a.job_id = j.id AND a.number = j.attempts
+                    WHERE j.status = 'running' AND a.id > %(after)s),
+                  first.base + %(limit)s),
+         COALESCE((SELECT max(id)
+                     FROM jobs_attempt
+                    WHERE id > %(after)s AND id <= first.base + %(limit)s
+                      AND started_at < statement_timestamp() - make_interval(secs => %(settle_s)s)),
+                  %(after)s))
+  FROM first
+"""
+
+
+def attempts_settled_upto(*, after_id: int, limit: int, settle_s: float) -> int:
+    """The new watermark: every attempt with an id in (after_id, result] has ended."""
+    with connection.cursor() as cur:
+        cur.execute(_SETTLED_UPTO_SQL, {"after": after_id, "limit": limit, "settle_s": settle_s})
+        (upto,) = cur.fetchone()
+    return max(int(upto), after_id)
+
+
+# Each attempt's job is looked up by primary key (a LATERAL subquery kept apart by OFFSET 0, which
+# the planner cannot flatten into a join): a batch costs O(batch) probes. As a plain join, the
+# planner hashes the whole of jobs_job as soon as a batch is a few percent of it.
+_GROUPS_SQL = """
+SELECT date_trunc('minute', a.finished_at), j.domain, a.outcome, COALESCE(a.error_class, ''),
+       count(*), count(*) FILTER (WHERE j.status = 'failed' AND a.number = j.attempts)
+  FROM jobs_attempt AS a
+ CROSS JOIN LATERAL (SELECT domain, status, attempts FROM jobs_job WHERE id = a.job_id OFFSET 0) AS j
+ WHERE a.id > %(after)s AND a.id <= %(upto)s AND a.finished_at IS NOT NULL
+ GROUP BY 1, 2, 3, 4
+"""
+
+
+def attempt_groups(*, after_id: int, upto_id: int) -> list[AttemptGroup]:
+    """The ended attempts with ids in (after_id, upto_id], grouped by minute, domain, outcome
+    and error class."""
+    with connection.cursor() as cur:
+        cur.execute(_GROUPS_SQL, {"after": after_id, "upto": upto_id})
+        return [AttemptGroup(*row) for row in cur.fetchall()]
+
+
+_FIRST_WAITS_SQL = """
+SELECT date_trunc('minute', a.started_at), GREATEST(EXTRACT(EPOCH FROM a.started_at - j.created_at), 0)
+  FROM jobs_attempt AS a
+ CROSS JOIN LATERAL (SELECT created_at FROM jobs_job WHERE id = a.job_id OFFSET 0) AS j
+ WHERE a.id > %(after)s AND a.id <= %(upto)s AND a.number = 1
+"""
+
+
+def first_attempt_waits(*, after_id: int, upto_id: int) -> list[FirstAttemptWait]:
+    """Time to first attempt (the SLO's figure) of each first attempt with an id in the range."""
+    with connection.cursor() as cur:
+        cur.execute(_FIRST_WAITS_SQL, {"after": after_id, "upto": upto_id})
+        return [FirstAttemptWait(minute, float(wait)) for minute, wait in cur.fetchall()]
+
+
+# Both read only queued or running rows, through partial indexes: jobs_queued_by_created
+# (index-only: it carries tenant and priority) and jobs_running_by_lease.
+_QUEUED_SQL = """
+SELECT tenant_id, priority, count(*), EXTRACT(EPOCH FROM statement_timestamp() - min(created_at))
+  FROM jobs_job
+ WHERE status = 'queued'
+ GROUP BY 1, 2
+ ORDER BY 1, 2
+"""
+_RUNNING_SQL = """
+SELECT count(*), count(*) FILTER (WHERE lease_expires_at < statement_timestamp())
+  FROM jobs_job
+ WHERE status = 'running'
+"""
+
+
+def queue_snapshot() -> QueueSnapshot:
+    """Queue depth per tenant and priority, the oldest queued job's age, running jobs and those
+    past their lease. Costs O(queued + running jobs), whatever the ledger's size."""
+    snapshot = QueueSnapshot()
+    with connection.cursor() as cur:
+        cur.execute(_QUEUED_SQL)
+        snapshot.depths = [
+            QueueDepth(tenant_id=t, priority=p, depth=n, oldest_age_s=max(float(age), 0.0))
+            for t, p, n, age in cur.fetchall()
+        ]
+        cur.execute(_RUNNING_SQL)
+        snapshot.running, snapshot.running_past_lease = cur.fetchone()
+    return snapshot

@@ -1,0 +1,120 @@
+"""Per-minute rollups of the ledger (issue 13): what the dashboard charts and ``/metrics`` read,
+so that neither ever scans jobs_job or jobs_attempt. The rollup task (apps/operators/rollups.py)
+writes them every minute; minute rows older than SCRAPEJOBS_ROLLUP_RETENTION_DAYS are pruned, the
+running totals are kept (they are Prometheus counters and must never go down)."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class AttemptMinute(models.Model):
+    """Attempts that ended in one minute, by outcome and error class."""
+
+    minute = models.DateTimeField()
+    outcome = models.CharField(max_length=20)
+    error_class = models.CharField(max_length=64, blank=True, default="")
+    attempts = models.PositiveIntegerField(default=0)
+    dead_letters = models.PositiveIntegerField(default=0)  # attempts that ended their job as failed
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["minute", "outcome", "error_class"], name="operators_attempt_minute_key"
+            )
+        ]
+
+
+class DomainHour(models.Model):
+    """Attempts that ended in one hour for one target domain, and how many of them failed. Hours,
+    not minutes: a week of them stays small even with many domains."""
+
+    hour = models.DateTimeField()
+    domain = models.CharField(max_length=255)
+    attempts = models.PositiveIntegerField(default=0)
+    failures = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["hour", "domain"], name="operators_domain_hour_key")]
+
+
+class FirstAttemptMinute(models.Model):
+    """Time to first attempt of the jobs whose first attempt began in one minute: a histogram
+    (one row per bucket, its upper bound ``le`` in seconds; the last one is +Inf)."""
+
+    minute = models.DateTimeField()
+    le = models.FloatField()
+    count = models.PositiveIntegerField(default=0)
+    sum_s = models.FloatField(default=0.0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["minute", "le"], name="operators_first_attempt_minute_key")
+        ]
+
+
+class GaugeMinute(models.Model):
+    """What the queue and the writer looked like at one minute (the last reading in it)."""
+
+    minute = models.DateTimeField(unique=True)
+    queued = models.PositiveIntegerField(default=0)
+    running = models.PositiveIntegerField(default=0)
+    oldest_queued_age_s = models.FloatField(default=0.0)
+    running_past_lease = models.PositiveIntegerField(default=0)
+    # None: Redis did not answer, the writer's state is unknown for that minute.
+    writer_lag_s = models.FloatField(null=True, blank=True)
+    writer_dead_receipts = models.PositiveIntegerField(null=True, blank=True)
+
+
+class QueueDepthMinute(models.Model):
+    """Queued jobs per tenant and priority at one minute (pairs with none are not written)."""
+
+    minute = models.DateTimeField()
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+", db_index=False)
+    priority = models.CharField(max_length=8)
+    depth = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["minute", "tenant", "priority"], name="operators_queue_depth_minute_key"
+            )
+        ]
+
+
+class AttemptTotal(models.Model):
+    """Every attempt ever rolled up, by outcome and error class: ``/metrics`` counters."""
+
+    outcome = models.CharField(max_length=20)
+    error_class = models.CharField(max_length=64, blank=True, default="")
+    attempts = models.BigIntegerField(default=0)
+    dead_letters = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["outcome", "error_class"], name="operators_attempt_total_key")
+        ]
+
+
+class DomainTotal(models.Model):
+    """Every attempt ever rolled up, and its failures, by target domain: ``/metrics`` counters
+    (one series per domain ever fetched)."""
+
+    domain = models.CharField(max_length=255, unique=True)
+    attempts = models.BigIntegerField(default=0)
+    failures = models.BigIntegerField(default=0)
+
+
+class FirstAttemptTotal(models.Model):
+    """The time-to-first-attempt histogram since the start, one row per bucket."""
+
+    le = models.FloatField(unique=True)
+    count = models.BigIntegerField(default=0)
+    sum_s = models.FloatField(default=0.0)
+
+
+class RollupState(models.Model):
+    """One row: the id of the last attempt rolled up (every attempt up to it is counted)."""
+
+    attempt_id = models.BigIntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
