@@ -32,10 +32,18 @@ class ApiTokenInline(ReadOnlyAdminMixin, admin.TabularInline):
 
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin):
-    list_display = ("name", "id", "is_active", "rate_limit_per_second", "token_count", "created_at")
-    list_filter = ("is_active",)
+    list_display = (
+        "name",
+        "id",
+        "is_active",
+        "rate_limit_per_second",
+        "share_fetches",
+        "token_count",
+        "created_at",
+    )
+    list_filter = ("is_active", "share_fetches")
     search_fields = ("name", "=id")
-    fields = ("name", "rate_limit_per_second", "is_active", "id", "created_at")
+    fields = ("name", "rate_limit_per_second", "is_active", "share_fetches", "id", "created_at")
     readonly_fields = ("id", "created_at")
     inlines = (ApiTokenInline,)
     actions = ("create_token",)
@@ -49,8 +57,10 @@ class TenantAdmin(admin.ModelAdmin):
             super().save_model(request, obj, form, change)
             return
         created = tenant_create(name=obj.name, rate_limit_per_second=obj.rate_limit_per_second)
-        if not obj.is_active:
-            Tenant.objects.filter(pk=created.tenant.pk).update(is_active=False)
+        if not obj.is_active or obj.share_fetches:
+            Tenant.objects.filter(pk=created.tenant.pk).update(
+                is_active=obj.is_active, share_fetches=obj.share_fetches
+            )
         # The admin goes on with `obj` (log entry, redirect): make it the row the service made.
         obj.pk = created.tenant.pk
         obj.webhook_secret = created.webhook_secret

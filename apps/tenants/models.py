@@ -15,6 +15,13 @@ class Tenant(models.Model):
     # Requests per second per token for this tenant; null: the service default.
     rate_limit_per_second = models.PositiveIntegerField(null=True, blank=True)
     is_active = models.BooleanField(default=True)
+    # Single-flight fetch across tenants: an identical request of another tenant that also allows
+    # it may be served this tenant's fetch, and the other way round. Off by default: only an
+    # operator switches it on (the admin).
+    share_fetches = models.BooleanField(
+        default=False,
+        help_text="Share identical fetches with other tenants that also share theirs.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
