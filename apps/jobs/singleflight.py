@@ -40,9 +40,9 @@ from django.db import connection, transaction
 from apps.jobs.final_notices import JOB_FINAL_CHANNEL
 from apps.jobs.models import AttemptOutcome, JobStatus
 
-# How long a decision waits for a row lock before it gives up (the message is sent again): less
-# than PostgreSQL's deadlock_timeout (1 s), so in a lock cycle with the writer's fold the
-# decision, not the fold, is the one that yields.
+# How long a decision, once it holds its key's lock, waits for a row lock before it gives up (the
+# message is sent again): less than PostgreSQL's deadlock_timeout (1 s), so in a lock cycle with
+# the writer's fold (which holds job rows and waits for the key) the decision is the one that yields.
 DECIDE_LOCK_TIMEOUT_MS = 500
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -121,8 +121,10 @@ def job_fetch_decide(*, job_id: uuid.UUID | str) -> FetchDecision:
     if job["max_age_s"] == 0:
         return FetchDecision("fetch", key)
     with transaction.atomic(), connection.cursor() as cur:
-        cur.execute(f"SET LOCAL lock_timeout = {DECIDE_LOCK_TIMEOUT_MS}")
+        # Queueing behind the other decisions of the same key is expected (a burst of identical
+        # jobs): the key's lock is waited for without a bound; row locks after it are not.
         cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [key])
+        cur.execute(f"SET LOCAL lock_timeout = {DECIDE_LOCK_TIMEOUT_MS}")
         source = _young_result(cur, key=key, max_age_s=job["max_age_s"])
         if source is not None:
             served = _serve(cur, [source], only_job=job["id"])
