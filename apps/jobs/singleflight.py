@@ -121,14 +121,20 @@ def job_fetch_decide(*, job_id: uuid.UUID | str) -> FetchDecision:
     if job["max_age_s"] == 0:
         return FetchDecision("fetch", key)
     with transaction.atomic(), connection.cursor() as cur:
-        # Queueing behind the other decisions of the same key is expected (a burst of identical
-        # jobs): the key's lock is waited for without a bound; row locks after it are not.
+        cur.execute(f"SET LOCAL lock_timeout = {DECIDE_LOCK_TIMEOUT_MS}")
+        # Serving a stored success needs no lock on the key: it is committed and stays valid.
+        served = _serve_young(cur, key=key, job=job)
+        if served is not None:
+            return served
+        # Electing and parking must not interleave with the settling of the key. Queueing behind
+        # the other decisions of the key is expected (a burst of identical jobs): the key's lock
+        # is waited for without a bound; the row locks after it are not.
+        cur.execute("SET LOCAL lock_timeout = 0")
         cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [key])
         cur.execute(f"SET LOCAL lock_timeout = {DECIDE_LOCK_TIMEOUT_MS}")
-        source = _young_result(cur, key=key, max_age_s=job["max_age_s"])
-        if source is not None:
-            served = _serve(cur, [source], only_job=job["id"])
-            return FetchDecision("served" if served else "fetch", key)
+        served = _serve_young(cur, key=key, job=job)  # the fetch may have ended meanwhile
+        if served is not None:
+            return served
         if _elect(cur, key=key, job_id=job["id"], attempt=job["attempts"] + 1):
             return FetchDecision("fetch", key)
         cur.execute(
@@ -141,6 +147,15 @@ def job_fetch_decide(*, job_id: uuid.UUID | str) -> FetchDecision:
             [key, job["id"]],
         )
         return FetchDecision("parked" if cur.rowcount else "fetch", key)
+
+
+def _serve_young(cur: Any, *, key: str, job: dict[str, Any]) -> FetchDecision | None:
+    """Serve the job a young stored success of its key, if there is one (None: there is not)."""
+    source = _young_result(cur, key=key, max_age_s=job["max_age_s"])
+    if source is None:
+        return None
+    served = _serve(cur, [source], only_job=job["id"])
+    return FetchDecision("served" if served else "fetch", key)
 
 
 def _decidable_job(job_id: uuid.UUID) -> dict[str, Any] | None:
