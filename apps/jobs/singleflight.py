@@ -108,7 +108,11 @@ def job_fetch_decide(*, job_id: uuid.UUID | str) -> FetchDecision:
     for the fetch in flight for its key (see the module's docstring). A job with ``max_age_s`` 0
     always fetches (one read: its key). Raises on a database error, a lock wait past
     ``DECIDE_LOCK_TIMEOUT_MS`` included: the caller sends the message again."""
-    job = _decidable_job(uuid.UUID(str(job_id)))
+    try:
+        job_uuid = uuid.UUID(str(job_id))
+    except ValueError as e:  # a bad message: the task fails, its log line naming what it got
+        raise ValueError(f"not a job id: {job_id!r}") from e
+    job = _decidable_job(job_uuid)
     if job is None:
         return FetchDecision("fetch")
     key = fetch_key(
