@@ -6,7 +6,8 @@ Benchmarks: intake (POST /jobs against a bare Django view), e2e (2,000 jobs thro
 service against a bare Celery task doing requests.get), writer (receipts through the leased writer
 against one transaction per receipt), politeness (limits not binding against limits off), bulk
 (rows/s of the batch handoff against bulk_create and the COPY floor), metrics (a /metrics scrape
-at 10 and at 1,000,000 jobs), each ``bench/<name>.py:run()``.
+at 10 and at 1,000,000 jobs), singleflight (1,000 identical jobs: requests at the target,
+time to drain), each ``bench/<name>.py:run()``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-ORDER = ("intake", "e2e", "writer", "politeness", "bulk", "metrics")
+ORDER = ("intake", "e2e", "writer", "politeness", "bulk", "metrics", "singleflight")
 
 
 def available() -> list[str]:

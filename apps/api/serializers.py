@@ -74,6 +74,9 @@ def attempt_representation(a: Attempt) -> dict[str, Any]:
         "error_class": a.error_class,
         "error": a.error,
         "duration_ms": a.duration_ms,
+        "served_from": None
+        if a.served_from_job is None
+        else {"job_id": str(a.served_from_job), "attempt": a.served_from_attempt},
     }
 
 
@@ -129,6 +132,11 @@ class JobOutput(serializers.Serializer):
     links = JobLinksOutput()
 
 
+class ServedFromOutput(serializers.Serializer):
+    job_id = serializers.UUIDField()
+    attempt = serializers.IntegerField()
+
+
 class AttemptOutput(serializers.Serializer):
     number = serializers.IntegerField()
     started_at = serializers.DateTimeField()
@@ -138,6 +146,11 @@ class AttemptOutput(serializers.Serializer):
     error_class = serializers.CharField(allow_null=True)
     error = serializers.CharField(allow_null=True)
     duration_ms = serializers.IntegerField(allow_null=True)
+    served_from = ServedFromOutput(
+        allow_null=True,
+        help_text="Set when this attempt did not fetch: an identical request's attempt (single-flight "
+        "fetch within max_age_s) whose stored outcome it was served.",
+    )
 
 
 # The body of every error answer (apps.api.errors builds it). No docstring: it would show in

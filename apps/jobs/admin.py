@@ -68,6 +68,8 @@ class AttemptInline(ReadOnlyAdminMixin, admin.TabularInline):
         "error_class",
         "error",
         "duration_ms",
+        "served_from_job",
+        "served_from_attempt",
     )
     readonly_fields = fields
 
@@ -209,6 +211,7 @@ class AttemptAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "http_status",
         "error_class",
         "duration_ms",
+        "served_from_job",
     )
     list_filter = ("outcome", "error_class")
     list_select_related = ("job",)

@@ -13,6 +13,7 @@ from django.db import connection, transaction
 from apps.jobs.final_notices import jobs_notify_final
 from apps.jobs.models import JobStatus
 from apps.jobs.redis import cancel_flag_key, state_redis
+from apps.jobs.singleflight import jobs_fetch_settle
 
 # What a requeue takes by default: the final states that are not a success.
 REQUEUABLE = (JobStatus.FAILED, JobStatus.CANCELLED)
@@ -59,6 +60,9 @@ def job_cancel(*, job_id: uuid.UUID | str, tenant_id: uuid.UUID | None = None) -
         status, attempt = row
         if status == JobStatus.CANCELLED:
             jobs_notify_final([str(job_id)])
+            # Elected to fetch for others but not yet running: one of them fetches instead. (A
+            # running elected job hands over when its cancelled attempt is folded.)
+            jobs_fetch_settle([str(job_id)])
             return "cancelled"
     # Running: the worker polls this flag between chunks (Redis, so the hot loop never queries
     # SQL). The flag names the attempt it stops, so a later attempt (after a requeue) never sees

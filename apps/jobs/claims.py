@@ -33,14 +33,16 @@ class ClaimedJob:
     tenant_id: uuid.UUID | None = None  # whose rules apply to the fetch (robots.txt, issue 11)
 
 
-def job_claim(*, job_id: uuid.UUID | str, worker: str) -> ClaimedJob | None:
+def job_claim(*, job_id: uuid.UUID | str, worker: str, fetch_key: str | None = None) -> ClaimedJob | None:
     """Take a queued job: ``queued → running``, attempt + 1, a lease, and the attempt's row.
 
     Returns None when the job is not ours to run (already taken, final, cancelled, or waiting for
     its retry time): a duplicate broker message is a no-op. A job that was published but whose
     ``not_before`` has not come yet is put back in the outbox (``published_at`` cleared,
     ``not_before`` kept), so the publisher sends it again when it is due: the message is never
-    simply dropped (issue 9, item 3).
+    simply dropped (issue 9, item 3). A job parked on another job's fetch (single-flight,
+    ``apps.jobs.singleflight``) is not taken; ``fetch_key``, when given, is stored with the claim,
+    so that later jobs can be served this fetch's result.
 
     Every time here is the database's (``statement_timestamp()``), never this worker's clock: whether the job is
     due, its lease's expiry and its start are compared by the publisher and the sweeper against
@@ -65,11 +67,12 @@ def job_claim(*, job_id: uuid.UUID | str, worker: str) -> ClaimedJob | None:
                 UPDATE jobs_job
                    SET status = 'running', attempts = attempts + 1, lease_owner = %(worker)s,
                        lease_expires_at = t.now + make_interval(secs => %(lease_s)s),
-                       started_at = COALESCE(started_at, t.now), updated_at = t.now
+                       started_at = COALESCE(started_at, t.now), updated_at = t.now,
+                       fetch_key = COALESCE(%(fetch_key)s, fetch_key)
                   FROM t
                  WHERE id = %(id)s AND status = 'queued' AND attempts < max_attempts
                    AND (not_before IS NULL OR not_before <= t.now)
-                   AND cancel_requested_at IS NULL
+                   AND cancel_requested_at IS NULL AND fetch_parked_at IS NULL
              RETURNING id, attempts, method, url, headers, body, timeout_s, max_attempts,
                        lease_expires_at, tenant_id
             ), attempt AS (
@@ -81,13 +84,18 @@ def job_claim(*, job_id: uuid.UUID | str, worker: str) -> ClaimedJob | None:
                    SET published_at = NULL, updated_at = t.now
                   FROM t
                  WHERE id = %(id)s AND status = 'queued' AND published_at IS NOT NULL
-                   AND not_before > t.now AND cancel_requested_at IS NULL
+                   AND not_before > t.now AND cancel_requested_at IS NULL AND fetch_parked_at IS NULL
             )
             SELECT attempts, method, url, headers, body, timeout_s, max_attempts, lease_expires_at,
                    tenant_id
               FROM claimed
             """,
-            {"worker": worker, "lease_s": float(settings.SCRAPEJOBS_LEASE_SECONDS), "id": job_uuid},
+            {
+                "worker": worker,
+                "lease_s": float(settings.SCRAPEJOBS_LEASE_SECONDS),
+                "id": job_uuid,
+                "fetch_key": fetch_key,
+            },
             prepare=True,
         )
         row = cur.fetchone()

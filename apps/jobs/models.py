@@ -110,6 +110,13 @@ class Job(models.Model):
     # makes the job final; the publisher turns it into webhook deliveries and stamps it.
     final_published_at = models.DateTimeField(null=True, blank=True)
 
+    # Single-flight fetch (apps/jobs/singleflight.py): the request's fetch key (its fingerprint,
+    # scoped to the tenant unless the tenant shares fetches), written by the worker when it first
+    # decides about the job; and, while the job waits for another job's fetch of the same key,
+    # when it began to wait (a parked job is queued but holds no message and no worker).
+    fetch_key = models.CharField(max_length=64, null=True, blank=True, editable=False)
+    fetch_parked_at = models.DateTimeField(null=True, blank=True, editable=False)
+
     # Result metadata; the body itself is in object storage.
     result_key = models.CharField(max_length=512, null=True, blank=True)
     result_size = models.BigIntegerField(null=True, blank=True)
@@ -201,6 +208,12 @@ class Job(models.Model):
                 condition=Q(status__in=["succeeded", "failed", "cancelled"]),
                 name="jobs_final_by_finished",
             ),
+            # apps/jobs/singleflight.py: a young stored result for a key, and the jobs parked on it.
+            models.Index(
+                fields=["fetch_key", "finished_at"],
+                condition=Q(fetch_key__isnull=False),
+                name="jobs_by_fetch_key",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -228,6 +241,11 @@ class Attempt(models.Model):
     # Retention (issue 13, item 6): when the retention task deleted a body this attempt stored
     # that is not its job's result (an orphan), or its job's result when that expired.
     body_deleted_at = models.DateTimeField(null=True, blank=True)
+    # Set when this attempt did not fetch: it was served the stored outcome of attempt
+    # ``served_from_attempt`` of job ``served_from_job`` (single-flight fetch). No foreign key:
+    # the source may belong to another tenant (sharing) and outlive nothing here.
+    served_from_job = models.UUIDField(null=True, blank=True)
+    served_from_attempt = models.PositiveSmallIntegerField(null=True, blank=True)
 
     class Meta:
         indexes = [
@@ -249,3 +267,18 @@ class Attempt(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_id}#{self.number} {self.outcome or 'running'}"
+
+
+class InFlightFetch(models.Model):
+    """The fetch of one fetch key in flight: the job elected to fetch it and the attempt it was
+    elected for. The primary key is the fetch key, so an insert only one job can win elects it;
+    the row lives while that attempt is to come or running, and is released (and the jobs
+    waiting on it served or handed over) when it ends (apps/jobs/singleflight.py)."""
+
+    key = models.CharField(max_length=64, primary_key=True)
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="+")
+    attempt = models.PositiveSmallIntegerField()
+    created_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.key[:12]}… by {self.job_id}#{self.attempt}"

@@ -19,6 +19,7 @@ from apps.jobs.final_notices import JOB_FINAL_CHANNEL
 from apps.jobs.lifecycle import plan_after_attempt
 from apps.jobs.models import AttemptOutcome, JobStatus
 from apps.jobs.receipts import AttemptFinished
+from apps.jobs.singleflight import jobs_fetch_settle
 
 
 def _ts(unix: float) -> datetime:
@@ -82,6 +83,10 @@ def attempts_apply_finished(
             cur.execute(_APPLY_SQL, params, prepare=True)
             moved, _finals = cur.fetchone() or (0, 0)
         cur.close()
+        # Single-flight: the jobs waiting on a fetch that just ended are served its outcome, or
+        # one of them takes the fetch over, in this transaction (a statement of its own, so it
+        # sees the jobs parked while the batch was being folded).
+        jobs_fetch_settle([r.job_id for r in batch])
     stats.applied = moved
     stats.stale = len(receipts) - moved
     return stats
@@ -97,6 +102,7 @@ def attempts_apply_finished(
 #   picks the plan: a cancel was asked for, the attempt was the last one;
 # - ``moved``: apply the picked plan, fenced again by status and attempt (the fencing token);
 # - then NOTIFY (delivered on commit) each job that became final, for ``?wait=`` listeners.
+# The jobs parked on an elected fetch are settled after it (apps.jobs.singleflight).
 # The two UPDATEs touch different tables, so running them in one statement (one snapshot) is
 # the same as running them one after the other, as before.
 _APPLY_SQL = """

@@ -28,6 +28,7 @@ from django.db import connection, transaction
 from apps.jobs.final_notices import jobs_notify_final
 from apps.jobs.lifecycle import plan_after_attempt
 from apps.jobs.models import FINAL_STATUSES, AttemptOutcome, JobStatus
+from apps.jobs.singleflight import jobs_fetch_settle
 
 LEASE_EXPIRED = "lease_expired"
 WORKER_STOPPED = "worker_stopped"
@@ -257,6 +258,8 @@ def _lose_running_attempts(
         )
         finals = [str(i) for i, status, _ in moved if status in FINAL_STATUSES]
         jobs_notify_final(finals)  # inside this transaction: heard only once it commits
+        # A lost attempt that was fetching for others hands the fetch over to one of them.
+        jobs_fetch_settle([str(i) for i, _, _ in moved])
         for _, status, _ in moved:
             if status == JobStatus.QUEUED:
                 stats.requeued += 1

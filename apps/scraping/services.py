@@ -27,6 +27,7 @@ from apps.jobs.db_failures import database_failure
 from apps.jobs.models import AttemptOutcome
 from apps.jobs.receipts import AttemptFinished
 from apps.jobs.redis import cancel_flag_key, state_redis
+from apps.jobs.singleflight import job_fetch_decide
 from apps.politeness.selectors import tenant_obeys_robots
 from apps.politeness.services import job_domain_turn
 from apps.results.storage import ResultStoreFailed, result_store
@@ -61,14 +62,17 @@ def job_run_attempt(
 ) -> AttemptFinished | None:
     """Claim ``job_id`` and run one attempt; None when the claim is not ours (duplicate message,
     job final or cancelled, or its retry time not yet come: then it is deferred, see
-    ``job_claim``) or its domain said wait (deferred). Raises ``ClaimUndecided`` when that could
+    ``job_claim``), its domain said wait (deferred), or it needs no fetch of its own: an identical
+    request's young result served it, or it waits parked for an identical request's fetch
+    (single-flight, ``job_fetch_decide``: decided first, so neither asks the domain for a turn). Raises ``ClaimUndecided`` when that could
     not be decided (the database is unreachable): the message must then be delivered again.
 
     ``domain`` and ``timeout_s`` are the job's, sent in the broker message by the publisher, so
     that the politeness gate needs no read of the row (``job_domain_turn``).
 
-    What the attempt costs the shared services (issue 7): PostgreSQL once, for the claim (one
-    statement), and its connection goes back to the pool before the fetch, so a fetch of any
+    What the attempt costs the shared services (issue 7): PostgreSQL twice, the single-flight
+    read (one statement; a job with ``max_age_s`` > 0 adds one short transaction) and the claim
+    (one statement), and its connection goes back to the pool before the fetch, so a fetch of any
     length holds no database connection and the number of fetches in flight is set by the
     worker's threads alone; Redis three times: the gate's script before the claim, one cancel
     check as the fetch starts, and one pipeline after it (slot release, receipt, nudges)."""
@@ -81,10 +85,14 @@ def job_run_attempt(
         # ClaimUndecided and the task has the message delivered again (issue 9, item 3). The
         # turn's slot, if one was granted, is released by the stack either way.
         try:
+            decision = job_fetch_decide(job_id=job_id)
+            if decision.kind != "fetch":
+                logger.info("job %s %s by single-flight: no fetch of its own", job_id, decision.kind)
+                return None
             turn = held.enter_context(job_domain_turn(job_id=job_id, domain=domain, timeout_s=timeout_s))
             if turn is None:
                 return None
-            claimed = job_claim(job_id=job_id, worker=worker)
+            claimed = job_claim(job_id=job_id, worker=worker, fetch_key=decision.key)
         except Exception as e:
             # Only what says a dependency was away or busy (Redis, PostgreSQL): a bad message (a
             # job id that is no UUID) or a bug fails the task, logged, not sent again 20 times.

@@ -32,10 +32,28 @@ class ApiTokenInline(ReadOnlyAdminMixin, admin.TabularInline):
 
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin):
-    list_display = ("name", "id", "is_active", "rate_limit_per_second", "weight", "token_count", "created_at")
-    list_filter = ("is_active",)
+    list_display = (
+        "name",
+        "id",
+        "is_active",
+        "rate_limit_per_second",
+        "weight",
+        "share_fetches",
+        "token_count",
+        "created_at",
+    )
+    list_filter = ("is_active", "share_fetches")
     search_fields = ("name", "=id")
-    fields = ("name", "rate_limit_per_second", "weight", "is_active", "obey_robots", "id", "created_at")
+    fields = (
+        "name",
+        "rate_limit_per_second",
+        "weight",
+        "is_active",
+        "obey_robots",
+        "share_fetches",
+        "id",
+        "created_at",
+    )
     readonly_fields = ("id", "created_at")
     inlines = (ApiTokenInline,)
     actions = ("create_token",)
@@ -51,7 +69,10 @@ class TenantAdmin(admin.ModelAdmin):
         created = tenant_create(name=obj.name, rate_limit_per_second=obj.rate_limit_per_second)
         # The form's other fields, which the service does not take.
         Tenant.objects.filter(pk=created.tenant.pk).update(
-            is_active=obj.is_active, weight=obj.weight, obey_robots=obj.obey_robots
+            is_active=obj.is_active,
+            weight=obj.weight,
+            obey_robots=obj.obey_robots,
+            share_fetches=obj.share_fetches,
         )
         # The admin goes on with `obj` (log entry, redirect): make it the row the service made.
         obj.pk = created.tenant.pk

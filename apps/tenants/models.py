@@ -30,6 +30,13 @@ class Tenant(models.Model):
         help_text="Share of the workers against other tenants with backlog in the same priority: "
         "a tenant of weight 3 gets three jobs started for each one of a weight-1 tenant.",
     )
+    # Single-flight fetch across tenants: an identical request of another tenant that also allows
+    # it may be served this tenant's fetch, and the other way round. Off by default: only an
+    # operator switches it on (the admin).
+    share_fetches = models.BooleanField(
+        default=False,
+        help_text="Share identical fetches with other tenants that also share theirs.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

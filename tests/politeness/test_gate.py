@@ -179,10 +179,13 @@ def test_a_message_naming_the_jobs_domain_is_gated_and_claimed_without_reading_t
     with CaptureQueriesContext(connection) as queries:
         receipt = job_run_attempt(job_id=job.id, worker="w:1:1", domain=DOMAIN, timeout_s=job.timeout_s)
     assert receipt is not None and receipt.outcome == "succeeded"
-    # Through Django: only the domain's policy (cached afterwards for POLICY_CACHE_S); the claim
-    # is a prepared statement on the raw connection, and no read of the job precedes it.
+    # Through Django: the single-flight read of the job's request (issue 10: decided before the
+    # gate, so a job served or parked asks the domain for nothing; one primary-key read, the only
+    # one for a job with max_age_s 0) and the domain's policy (cached afterwards for
+    # POLICY_CACHE_S); the claim is a prepared statement on the raw connection.
     statements = [q["sql"] for q in queries.captured_queries]
-    assert len(statements) == 1 and "politeness_domainpolicy" in statements[0], statements
+    assert len(statements) == 2, statements
+    assert "FROM jobs_job" in statements[0] and "politeness_domainpolicy" in statements[1], statements
     job.refresh_from_db()
     assert (job.status, job.attempts) == ("running", 1)  # claimed; the writer folds the receipt
     assert domain_state_get(domain=DOMAIN).in_flight == 0

@@ -125,7 +125,9 @@ def test_attempts_list_every_try_in_order(make_tenant):
         "error_class",
         "error",
         "duration_ms",
+        "served_from",
     }
+    assert items[0]["served_from"] is None  # fetched, not served from another job's fetch
 
 
 def test_a_queued_job_has_no_attempts(make_tenant):

@@ -11,6 +11,7 @@ import uuid
 
 import boto3
 import pytest
+from django.conf import settings
 from django.core.files.storage import storages
 from django.test import Client, override_settings
 
@@ -106,7 +107,7 @@ def test_a_storage_that_cannot_be_written_is_a_store_failure(tmp_path):
         "OPTIONS": {"location": str(blocker)},
     }
     with (
-        override_settings(STORAGES={"default": backend, "results": backend}),
+        override_settings(STORAGES={**settings.STORAGES, "default": backend, "results": backend}),
         pytest.raises(ResultStoreFailed),
     ):
         result_store(job_id=uuid7(), attempt=1, chunks=[b"body"])
@@ -206,7 +207,7 @@ def s3_results():
     boto3.client("s3", endpoint_url=endpoint, **creds).create_bucket(Bucket=bucket)
     backend = _s3_backend_from_settings(endpoint=endpoint, bucket=bucket)
     try:
-        with override_settings(STORAGES={"default": backend, "results": backend}):
+        with override_settings(STORAGES={**settings.STORAGES, "default": backend, "results": backend}):
             assert type(storages["results"]).__name__ == "S3Storage"
             yield boto3.client("s3", endpoint_url=endpoint, **creds), bucket
     finally:

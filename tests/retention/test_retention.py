@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.core.files.storage import FileSystemStorage
 from django.db.models import F
 from django.test import override_settings
@@ -32,7 +33,8 @@ JOBS = "/api/v1/jobs"
 
 def _local_storages(location: Path, backend: str = "django.core.files.storage.FileSystemStorage") -> dict:
     results = {"BACKEND": backend, "OPTIONS": {"location": str(location), "allow_overwrite": True}}
-    return {"default": results, "results": results}
+    # staticfiles kept: WhiteNoise reads it when a test client starts and .run/static has files.
+    return {**settings.STORAGES, "default": results, "results": results}
 
 
 @pytest.fixture(params=["local", "s3"])

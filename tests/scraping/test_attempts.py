@@ -5,6 +5,7 @@ import threading
 import time
 
 import pytest
+from django.conf import settings
 from django.db import connections
 from django.test import override_settings
 
@@ -113,7 +114,7 @@ def test_a_storage_failure_is_a_temporary_failure(tenant, target, tmp_path):
         "OPTIONS": {"location": str(blocker)},
     }
     job = _job(tenant, target.url("/bytes/10"), max_attempts=3)
-    with override_settings(STORAGES={"default": backend, "results": backend}):
+    with override_settings(STORAGES={**settings.STORAGES, "default": backend, "results": backend}):
         receipt = _attempt(job.id)
     job.refresh_from_db()
     assert (receipt.outcome, receipt.error_class, job.status) == (

@@ -80,6 +80,7 @@ class _Handler(BaseHTTPRequestHandler):
                     time.sleep(float(q["delay"]))
                 self._send(200, _pattern(n))
             elif seg[0] == "status":
+                time.sleep(float(q.get("delay", "0")))  # a slow failure (single-flight tests)
                 self._send(int(seg[1]), f"status {seg[1]}".encode(), {"Content-Type": "text/plain"})
             elif seg[0] == "slow":
                 time.sleep(float(q.get("delay", "60")))
