@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from apps.batches.loader import batch_lease_take, batch_load
 from apps.batches.models import Batch, BatchLease, BatchPart
-from apps.batches.parts import manifest_key, part_rows
+from apps.batches.parts import manifest_key, part_table
 from apps.batches.services import batches_orphans_remove, batches_to_resume
 from apps.jobs.bulk import jobs_bulk_merge
 from apps.jobs.models import Job
@@ -259,7 +259,7 @@ def test_merging_a_part_again_inserts_nothing(api, local_results):
     batch_load(batch_id=batch_id)
     batch = Batch.objects.get(id=batch_id)
     (part,) = local_results.rglob("part-*.parquet")
-    again = jobs_bulk_merge(tenant_id=batch.tenant_id, batch_id=batch_id, part=0, rows=part_rows(str(part)))
+    again = jobs_bulk_merge(tenant_id=batch.tenant_id, batch_id=batch_id, part=0, table=part_table(str(part)))
     assert again == 0
     assert Job.objects.filter(batch_id=batch_id).count() == 4
     assert batch_load(batch_id=batch_id) == "loaded"  # a loaded batch is left alone
