@@ -95,10 +95,9 @@ def _sha256_of(path: str) -> str:
     return digest.hexdigest()
 
 
-def part_write(*, batch_id: uuid.UUID, number: int, columns: dict[str, list[Any]]) -> PartInfo:
-    """Write one Parquet part (zstd) of the given columns and put it in the storage."""
+def part_write(*, batch_id: uuid.UUID, number: int, table: pa.Table) -> PartInfo:
+    """Write one Parquet part (zstd) of the given part rows (PART_SCHEMA) and put it in the storage."""
     storage = results_storage()
-    table = pa.Table.from_pydict(columns, schema=PART_SCHEMA)
     path = _spool_path(storage)
     try:
         pq.write_table(table, path, compression=PART_COMPRESSION, compression_level=PART_COMPRESSION_LEVEL)
