@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from apps.batches.models import Batch, BatchStatus
 from apps.batches.parts import PartInfo, batch_objects_remove, manifest_write, orphan_batches, part_write
-from apps.batches.rows import RowSource
+from apps.batches.rows import RowSource, UnreadableFile
 
 
 class BatchIdempotencyConflict(Exception):
@@ -80,9 +80,14 @@ def batch_submit(
     except BaseException as e:
         # Nothing was published: the parts written so far go now rather than after the grace.
         batch_objects_remove(batch_id=batch.id)
-        Batch.objects.filter(id=batch.id).update(
-            status=BatchStatus.FAILED, error=f"intake failed: {e}", finished_at=Now()
-        )
+        if isinstance(e, UnreadableFile):
+            # The client's file, damaged past what could be checked up front: a 400, and bad
+            # input changes nothing, so the batch row goes too (its key may be used again).
+            Batch.objects.filter(id=batch.id).delete()
+        else:
+            Batch.objects.filter(id=batch.id).update(
+                status=BatchStatus.FAILED, error=f"intake failed: {e}", finished_at=Now()
+            )
         raise
     with transaction.atomic():
         Batch.objects.filter(id=batch.id, status=BatchStatus.RECEIVING).update(
