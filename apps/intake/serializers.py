@@ -66,6 +66,9 @@ PLAIN_HTTP_URL = (
     r"^[hH][tT][tT][pP][sS]?://(?P<host>(?:[A-Za-z0-9-]{1,63}\.)*[A-Za-z][A-Za-z0-9-]{0,62})"
     r"(?::[0-9]{1,4})?(?:[/?#][!-~]*)?$"
 )
+# The same ``host`` group, found with a pattern that is cheap to extract with (RE2 matches the
+# pattern above fast but extracts its group twenty times slower); only for URLs that match it.
+PLAIN_HTTP_URL_HOST = r"^[^:]*://(?P<host>[^:/?#]*)"
 
 
 def host_is_refused(host: str) -> bool:
