@@ -1,5 +1,5 @@
 """Bulk handoff benchmark (issue 12): rows/s from a Parquet file in to rows in ``jobs``, next to
-the ORM's ``bulk_create`` of the same rows and to the raw floor (binary COPY into the unlogged
+the ORM's ``bulk_create`` of the same rows and to the raw floor (COPY into the unlogged
 staging table and the merge, nothing else), in one run, with both ratios.
 
 The handoff is the real path: POST /batches (Django's test client into the real view: every row

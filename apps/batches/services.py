@@ -1,5 +1,6 @@
-"""Batch intake (issue 12 items 1-2): check the rows one by one, stream the good ones into
-Parquet parts, write the manifest last, and record the batch.
+"""Batch intake (issue 12 items 1-2): check the rows (a Parquet file's whole columns first, then
+row by row what that leaves), stream the good ones into Parquet parts, write the manifest last,
+and record the batch.
 
 The batch row is inserted first (status ``receiving``), which is what makes ``Idempotency-Key``
 work as on POST /jobs: the unique (tenant, key) index lets one request of several concurrent
