@@ -71,7 +71,7 @@ def _is_text(column: pa.Array) -> bool:
 
 
 def _false(count: int) -> pa.Array:
-    return pa.array([False] * count, pa.bool_()) if count else pa.array([], pa.bool_())
+    return pa.repeat(pa.scalar(False), count)
 
 
 def _plain_urls(column: pa.Array) -> tuple[pa.Array, pa.Array]:

@@ -5,12 +5,14 @@ rejected rows' reasons must be the same."""
 from __future__ import annotations
 
 import json
+import time
+import uuid
 
 import pyarrow as pa
 import pytest
 from django.test import override_settings
 
-from apps.batches.columns import plain_rows
+from apps.batches.columns import ids_new, plain_rows
 from apps.batches.rows import _messages, _parquet_checked, _parquet_value
 from apps.intake.serializers import JobCreateInput, hostname_of
 
@@ -144,3 +146,11 @@ def test_the_column_pass_and_the_serializer_decide_every_tricky_row_alike(privat
             assert checked.rows == table.num_rows
         # Both paths were taken: plain rows decided by columns alone, the rest row by row.
         assert plain_total >= 15 and flagged_total >= 40
+
+
+def test_ids_made_in_one_piece_are_distinct_version_7_uuids_of_the_current_millisecond():
+    now_ms = time.time_ns() // 1_000_000
+    ids = [uuid.UUID(bytes=b) for b in ids_new(50_000).to_pylist()]
+    assert len(set(ids)) == 50_000
+    assert {(u.version, u.variant) for u in ids} == {(7, uuid.RFC_4122)}
+    assert {now_ms <= u.int >> 80 <= now_ms + 1000 for u in ids} == {True}
