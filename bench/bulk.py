@@ -1,12 +1,12 @@
 """Bulk handoff benchmark (issue 12): rows/s from a Parquet file in to rows in ``jobs``, next to
-the ORM's ``bulk_create`` of the same rows and to the raw floor (binary COPY into the unlogged
+the ORM's ``bulk_create`` of the same rows and to the raw floor (COPY into the unlogged
 staging table and the merge, nothing else), in one run, with both ratios.
 
 The handoff is the real path: POST /batches (Django's test client into the real view: every row
 checked with POST /jobs's rules, Parquet parts written, manifest last) and then the loader
 (``batch_load``: lease, part checks, one COPY-and-merge transaction per part). ``bulk_create``
 inserts the same rows as Job objects, 5,000 a statement. The floor runs ``jobs_bulk_merge`` on
-rows already in memory, one transaction per 100,000 rows (the default part size), so its ratio
+an Arrow table already in memory, one transaction per 100,000 rows (the default part size), so its ratio
 says what intake's validation and the part files cost on top of the database's work. Jobs are
 truncated between the three. Rows: BENCH_BULK_ROWS (default 200,000).
 
@@ -105,34 +105,36 @@ def _bulk_create(tenant_id: uuid.UUID, rows: list[dict[str, str]]) -> float:
 
 
 def _floor(tenant_id: uuid.UUID, rows: list[dict[str, str]]) -> float:
+    import pyarrow as pa  # noqa: PLC0415
     from django.db import transaction  # noqa: PLC0415
 
+    from apps.batches.parts import PART_SCHEMA  # noqa: PLC0415
     from apps.jobs.bulk import jobs_bulk_merge  # noqa: PLC0415
     from apps.jobs.ids import uuid7  # noqa: PLC0415
 
-    staged = [
-        (
-            uuid7().bytes,
-            n,
-            r["url"],
-            str(r["url"]).split("/")[2],
-            "GET",
-            "{}",
-            None,
-            r["priority"],
-            None,
-            5,
-            30,
-            0,
-        )
-        for n, r in enumerate(rows, start=1)
-    ]
+    staged = pa.Table.from_pydict(
+        {
+            "id": [uuid7().bytes for _ in rows],
+            "batch_row": list(range(1, len(rows) + 1)),
+            "url": [r["url"] for r in rows],
+            "domain": [str(r["url"]).split("/")[2] for r in rows],
+            "method": ["GET"] * len(rows),
+            "headers": ["{}"] * len(rows),
+            "body": [None] * len(rows),
+            "priority": [r["priority"] for r in rows],
+            "callback_url": [None] * len(rows),
+            "max_attempts": [5] * len(rows),
+            "timeout_s": [30] * len(rows),
+            "max_age_s": [0] * len(rows),
+        },
+        schema=PART_SCHEMA,
+    )
     batch_id = uuid.uuid4()
     started = time.perf_counter()
-    for part, first in enumerate(range(0, len(staged), 100_000)):
+    for part, first in enumerate(range(0, len(rows), 100_000)):
         with transaction.atomic():
             jobs_bulk_merge(
-                tenant_id=tenant_id, batch_id=batch_id, part=part, rows=staged[first : first + 100_000]
+                tenant_id=tenant_id, batch_id=batch_id, part=part, table=staged.slice(first, 100_000)
             )
     return time.perf_counter() - started
 

@@ -21,7 +21,7 @@ from django.contrib.sessions.middleware import SessionMiddleware
 from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
 from django.middleware.csrf import CsrfViewMiddleware
 
-from apps.api.errors import api_error_response, body_unreadable, length_required, payload_too_large
+from apps.api.errors import ApiError, api_error_response, body_unreadable, length_required, payload_too_large
 
 logger = logging.getLogger(__name__)
 
@@ -75,12 +75,25 @@ class RequestBodyLimitMiddleware:
             except ValueError:
                 too_large = False  # Django reads a malformed length as no body at all
             if too_large and _is_api(request):
-                return api_error_response(payload_too_large())
+                return self._too_large(request)
         elif "HTTP_TRANSFER_ENCODING" in meta and "wsgi.input" in meta and _is_api(request):
             refused = self._buffer_unmeasured_body(request)
             if refused is not None:
                 return refused
         return self.get_response(request)
+
+    def _too_large(self, request: HttpRequest) -> HttpResponse:
+        """The 413, quoting the limit this path has (POST /batches has its own, larger one)."""
+        error = payload_too_large()
+        limit = self._limit_for(request)
+        if limit != self.limit:
+            error = ApiError(
+                status_code=error.status_code,
+                type=error.type,
+                code=error.code,
+                detail=f"The request body is over {limit} bytes (SCRAPEJOBS_BATCH_MAX_BYTES).",
+            )
+        return api_error_response(error)
 
     def _buffer_unmeasured_body(self, request: HttpRequest) -> HttpResponse | None:
         meta = request.META
@@ -95,7 +108,7 @@ class RequestBodyLimitMiddleware:
             logger.info("unreadable request body on %s", request.path, exc_info=True)
             return api_error_response(body_unreadable())
         if len(body) > limit:
-            return api_error_response(payload_too_large())
+            return self._too_large(request)
         # Django reads a body through request._stream, which WSGIRequest bounded to nothing (no
         # CONTENT_LENGTH): give it the body, and the length it now has (DRF reads that too).
         request._stream = meta["wsgi.input"] = io.BytesIO(body)

@@ -33,7 +33,7 @@ from django.db.models import F
 from django.db.models.functions import Now
 
 from apps.batches.models import Batch, BatchPart, BatchStatus
-from apps.batches.parts import Manifest, ManifestMissing, PartDamaged, manifest_read, part_fetch, part_rows
+from apps.batches.parts import Manifest, ManifestMissing, PartDamaged, manifest_read, part_fetch, part_table
 from apps.jobs.bulk import jobs_bulk_merge
 from apps.jobs.intake import publisher_nudge
 
@@ -186,7 +186,7 @@ def _part_merge(batch: Batch, owner: str, *, number: int, rows: int, path: str) 
         # successor's claim waits for this part and then finds the lease renewed.
         if not batch_lease_renew(batch_id=batch.id, owner=owner):
             raise LeaseLost(f"batch {batch.id}: lease lost before part {number}")
-        jobs_bulk_merge(tenant_id=batch.tenant_id, batch_id=batch.id, part=number, rows=part_rows(path))
+        jobs_bulk_merge(tenant_id=batch.tenant_id, batch_id=batch.id, part=number, table=part_table(path))
         marked = BatchPart.objects.filter(batch_id=batch.id, number=number, loaded_at__isnull=True).update(
             loaded_at=Now()
         )

@@ -31,7 +31,7 @@ from apps.results.storage import results_storage
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_VERSION = 1
-_ARROW_TYPES = {"bytea": pa.binary(16), "int4": pa.int32(), "text": pa.string()}
+_ARROW_TYPES = {"uuid": pa.binary(16), "int4": pa.int32(), "text": pa.string()}
 # The part file's columns are the staging table's, by name and in order (apps/jobs/bulk.py).
 PART_SCHEMA = pa.schema([(name, _ARROW_TYPES[kind]) for name, kind in STAGE_COLUMNS])
 # zstd level 3: the seed's choice; a fraction of the size of the JSON rows at little CPU.
@@ -95,10 +95,9 @@ def _sha256_of(path: str) -> str:
     return digest.hexdigest()
 
 
-def part_write(*, batch_id: uuid.UUID, number: int, columns: dict[str, list[Any]]) -> PartInfo:
-    """Write one Parquet part (zstd) of the given columns and put it in the storage."""
+def part_write(*, batch_id: uuid.UUID, number: int, table: pa.Table) -> PartInfo:
+    """Write one Parquet part (zstd) of the given part rows (PART_SCHEMA) and put it in the storage."""
     storage = results_storage()
-    table = pa.Table.from_pydict(columns, schema=PART_SCHEMA)
     path = _spool_path(storage)
     try:
         pq.write_table(table, path, compression=PART_COMPRESSION, compression_level=PART_COMPRESSION_LEVEL)
@@ -195,10 +194,9 @@ def part_fetch(part: PartInfo) -> str:
     return path
 
 
-def part_rows(path: str) -> Any:
-    """The rows of a checked part, as tuples in the staging table's column order."""
-    table = pq.read_table(path, schema=PART_SCHEMA)
-    return zip(*(table.column(name).to_pylist() for name in PART_SCHEMA.names), strict=True)
+def part_table(path: str) -> pa.Table:
+    """The rows of a checked part, as an Arrow table with the staging table's columns."""
+    return pq.read_table(path, schema=PART_SCHEMA)
 
 
 def batch_objects_remove(*, batch_id: uuid.UUID) -> int:

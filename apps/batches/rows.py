@@ -7,24 +7,33 @@ are numbered from 1 in file order (CSV's header line is not a row).
 
 Each row is validated exactly as POST /jobs validates a body: ``job_create_input_lean`` first
 (cheap), and for a row it does not accept, the ``JobCreateInput`` serializer, whose errors are
-the row's reasons. The rules are imported, never copied.
+the row's reasons. The rules are imported, never copied. A Parquet file is first checked a whole
+column at a time (apps/batches/columns.py); only the rows that pass leaves to decide come here.
+
+The rows come out in chunks (``Checked``): the good ones already as part rows, the bad ones with
+their numbers and reasons.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from apps.batches.columns import Checked, plain_rows, plain_table, rows_table
 from apps.intake.serializers import JobCreateInput, hostname_of, job_create_input_lean
 
 FORMATS = ("json", "jsonl", "csv", "parquet")
+# Rows checked together: a chunk's columns and its part rows stay a few MB.
+CHUNK_ROWS = 65_536
 _INT_FIELDS = ("max_attempts", "timeout_s", "max_age_s")
 # Content types that name a format; multipart uploads may name it by the file's extension.
 CONTENT_TYPES = {
@@ -45,10 +54,31 @@ class UnreadableFile(Exception):
 
 @dataclass
 class RowSource:
-    """How many rows a file has (known before any is validated, for the row limit), and them."""
+    """How many rows a file has (known before any is validated, for the row limit), and its
+    rows checked, in chunks, in file order."""
 
     count: int
-    rows: Iterator[Any]
+    chunks: Iterator[Checked]
+
+
+def _checked_rows(numbered: Iterable[tuple[int, Any]]) -> Checked:
+    """Rows validated one by one, each with its row number."""
+    good: list[tuple[int, dict[str, Any]]] = []
+    rejected: list[tuple[int, dict[str, list[str]]]] = []
+    for number, row in numbered:
+        data, errors = row_validate(row)
+        if data is None:
+            rejected.append((number, errors or {}))
+        else:
+            good.append((number, data))
+    return Checked(table=rows_table(good), rows=len(good) + len(rejected), rejected=rejected)
+
+
+def _row_chunks(rows: Iterator[Any]) -> Iterator[Checked]:
+    first = 1
+    while chunk := list(itertools.islice(rows, CHUNK_ROWS)):
+        yield _checked_rows(enumerate(chunk, start=first))
+        first += len(chunk)
 
 
 def _json_rows(fh: IO[bytes]) -> RowSource:
@@ -58,7 +88,7 @@ def _json_rows(fh: IO[bytes]) -> RowSource:
         raise UnreadableFile(f"not a JSON document: {e}") from None
     if not isinstance(data, list):
         raise UnreadableFile("a JSON batch is a list of job objects")
-    return RowSource(len(data), iter(data))
+    return RowSource(len(data), _row_chunks(iter(data)))
 
 
 def _jsonl_rows(fh: IO[bytes]) -> RowSource:
@@ -73,7 +103,7 @@ def _jsonl_rows(fh: IO[bytes]) -> RowSource:
                 except (ValueError, RecursionError) as e:
                     yield _Unparsed(f"not a JSON object: {e}")
 
-    return RowSource(count, rows())
+    return RowSource(count, _row_chunks(rows()))
 
 
 @dataclass(frozen=True)
@@ -117,7 +147,7 @@ def _csv_rows(fh: IO[bytes]) -> RowSource:
         except (UnicodeDecodeError, csv.Error) as e:
             yield _Unparsed(f"unreadable CSV: {e}")
 
-    return RowSource(max(count, 0), rows())
+    return RowSource(max(count, 0), _row_chunks(rows()))
 
 
 def _parquet_value(name: str, value: Any) -> Any:
@@ -138,8 +168,9 @@ def _parquet_rows(fh: IO[bytes]) -> RowSource:
     except (pa.ArrowException, OSError) as e:
         raise UnreadableFile(f"not a Parquet file: {e}") from None
 
-    def rows() -> Iterator[Any]:
-        batches = parquet.iter_batches(batch_size=65_536)
+    def chunks() -> Iterator[Checked]:
+        batches = parquet.iter_batches(batch_size=CHUNK_ROWS)
+        first = 1
         while True:
             try:
                 batch = next(batches)
@@ -147,12 +178,26 @@ def _parquet_rows(fh: IO[bytes]) -> RowSource:
                 return
             except (pa.ArrowException, OSError) as e:  # a damaged row group past the footer
                 raise UnreadableFile(f"the Parquet file is damaged: {e}") from None
-            names = batch.schema.names
-            columns = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
-            for values in zip(*columns, strict=True):
-                yield {n: _parquet_value(n, v) for n, v in zip(names, values, strict=True) if v is not None}
+            yield _parquet_checked(batch, first=first)
+            first += batch.num_rows
 
-    return RowSource(count, rows())
+    return RowSource(count, chunks())
+
+
+def _parquet_checked(batch: pa.RecordBatch, *, first: int) -> Checked:
+    """The column pass, then the rows it left to the per-row path."""
+    plain, domain = plain_rows(batch)
+    numbers = pc.add(pc.indices_nonzero(plain), first)
+    table = plain_table(batch.filter(plain), domain.filter(plain), numbers)
+    others = pc.indices_nonzero(pc.invert(plain))
+    if len(others) == 0:
+        return Checked(table=table, rows=batch.num_rows)
+    rows = (
+        {n: _parquet_value(n, v) for n, v in row.items() if v is not None}
+        for row in batch.take(others).to_pylist()
+    )
+    rest = _checked_rows(zip(pc.add(others, first).to_pylist(), rows, strict=True))
+    return Checked(table=pa.concat_tables([table, rest.table]), rows=batch.num_rows, rejected=rest.rejected)
 
 
 _READERS = {"json": _json_rows, "jsonl": _jsonl_rows, "csv": _csv_rows, "parquet": _parquet_rows}

@@ -1,5 +1,6 @@
-"""Batch intake (issue 12 items 1-2): check the rows one by one, stream the good ones into
-Parquet parts, write the manifest last, and record the batch.
+"""Batch intake (issue 12 items 1-2): check the rows (a Parquet file's whole columns first, then
+row by row what that leaves), stream the good ones into Parquet parts, write the manifest last,
+and record the batch.
 
 The batch row is inserted first (status ``receiving``), which is what makes ``Idempotency-Key``
 work as on POST /jobs: the unique (tenant, key) index lets one request of several concurrent
@@ -12,12 +13,12 @@ parts are removed after a grace period (``batches_orphans_remove``).
 from __future__ import annotations
 
 import hashlib
-import json
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
 from typing import IO, Any
 
+import pyarrow as pa
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
@@ -26,9 +27,7 @@ from django.utils import timezone
 
 from apps.batches.models import Batch, BatchStatus
 from apps.batches.parts import PartInfo, batch_objects_remove, manifest_write, orphan_batches, part_write
-from apps.batches.rows import RowSource, row_validate
-from apps.jobs.bulk import STAGE_COLUMNS
-from apps.jobs.ids import uuid7
+from apps.batches.rows import RowSource, UnreadableFile
 
 
 class BatchIdempotencyConflict(Exception):
@@ -82,9 +81,14 @@ def batch_submit(
     except BaseException as e:
         # Nothing was published: the parts written so far go now rather than after the grace.
         batch_objects_remove(batch_id=batch.id)
-        Batch.objects.filter(id=batch.id).update(
-            status=BatchStatus.FAILED, error=f"intake failed: {e}", finished_at=Now()
-        )
+        if isinstance(e, UnreadableFile):
+            # The client's file, damaged past what could be checked up front: a 400, and bad
+            # input changes nothing, so the batch row goes too (its key may be used again).
+            Batch.objects.filter(id=batch.id).delete()
+        else:
+            Batch.objects.filter(id=batch.id).update(
+                status=BatchStatus.FAILED, error=f"intake failed: {e}", finished_at=Now()
+            )
         raise
     with transaction.atomic():
         Batch.objects.filter(id=batch.id, status=BatchStatus.RECEIVING).update(
@@ -103,52 +107,30 @@ def batch_submit(
 def _rows_to_parts(
     batch_id: uuid.UUID, source: RowSource
 ) -> tuple[list[PartInfo], int, list[dict[str, Any]], int]:
-    """Validate every row; good ones go into parts of SCRAPEJOBS_BATCH_PART_ROWS rows. Returns the
+    """Check every row; good ones go into parts of SCRAPEJOBS_BATCH_PART_ROWS rows. Returns the
     parts, the number of rows read, the first rejected rows shown and the count of rejected."""
     per_part = settings.SCRAPEJOBS_BATCH_PART_ROWS
     shown = settings.SCRAPEJOBS_BATCH_REJECTED_SHOWN
-    columns: dict[str, list[Any]] = {name: [] for name, _ in STAGE_COLUMNS}
     parts: list[PartInfo] = []
     rejected_rows: list[dict[str, Any]] = []
     rejected = 0
-    number = 0
-    for number, row in enumerate(source.rows, start=1):
-        data, errors = row_validate(row)
-        if data is None:
-            rejected += 1
-            if len(rejected_rows) < shown:
-                rejected_rows.append({"row": number, "errors": errors})
-            continue
-        _columns_append(columns, data, row_number=number)
-        if len(columns["id"]) >= per_part:
-            parts.append(part_write(batch_id=batch_id, number=len(parts), columns=columns))
-            columns = {name: [] for name, _ in STAGE_COLUMNS}
-    if columns["id"]:
-        parts.append(part_write(batch_id=batch_id, number=len(parts), columns=columns))
-    return parts, number, rejected_rows, rejected
-
-
-def _columns_append(columns: dict[str, list[Any]], data: dict[str, Any], *, row_number: int) -> None:
-    """One validated row into the part's columns (STAGE_COLUMNS): what job_create stores."""
-    columns["id"].append(uuid7().bytes)
-    columns["batch_row"].append(row_number)
-    columns["headers"].append(_json_dumps(data["headers"]))
-    for name in (
-        "url",
-        "domain",
-        "method",
-        "body",
-        "priority",
-        "callback_url",
-        "max_attempts",
-        "timeout_s",
-        "max_age_s",
-    ):
-        columns[name].append(data[name])
-
-
-def _json_dumps(value: dict[str, str]) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")) if value else "{}"
+    total = 0
+    pending: list[pa.Table] = []
+    pending_rows = 0
+    for checked in source.chunks:
+        total += checked.rows
+        rejected += len(checked.rejected)
+        for number, errors in checked.rejected[: max(shown - len(rejected_rows), 0)]:
+            rejected_rows.append({"row": number, "errors": errors})
+        pending.append(checked.table)
+        pending_rows += checked.table.num_rows
+        while pending_rows >= per_part:
+            table = pa.concat_tables(pending)
+            parts.append(part_write(batch_id=batch_id, number=len(parts), table=table.slice(0, per_part)))
+            pending, pending_rows = [table.slice(per_part)], table.num_rows - per_part
+    if pending_rows:
+        parts.append(part_write(batch_id=batch_id, number=len(parts), table=pa.concat_tables(pending)))
+    return parts, total, rejected_rows, rejected
 
 
 def batches_orphans_remove() -> tuple[int, int]:

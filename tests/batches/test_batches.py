@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from apps.batches.loader import batch_lease_take, batch_load
 from apps.batches.models import Batch, BatchLease, BatchPart
-from apps.batches.parts import manifest_key, part_rows
+from apps.batches.parts import manifest_key, part_table
 from apps.batches.services import batches_orphans_remove, batches_to_resume
 from apps.jobs.bulk import jobs_bulk_merge
 from apps.jobs.models import Job
@@ -179,6 +179,8 @@ def test_a_batch_over_the_byte_limit_is_413_and_creates_nothing(make_tenant):
         big = submit(api, rows(60))
         small = submit(api, rows(2))
     assert big.status_code == 413 and big.json()["code"] == "payload_too_large"
+    # The 413 quotes the batch limit, not POST /jobs's SCRAPEJOBS_MAX_REQUEST_BYTES.
+    assert big.json()["detail"] == "The request body is over 2048 bytes (SCRAPEJOBS_BATCH_MAX_BYTES)."
     assert small.status_code == 202
     assert Batch.objects.count() == 1
 
@@ -189,6 +191,31 @@ def test_an_unreadable_file_is_400_and_an_unknown_type_is_415(api):
     assert submit(api, b"<x/>", content_type="application/xml").status_code == 415
     assert submit(api, {"url": "http://t.example/"}).status_code == 400  # an object, not a list
     assert Batch.objects.count() == 0
+
+
+def test_a_parquet_file_damaged_past_its_footer_is_400_and_leaves_nothing_behind(api, local_results):
+    # Two row groups: the first reads and is checked, the second's pages are damaged; the footer
+    # is intact, so the file opens and its row count is known before the damage shows.
+    table = pa.table({"url": [f"http://t.example/{i}" for i in range(4000)]})
+    out = io.BytesIO()
+    pq.write_table(table, out, row_group_size=2000, compression="none")
+    data = bytearray(out.getvalue())
+    second = pq.ParquetFile(io.BytesIO(bytes(data))).metadata.row_group(1).column(0)
+    start, size = (
+        (second.dictionary_page_offset or second.data_page_offset) + 16,
+        second.total_compressed_size // 2,
+    )
+    data[start : start + size] = b"\xff" * size
+    with override_settings(SCRAPEJOBS_BATCH_PART_ROWS=1000):
+        r = submit(
+            api, bytes(data), content_type="application/vnd.apache.parquet", HTTP_IDEMPOTENCY_KEY="dmg"
+        )
+    assert r.status_code == 400 and r.json()["code"] == "parse_error", r.content
+    assert "damaged" in r.json()["detail"]
+    assert Batch.objects.count() == 0 and Job.objects.count() == 0
+    assert not [p for p in local_results.rglob("*") if p.is_file()]
+    # Nothing was kept of it, so its key is free for a good file.
+    assert submit(api, rows(2), HTTP_IDEMPOTENCY_KEY="dmg").status_code == 202
 
 
 def test_a_batch_without_its_manifest_is_never_loaded(api):
@@ -259,7 +286,7 @@ def test_merging_a_part_again_inserts_nothing(api, local_results):
     batch_load(batch_id=batch_id)
     batch = Batch.objects.get(id=batch_id)
     (part,) = local_results.rglob("part-*.parquet")
-    again = jobs_bulk_merge(tenant_id=batch.tenant_id, batch_id=batch_id, part=0, rows=part_rows(str(part)))
+    again = jobs_bulk_merge(tenant_id=batch.tenant_id, batch_id=batch_id, part=0, table=part_table(str(part)))
     assert again == 0
     assert Job.objects.filter(batch_id=batch_id).count() == 4
     assert batch_load(batch_id=batch_id) == "loaded"  # a loaded batch is left alone
