@@ -96,4 +96,8 @@ def jobs_requeue(*, job_ids: Iterable[uuid.UUID | str], statuses: Iterable[str] 
             """,
             [ids, allowed],
         )
-        return cur.rowcount
+        requeued = cur.rowcount
+    # A requeued job is no longer final: the same notice makes every web process drop its cached
+    # (final, long-lived) copy of the row, and a waiter re-reads it and waits on.
+    jobs_notify_final(ids)
+    return requeued
