@@ -27,11 +27,11 @@ import threading
 import time
 import uuid
 import weakref
+from datetime import datetime
 from typing import Any, cast
 
 import redis
 from django.conf import settings
-from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import Field
 
 from apps.api.selectors import parse_job_id
@@ -111,9 +111,18 @@ def _field(name: str) -> Field[Any, Any]:
 
 def _store(key: str, tenant_id: uuid.UUID, job: Job) -> None:
     row = {name: getattr(job, name) for name in JOB_COLUMNS}
-    raw = json.dumps({"tenant": str(tenant_id), "row": row}, cls=DjangoJSONEncoder)
+    raw = json.dumps({"tenant": str(tenant_id), "row": row}, default=_json_value)
     ttl = settings.SCRAPEJOBS_READ_CACHE_FINAL_TTL_S if job.is_final else settings.SCRAPEJOBS_READ_CACHE_TTL_S
     _redis_call(lambda r: r.set(key, raw, ex=ttl))
+
+
+def _json_value(value: object) -> str:
+    """Datetimes to the microsecond (DjangoJSONEncoder keeps milliseconds), ids as text."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} in a cached job row")
 
 
 def _redis_call(call: Any) -> Any:

@@ -34,7 +34,7 @@ class Web:
     def __init__(self, port: int, token: str, tenant: object):
         self.base, self.token, self.tenant = f"http://127.0.0.1:{port}", token, tenant
 
-    def get_job(self, job_id: object, **params: object) -> tuple[float, dict]:
+    def get_job(self, job_id: object, **params: int) -> tuple[float, dict]:
         start = time.monotonic()
         r = requests.get(
             f"{self.base}/api/v1/jobs/{job_id}",
