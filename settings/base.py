@@ -100,8 +100,9 @@ MIDDLEWARE = [
     # chunked bodies are read up to the limit (scrapejobs/middleware.py).
     "scrapejobs.middleware.RequestBodyLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
-    # Serves /static/ (admin, API docs) from gunicorn itself: no separate file server to run.
-    "whitenoise.middleware.WhiteNoiseMiddleware",
+    # Serves /static/ (admin, API docs) from the web process itself: no separate file server to run
+    # (WhiteNoise, made usable in an async chain: scrapejobs/middleware.py).
+    "scrapejobs.middleware.StaticFilesMiddleware",
     # Sessions, CSRF, user and messages serve the admin and dashboard pages: skipped under /api/
     # (token-authenticated, CSRF-exempt), where they only cost time (scrapejobs/middleware.py).
     "scrapejobs.middleware.BrowserSessionMiddleware",

@@ -71,7 +71,6 @@ class Supervisor:
             SCRAPEJOBS_WORKER_CONCURRENCY="10",
             SCRAPEJOBS_WRITER_CONCURRENCY="4",
             SCRAPEJOBS_WEB_WORKERS="1",
-            SCRAPEJOBS_WEB_THREADS="4",
             SCRAPEJOBS_SHUTDOWN_TIMEOUT_S="20",
         )
         argv = [sys.executable, "-m", "scrapejobs.supervise"]

@@ -100,6 +100,9 @@ class JobListView(APIView):
         )
 
 
+JOB_WAIT_MAX_S = 30
+
+
 class JobDetailView(APIView):
     """The read of GET /jobs/{id}: authenticate, validate, read the job through the cache. The
     URL is served by ``job_detail`` below, which runs this view and, for ``?wait=``, waits."""
@@ -107,7 +110,7 @@ class JobDetailView(APIView):
     class Params(serializers.Serializer):
         wait = serializers.IntegerField(
             min_value=0,
-            max_value=30,
+            max_value=JOB_WAIT_MAX_S,
             default=0,
             help_text="Hold the answer until the job is final or this many seconds pass.",
         )
@@ -146,6 +149,9 @@ def _read_and_release(request: HttpRequest, job_id: str) -> HttpResponse:
 
 
 _read = sync_to_async(_read_and_release)
+# A waiter's reads run on the shared executor: a thread of the request's own (Django's default
+# for sync code under ASGI) would stay with the request, idle, for the whole wait.
+_read_for_waiter = sync_to_async(_read_and_release, thread_sensitive=False)
 
 
 async def job_detail(request: HttpRequest, job_id: str) -> HttpResponse:
@@ -156,10 +162,10 @@ async def job_detail(request: HttpRequest, job_id: str) -> HttpResponse:
     job may have changed (its notice, or the hub's timed re-check), reads again, and answers once
     the job is final or the time is up."""
     parsed = parse_job_id(job_id)
-    if parsed is None or request.GET.get("wait", "0") in ("", "0"):
-        return await _read(request, job_id)
+    if parsed is None or not _asks_to_wait(request.GET.get("wait", "")):
+        return await _read(request, job_id)  # the view answers, refusals included
     with final_hub().watch(str(parsed)) as changed:
-        response = await _read(request, job_id)
+        response = await _read_for_waiter(request, job_id)
         deadline = time.monotonic() + getattr(response, "wait_s", 0)
         while getattr(response, "wait_s", 0) and (left := deadline - time.monotonic()) > 0:
             try:
@@ -167,8 +173,13 @@ async def job_detail(request: HttpRequest, job_id: str) -> HttpResponse:
             except TimeoutError:
                 break
             changed.clear()  # before the read: a change after it sets the event again
-            response = await _read(request, job_id)
+            response = await _read_for_waiter(request, job_id)
     return response
+
+
+def _asks_to_wait(wait: str) -> bool:
+    """A valid, non-zero ``wait`` (anything else the view answers at once, or refuses)."""
+    return wait.isascii() and wait.isdigit() and 1 <= int(wait) <= JOB_WAIT_MAX_S
 
 
 # drf-spectacular documents the URL from the DRF view that does the reading.

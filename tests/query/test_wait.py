@@ -31,8 +31,9 @@ def _free_port() -> int:
 
 
 class Web:
-    def __init__(self, port: int, token: str, tenant: object):
+    def __init__(self, port: int, token: str, tenant: object, master_pid: int):
         self.base, self.token, self.tenant = f"http://127.0.0.1:{port}", token, tenant
+        self.master_pid = master_pid
 
     def get_job(self, job_id: object, **params: int) -> tuple[float, dict]:
         start = time.monotonic()
@@ -63,7 +64,7 @@ def start_web(services, make_tenant) -> Iterator[Callable[..., Web]]:
                 return False
 
         wait_for(up, timeout=60, what="the web process")
-        return Web(port, token, tenant)
+        return Web(port, token, tenant, proc.pid)
 
     yield start
 
