@@ -58,7 +58,7 @@ class RequestBodyLimitMiddleware:
     once when Django builds its middleware: reading a setting costs more than the rest together).
     """
 
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]):
+    def __init__(self, get_response: Callable[[HttpRequest], Any]):
         self.get_response = get_response
         self.limit: int = settings.SCRAPEJOBS_MAX_REQUEST_BYTES
         if iscoroutinefunction(get_response):
