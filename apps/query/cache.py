@@ -36,23 +36,18 @@ from django.db.models import Field
 
 from apps.api.selectors import parse_job_id
 from apps.jobs.models import Job
-from apps.jobs.redis import WarnEvery, fail_open_redis
+from apps.jobs.redis import WarnEvery, fail_open_redis, job_read_cache_key
 from apps.query.selectors import JOB_COLUMNS, job_get
 
 logger = logging.getLogger(__name__)
 _warn = WarnEvery(logger)
 
-KEY_PREFIX = "sj:job:"
 # After a Redis failure, reads skip Redis this long: a timeout per request would add 100 ms each.
 REDIS_PAUSE_S = 1.0
 
 _redis_paused_until = 0.0
 _locks: weakref.WeakValueDictionary[str, threading.Lock] = weakref.WeakValueDictionary()
 _locks_guard = threading.Lock()
-
-
-def job_cache_key(job_id: uuid.UUID | str) -> str:
-    return f"{KEY_PREFIX}{job_id}"
 
 
 def job_read(*, tenant_id: uuid.UUID, job_id: uuid.UUID | str) -> Job | None:
@@ -63,7 +58,7 @@ def job_read(*, tenant_id: uuid.UUID, job_id: uuid.UUID | str) -> Job | None:
         return None
     if settings.SCRAPEJOBS_READ_CACHE_TTL_S == 0:
         return job_get(tenant_id=tenant_id, job_id=parsed)
-    key = job_cache_key(parsed)
+    key = job_read_cache_key(parsed)
     found = _cached(key, tenant_id)
     if found is not None:
         return found
@@ -81,7 +76,7 @@ def job_read(*, tenant_id: uuid.UUID, job_id: uuid.UUID | str) -> Job | None:
 def job_cache_forget(job_ids: list[str]) -> None:
     """Drop these jobs' keys (they became final, or left a final state)."""
     if job_ids:
-        _redis_call(lambda r: r.delete(*[job_cache_key(i) for i in job_ids]))
+        _redis_call(lambda r: r.delete(*[job_read_cache_key(i) for i in job_ids]))
 
 
 def _key_lock(key: str) -> threading.Lock:
