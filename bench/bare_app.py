@@ -1,5 +1,5 @@
 """The framework's floor for the intake benchmark: a plain Django view (no DRF, no token, no
-validation, no idempotency) that inserts one job row, served by the same gunicorn command line
+validation, no idempotency) that inserts one job row, served by the same web command line (gunicorn, uvicorn workers, ASGI)
 and the same settings (bench/bare_settings.py changes only the URLconf).
 
     DJANGO_SETTINGS_MODULE=bench.bare_settings gunicorn bench.bare_app:application
@@ -11,7 +11,7 @@ import json
 import os
 from urllib.parse import urlsplit
 
-from django.core.wsgi import get_wsgi_application
+from django.core.asgi import get_asgi_application
 from django.http import HttpRequest, JsonResponse
 from django.urls import path
 from django.utils import timezone
@@ -38,4 +38,4 @@ def create_job(request: HttpRequest) -> JsonResponse:
 
 urlpatterns = [path("api/v1/jobs", create_job)]
 
-application = get_wsgi_application()
+application = get_asgi_application()

@@ -50,7 +50,7 @@ THREADS_PER_PROCESS = 8  # 32 concurrent clients in all
 WARMUP_S = float(os.environ.get("BENCH_INTAKE_WARMUP_S", "2"))
 MEASURE_S = float(os.environ.get("BENCH_INTAKE_SECONDS", "10"))  # per round and per open loop
 ROUNDS = int(os.environ.get("BENCH_INTAKE_ROUNDS", "3"))
-WEB_WORKERS, WEB_THREADS = 2, 16  # the default web command line on this 2-core machine
+WEB_WORKERS = 2  # the default web command line on this 2-core machine
 # Open loop: a steady load for the latency promise (NFR-2), ten times the seed's peak of 28 jobs/s.
 OPEN_RATE = float(os.environ.get("BENCH_INTAKE_OPEN_RATE", "300"))
 OPEN_THREADS_PER_PROCESS = 32  # OPEN_CONNECTIONS = 128: at 300/s that is 400 ms of answers in flight
@@ -217,13 +217,13 @@ def run() -> None:
         env = service_env(db)
         tenant_id, token = create_tenant(env)
         api_port, bare_port = free_port(), free_port()
-        api_argv = processes.web(port=api_port, workers=WEB_WORKERS, threads=WEB_THREADS)
-        bare_argv = processes.web(port=bare_port, workers=WEB_WORKERS, threads=WEB_THREADS)
-        bare_argv[bare_argv.index("scrapejobs.wsgi:application")] = "bench.bare_app:application"
+        api_argv = processes.web(port=api_port, workers=WEB_WORKERS)
+        bare_argv = processes.web(port=bare_port, workers=WEB_WORKERS)
+        bare_argv[bare_argv.index("scrapejobs.asgi:application")] = "bench.bare_app:application"
         bare_env = dict(env, DJANGO_SETTINGS_MODULE="bench.bare_settings", BENCH_TENANT_ID=tenant_id)
         note(
-            f"intake: the API and the bare Django view (one INSERT), each {WEB_WORKERS} gunicorn workers x "
-            f"{WEB_THREADS} threads; {ROUNDS} rounds of 32 closed-loop clients for {MEASURE_S:.0f}s each, "
+            f"intake: the API and the bare Django view (one INSERT), each {WEB_WORKERS} gunicorn "
+            f"uvicorn workers (ASGI); {ROUNDS} rounds of 32 closed-loop clients for {MEASURE_S:.0f}s each, "
             f"then an open loop at {OPEN_RATE:.0f} requests/s against each"
         )
         with running(

@@ -14,12 +14,14 @@ import logging
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.conf import settings
 from django.contrib.auth.middleware import AuthenticationMiddleware
 from django.contrib.messages.middleware import MessageMiddleware
 from django.contrib.sessions.middleware import SessionMiddleware
 from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
 from django.middleware.csrf import CsrfViewMiddleware
+from whitenoise.middleware import WhiteNoiseMiddleware
 
 from apps.api.errors import ApiError, api_error_response, body_unreadable, length_required, payload_too_large
 
@@ -58,15 +60,32 @@ class RequestBodyLimitMiddleware:
     once when Django builds its middleware: reading a setting costs more than the rest together).
     """
 
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]):
+    def __init__(self, get_response: Callable[[HttpRequest], Any]):
         self.get_response = get_response
         self.limit: int = settings.SCRAPEJOBS_MAX_REQUEST_BYTES
         self.batch_limit: int = settings.SCRAPEJOBS_BATCH_MAX_BYTES
+        if iscoroutinefunction(get_response):
+            markcoroutinefunction(self)
 
     def _limit_for(self, request: HttpRequest) -> int:
         return self.batch_limit if request.path_info == BATCHES_PATH else self.limit
 
-    def __call__(self, request: HttpRequest) -> HttpResponse:
+    # Both, so that under ASGI (scrapejobs/asgi.py) the chain stays async: a sync middleware makes
+    # Django run every request, a ?wait= caller's too, in a thread of its own.
+    sync_capable = True
+    async_capable = True
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if iscoroutinefunction(self):
+            return self.__acall__(request)
+        refused = self._refusal(request)
+        return refused if refused is not None else self.get_response(request)
+
+    async def __acall__(self, request: HttpRequest) -> HttpResponse:
+        refused = self._refusal(request)
+        return refused if refused is not None else await self.get_response(request)
+
+    def _refusal(self, request: HttpRequest) -> HttpResponse | None:
         meta = request.META
         declared = meta.get("CONTENT_LENGTH")
         if declared:
@@ -77,23 +96,11 @@ class RequestBodyLimitMiddleware:
             if too_large and _is_api(request):
                 return self._too_large(request)
         elif "HTTP_TRANSFER_ENCODING" in meta and "wsgi.input" in meta and _is_api(request):
-            refused = self._buffer_unmeasured_body(request)
-            if refused is not None:
-                return refused
-        return self.get_response(request)
+            return self._buffer_unmeasured_body(request)
+        return None
 
     def _too_large(self, request: HttpRequest) -> HttpResponse:
-        """The 413, quoting the limit this path has (POST /batches has its own, larger one)."""
-        error = payload_too_large()
-        limit = self._limit_for(request)
-        if limit != self.limit:
-            error = ApiError(
-                status_code=error.status_code,
-                type=error.type,
-                code=error.code,
-                detail=f"The request body is over {limit} bytes (SCRAPEJOBS_BATCH_MAX_BYTES).",
-            )
-        return api_error_response(error)
+        return too_large_response(path=request.path_info, limit=self._limit_for(request))
 
     def _buffer_unmeasured_body(self, request: HttpRequest) -> HttpResponse | None:
         meta = request.META
@@ -114,6 +121,19 @@ class RequestBodyLimitMiddleware:
         request._stream = meta["wsgi.input"] = io.BytesIO(body)
         meta["CONTENT_LENGTH"] = str(len(body))
         return None
+
+
+def too_large_response(*, path: str, limit: int) -> HttpResponse:
+    """The 413, quoting the limit the path has (POST /batches has its own, larger one)."""
+    error = payload_too_large()
+    if path == BATCHES_PATH:
+        error = ApiError(
+            status_code=error.status_code,
+            type=error.type,
+            code=error.code,
+            detail=f"The request body is over {limit} bytes (SCRAPEJOBS_BATCH_MAX_BYTES).",
+        )
+    return api_error_response(error)
 
 
 def _read_at_most(stream: BinaryIO, size: int) -> bytes:
@@ -160,3 +180,37 @@ class BrowserAuthenticationMiddleware(_SkippedForApi, AuthenticationMiddleware):
 
 class BrowserMessageMiddleware(_SkippedForApi, MessageMiddleware):
     pass
+
+
+class StaticFilesMiddleware(WhiteNoiseMiddleware):
+    """WhiteNoise (the admin's and the API docs' static files), usable in an async chain.
+
+    WhiteNoise's middleware is sync-only, and one sync middleware makes Django run the whole
+    chain in a thread per request under ASGI: a ``?wait=`` caller would hold a thread blocked for
+    its whole wait. Its request side is a dictionary look-up of the files found at start, no I/O,
+    so it runs on the event loop; the file itself is streamed by Django as for any
+    response."""
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: Any) -> None:
+        super().__init__(get_response)
+        if iscoroutinefunction(get_response):
+            markcoroutinefunction(self)
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if iscoroutinefunction(self):
+            return self.__acall__(request)
+        return super().__call__(request)
+
+    async def __acall__(self, request: HttpRequest) -> HttpResponse:
+        # WhiteNoise's __call__, awaiting the rest of the chain (autorefresh, for development
+        # only, looks at the disk).
+        if self.autorefresh:
+            static_file = self.find_file(request.path_info)
+        else:
+            static_file = self.files.get(request.path_info)
+        if static_file is not None:
+            return self.serve(static_file, request)
+        return await self.get_response(request)

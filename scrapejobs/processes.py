@@ -3,7 +3,7 @@
 ``make run`` (scrapejobs/supervise.py), the end-to-end tests, the benchmarks and docker/ all start
 the same components with these argv lists; the README shows them for running on several machines:
 
-- web     gunicorn serving the API, admin, docs and signed result links
+- web     gunicorn with uvicorn workers (ASGI) serving the API, admin, docs and signed result links
 - worker  Celery worker on the scrape queues (threads: a fetch mostly waits on the network)
 - writer  Celery worker on the control queue: outbox publisher, sweeper, receipt writer, webhooks,
           and the batch loader (queue ``batches``)
@@ -30,18 +30,18 @@ def _celery() -> list[str]:
     return [str(BIN / "celery"), "-A", "scrapejobs"]
 
 
-def web(*, host: str = "127.0.0.1", port: int = 8000, workers: int = 2, threads: int = 16) -> list[str]:
+def web(*, host: str = "127.0.0.1", port: int = 8000, workers: int = 2) -> list[str]:
+    """gunicorn (process management, graceful stop) running uvicorn workers on the ASGI app: a
+    ``?wait=`` caller is an asyncio task, not a thread (scrapejobs/asgi.py)."""
     return [
         str(BIN / "gunicorn"),
-        "scrapejobs.wsgi:application",
+        "scrapejobs.asgi:application",
         "--bind",
         f"{host}:{port}",
         "--workers",
         str(workers),
         "--worker-class",
-        "gthread",
-        "--threads",
-        str(threads),
+        "scrapejobs.web_worker.WebWorker",
         "--access-logfile",
         "-",
         "--graceful-timeout",
@@ -116,7 +116,7 @@ def from_env(component: str, environ: Mapping[str, str] | None = None) -> list[s
 
     These are process-level settings (read before Django starts), documented in the README next
     to the Django settings: PORT, SCRAPEJOBS_WEB_HOST, SCRAPEJOBS_WEB_WORKERS,
-    SCRAPEJOBS_WEB_THREADS, SCRAPEJOBS_WORKER_CONCURRENCY, SCRAPEJOBS_WRITER_CONCURRENCY,
+    SCRAPEJOBS_WORKER_CONCURRENCY, SCRAPEJOBS_WRITER_CONCURRENCY,
     SCRAPEJOBS_BEAT_SCHEDULE, FLOWER_ADDRESS, FLOWER_PORT, and SCRAPEJOBS_TASK_EVENTS (read by
     Django's settings too) for Flower.
     """
@@ -126,7 +126,6 @@ def from_env(component: str, environ: Mapping[str, str] | None = None) -> list[s
             host=e.get("SCRAPEJOBS_WEB_HOST", "127.0.0.1"),
             port=int(e.get("PORT", "8000")),
             workers=int(e.get("SCRAPEJOBS_WEB_WORKERS", "2")),
-            threads=int(e.get("SCRAPEJOBS_WEB_THREADS", "16")),
         )
     if component == "worker":
         return worker(concurrency=int(e.get("SCRAPEJOBS_WORKER_CONCURRENCY", "100")))

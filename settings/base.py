@@ -111,8 +111,9 @@ MIDDLEWARE = [
     # chunked bodies are read up to the limit (scrapejobs/middleware.py).
     "scrapejobs.middleware.RequestBodyLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
-    # Serves /static/ (admin, API docs) from gunicorn itself: no separate file server to run.
-    "whitenoise.middleware.WhiteNoiseMiddleware",
+    # Serves /static/ (admin, API docs) from the web process itself: no separate file server to run
+    # (WhiteNoise, made usable in an async chain: scrapejobs/middleware.py).
+    "scrapejobs.middleware.StaticFilesMiddleware",
     # Sessions, CSRF, user and messages serve the admin and dashboard pages: skipped under /api/
     # (token-authenticated, CSRF-exempt), where they only cost time (scrapejobs/middleware.py).
     "scrapejobs.middleware.BrowserSessionMiddleware",
@@ -476,3 +477,13 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env.str("SCRAPEJOBS_LOG_LEVEL", default="INFO")},
 }
+
+# --- Waiting and the read cache (issue 10, items 2 and 3) --------------------------------
+# ?wait=: each web process re-checks the jobs its callers wait for this often, in one query, so a
+# lost NOTIFY (or one sent while its listener was reconnecting) delays an answer by at most this.
+SCRAPEJOBS_WAIT_RECHECK_S = _positive_float("SCRAPEJOBS_WAIT_RECHECK_S", 1.0)
+# GET /jobs/{id} reads a job through Redis: a job not final yet is kept this many seconds (so a
+# change shows within it even if its notice is lost); 0 switches the cache off.
+SCRAPEJOBS_READ_CACHE_TTL_S = _bounded_int("SCRAPEJOBS_READ_CACHE_TTL_S", 2, 0, 60)
+# A final job's row changes no more (a requeue drops it from the cache): kept this long.
+SCRAPEJOBS_READ_CACHE_FINAL_TTL_S = _bounded_int("SCRAPEJOBS_READ_CACHE_FINAL_TTL_S", 86400, 1, 30 * 86400)

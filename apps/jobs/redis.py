@@ -75,6 +75,23 @@ class WarnEvery:
         self.logger.warning(message, *args, exc_info=exc_info)
 
 
+def job_read_cache_key(job_id: object) -> str:
+    """A job's row in the read cache of GET /jobs/{id} (apps/query/cache.py). Named here so that
+    the ledger can drop it when a final job leaves its final state (a requeue)."""
+    return f"sj:job:{job_id}"
+
+
+def job_read_cache_forget(job_ids: list[str]) -> None:
+    """Drop these jobs from the read cache; Redis away, the short TTL or the listener's drop on
+    the next notice does it."""
+    if not job_ids:
+        return
+    try:
+        fail_open_redis().delete(*[job_read_cache_key(i) for i in job_ids])
+    except redis.RedisError:
+        logging.getLogger(__name__).warning("read cache: could not drop %d requeued jobs", len(job_ids))
+
+
 def cancel_flag_key(job_id: str, attempt: int) -> str:
     """The cancel flag of one attempt of a job (``job_cancel`` sets it; the worker running that
     attempt stops). Per attempt, so a requeued job's next attempt is not stopped by an old cancel."""

@@ -1,24 +1,15 @@
 """Reads for the query endpoints. Every read is scoped by tenant: another tenant's job does not
-exist (apps.api.selectors holds the reads intake makes too).
-
-``job_wait_final`` is the single-flight waiting of contract section 6 seen from a caller: it
-LISTENs before it reads, so a job that becomes final between the read and the wait still wakes
-it, and it re-reads on a timer in case a notification is lost (a NOTIFY is not durable).
+exist (apps.api.selectors holds the reads intake makes too). GET /jobs/{id} reads through the
+cache of apps/query/cache.py; ?wait= is apps/query/waiting.py.
 """
 
 from __future__ import annotations
 
-import time
 import uuid
-from typing import Any
 
-import psycopg
-from django.db import connections
 from django.db.models import QuerySet
-from psycopg import sql
 
 from apps.api.selectors import parse_job_id
-from apps.jobs.final_notices import JOB_FINAL_CHANNEL
 from apps.jobs.models import Attempt, Job
 from apps.jobs.selectors import JOB_WAITING_COLUMNS
 
@@ -46,9 +37,6 @@ RESULT_COLUMNS = (
     "result_http_status",
     "result_stored_at",
 )
-# How often a waiting caller re-reads its job when no notification came (a lost NOTIFY, or a
-# listener connection that missed it) — the worst-case extra delay of ?wait.
-WAIT_RECHECK_S = 1.0
 
 
 def job_get(*, tenant_id: uuid.UUID, job_id: uuid.UUID | str, with_result: bool = False) -> Job | None:
@@ -95,60 +83,3 @@ def job_list(
 
 def attempt_list(*, job_id: uuid.UUID) -> QuerySet[Attempt]:
     return Attempt.objects.filter(job_id=job_id).order_by("number")
-
-
-# --- ?wait= -------------------------------------------------------------------------------
-
-
-def _listen_connection() -> psycopg.Connection[Any]:
-    """A connection of its own for LISTEN: Django's request connection may be pooled or inside a
-    transaction, and notifications are only delivered between transactions."""
-    s = connections["default"].settings_dict
-    params: dict[str, Any] = {
-        "dbname": s["NAME"],
-        "user": s.get("USER") or None,
-        "password": s.get("PASSWORD") or None,
-        "host": s.get("HOST") or None,
-        "port": str(s["PORT"]) if s.get("PORT") else None,
-        "connect_timeout": 5,
-    }
-    for key, value in (s.get("OPTIONS") or {}).items():
-        # Only libpq connection parameters; Django's own options (pool, isolation_level...) stay.
-        if key in (
-            "host",
-            "port",
-            "sslmode",
-            "sslrootcert",
-            "sslcert",
-            "sslkey",
-            "application_name",
-            "options",
-        ):
-            params[key] = value
-    return psycopg.connect(autocommit=True, **{k: v for k, v in params.items() if v is not None})
-
-
-def job_wait_final(*, tenant_id: uuid.UUID, job_id: uuid.UUID | str, timeout_s: float) -> Job | None:
-    """The job once it is final, or as it is after ``timeout_s``; None if it is not the tenant's.
-
-    Costs one extra connection for the length of the wait, and only when the job is not final at
-    the first read.
-    """
-    job = job_get(tenant_id=tenant_id, job_id=job_id)
-    if job is None or job.is_final or timeout_s <= 0:
-        return job
-    deadline = time.monotonic() + timeout_s
-    wanted = str(job.id)
-    with _listen_connection() as conn:
-        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(JOB_FINAL_CHANNEL)))
-        # Read again now that we listen: a change after this read is sure to be notified.
-        job = job_get(tenant_id=tenant_id, job_id=job_id)
-        while job is not None and not job.is_final:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            for note in conn.notifies(timeout=min(left, WAIT_RECHECK_S)):
-                if note.payload == wanted:
-                    break
-            job = job_get(tenant_id=tenant_id, job_id=job_id)
-    return job

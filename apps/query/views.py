@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
+from asgiref.sync import sync_to_async
+from django.db import connection
+from django.http import HttpRequest, HttpResponse
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -12,6 +17,7 @@ from rest_framework.views import APIView
 
 from apps.api.errors import ApiError, not_found
 from apps.api.pagination import BadCursor, cursor_decode, cursor_encode
+from apps.api.selectors import parse_job_id
 from apps.api.serializers import (
     ErrorOutput,
     JobOutput,
@@ -21,8 +27,9 @@ from apps.api.serializers import (
 )
 from apps.batches.selectors import batch_exists
 from apps.jobs.models import JobStatus, Priority
-from apps.query import selectors
+from apps.query import cache, selectors
 from apps.query.serializers import AttemptPageOutput, JobPageOutput, ResultOutput
+from apps.query.waiting import final_hub
 from apps.results.selectors import ResultGone, result_link
 
 _ERR = OpenApiResponse(ErrorOutput)
@@ -93,11 +100,17 @@ class JobListView(APIView):
         )
 
 
+JOB_WAIT_MAX_S = 30
+
+
 class JobDetailView(APIView):
+    """The read of GET /jobs/{id}: authenticate, validate, read the job through the cache. The
+    URL is served by ``job_detail`` below, which runs this view and, for ``?wait=``, waits."""
+
     class Params(serializers.Serializer):
         wait = serializers.IntegerField(
             min_value=0,
-            max_value=30,
+            max_value=JOB_WAIT_MAX_S,
             default=0,
             help_text="Hold the answer until the job is final or this many seconds pass.",
         )
@@ -106,16 +119,72 @@ class JobDetailView(APIView):
         operation_id="jobs_retrieve",
         summary="A job's status",
         description="With `wait=N` the answer is held until the job is final or N seconds pass "
-        "(woken by the database the moment the job ends).",
+        "(woken by the database the moment the job ends; a waiting call holds no database "
+        "connection). Answers may come from a cache that shows a change within 2 s, at once "
+        "when the job ends.",
         parameters=[Params],
         responses={200: JobOutput, 400: _ERR, **_COMMON_ERRORS},
     )
     def get(self, request: Request, job_id: str) -> Response:
         params = _query_params(request, self.Params)
-        job = selectors.job_wait_final(tenant_id=_tenant_id(request), job_id=job_id, timeout_s=params["wait"])
+        job = cache.job_read(tenant_id=_tenant_id(request), job_id=job_id)
         if job is None:
             raise not_found()
-        return Response(job_representation(job, base=base_url(request)))
+        response = Response(job_representation(job, base=base_url(request)))
+        response.wait_s = 0 if job.is_final else params["wait"]  # type: ignore[attr-defined]
+        return response
+
+
+_job_detail_read = JobDetailView.as_view()
+
+
+def _read_and_release(request: HttpRequest, job_id: str) -> HttpResponse:
+    """One read of the job (the DRF view), then the request's database connection goes back to
+    the pool: a waiting request must not hold one."""
+    try:
+        return _job_detail_read(request, job_id=job_id)
+    finally:
+        if not connection.in_atomic_block:  # a test's transaction is the test's to end
+            connection.close()
+
+
+_read = sync_to_async(_read_and_release)
+# A waiter's reads run on the shared executor: a thread of the request's own (Django's default
+# for sync code under ASGI) would stay with the request, idle, for the whole wait.
+_read_for_waiter = sync_to_async(_read_and_release, thread_sensitive=False)
+
+
+async def job_detail(request: HttpRequest, job_id: str) -> HttpResponse:
+    """GET /jobs/{id}[?wait=N]: a plain read, or a wait that holds no connection and no thread.
+
+    The waiter registers with its process's hub before it reads (a change after the read wakes
+    it: contract 6), gives its connection back, then sleeps on an event until the hub says the
+    job may have changed (its notice, or the hub's timed re-check), reads again, and answers once
+    the job is final or the time is up."""
+    parsed = parse_job_id(job_id)
+    if parsed is None or not _asks_to_wait(request.GET.get("wait", "")):
+        return await _read(request, job_id)  # the view answers, refusals included
+    with final_hub().watch(str(parsed)) as changed:
+        response = await _read_for_waiter(request, job_id)
+        deadline = time.monotonic() + getattr(response, "wait_s", 0)
+        while getattr(response, "wait_s", 0) and (left := deadline - time.monotonic()) > 0:
+            try:
+                await asyncio.wait_for(changed.wait(), timeout=left)
+            except TimeoutError:
+                break
+            changed.clear()  # before the read: a change after it sets the event again
+            response = await _read_for_waiter(request, job_id)
+    return response
+
+
+def _asks_to_wait(wait: str) -> bool:
+    """A valid, non-zero ``wait`` (anything else the view answers at once, or refuses)."""
+    return wait.isascii() and wait.isdigit() and 1 <= int(wait) <= JOB_WAIT_MAX_S
+
+
+# drf-spectacular documents the URL from the DRF view that does the reading.
+job_detail.cls = JobDetailView  # type: ignore[attr-defined]
+job_detail.initkwargs = {}  # type: ignore[attr-defined]
 
 
 class JobAttemptsView(APIView):

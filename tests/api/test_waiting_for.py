@@ -29,6 +29,14 @@ DOMAIN = "127.0.0.1"
 
 
 @pytest.fixture(autouse=True)
+def _no_read_cache(settings):
+    """Each test reads the job right after the publisher, the gate or the writer moved it: the read
+    cache would answer with the row of up to SCRAPEJOBS_READ_CACHE_TTL_S ago (tests/query/test_cache.py
+    covers that staleness); here the answer must be the row's."""
+    settings.SCRAPEJOBS_READ_CACHE_TTL_S = 0
+
+
+@pytest.fixture(autouse=True)
 def _fresh_policy_cache():
     domain_limits_cache_clear()
     yield

@@ -102,7 +102,7 @@ def test_intake_accepts_jobs_while_redis_is_down_and_they_are_published_once_it_
         SCRAPEJOBS_PUBLISH_INTERVAL_S="0.5",
     )
     port = _free_port()
-    web = svc.start("web", port=port, workers=1, threads=4)
+    web = svc.start("web", port=port, workers=1)
     svc.start("writer")  # runs the publisher
     svc.start("beat")
     _, token, _ = make_tenant()
@@ -189,7 +189,7 @@ def test_thirty_seconds_without_redis_cost_clients_nothing_and_every_job_ends_su
     )
     port = _free_port()
     slots = {
-        "web": lambda: svc.start("web", port=port, workers=1, threads=4),
+        "web": lambda: svc.start("web", port=port, workers=1),
         "writer": lambda: svc.start("writer"),
         "beat": lambda: svc.start("beat"),
         "worker": lambda: svc.start("worker", concurrency=10),

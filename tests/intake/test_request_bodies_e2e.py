@@ -41,7 +41,7 @@ def _free_port() -> int:
 def web(services, make_tenant) -> Iterator[tuple[int, str]]:
     """(port, token) of a running web process."""
     port = _free_port()
-    proc = services().start("web", port=port, workers=1, threads=4)
+    proc = services().start("web", port=port, workers=1)
     _, token, _ = make_tenant()
 
     def up() -> bool:

@@ -1,0 +1,133 @@
+"""The read cache of GET /jobs/{id} (issue 10, item 3): cache-aside in Redis, one key per job.
+
+Status polling is the read side's hot path, and every poll used to be a PostgreSQL read on the
+database intake writes to. Now:
+
+- a job not final yet is kept SCRAPEJOBS_READ_CACHE_TTL_S (2 s): a change shows within that even
+  if its notice is lost; a final job is kept SCRAPEJOBS_READ_CACHE_FINAL_TTL_S, since its row no
+  longer changes (a requeue sends the final notice too, which drops it);
+- the completion notice drops the key (``job_cache_forget``, called by each web process's
+  listener in apps/query/waiting.py), so a job that ends is seen ended at once;
+- one key per job, holding the row and its tenant: a read for another tenant is a miss that goes
+  to the database, which scopes it by tenant as before, so no tenant reads another's job here;
+- a stampede on one key reaches the database at most once per TTL per process: misses for the
+  same job queue on one lock, and whoever comes after the first finds the key filled;
+- Redis slow or down: reads go to the database (after a failure Redis is left alone for a
+  second, so an outage costs each request nothing), never a 500.
+
+Only the row's columns are kept, never a representation: links are built per request, so a
+signed result link is never served past its validity. Lists are not cached.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+import weakref
+from datetime import datetime
+from typing import Any, cast
+
+import redis
+from django.conf import settings
+from django.db.models import Field
+
+from apps.api.selectors import parse_job_id
+from apps.jobs.models import Job
+from apps.jobs.redis import WarnEvery, fail_open_redis, job_read_cache_key
+from apps.query.selectors import JOB_COLUMNS, job_get
+
+logger = logging.getLogger(__name__)
+_warn = WarnEvery(logger)
+
+# After a Redis failure, reads skip Redis this long: a timeout per request would add 100 ms each.
+REDIS_PAUSE_S = 1.0
+
+_redis_paused_until = 0.0
+_locks: weakref.WeakValueDictionary[str, threading.Lock] = weakref.WeakValueDictionary()
+_locks_guard = threading.Lock()
+
+
+def job_read(*, tenant_id: uuid.UUID, job_id: uuid.UUID | str) -> Job | None:
+    """The tenant's job (the columns of its API representation), or None: from Redis when it
+    holds the job, else from the database, then kept in Redis."""
+    parsed = parse_job_id(job_id)
+    if parsed is None:
+        return None
+    if settings.SCRAPEJOBS_READ_CACHE_TTL_S == 0:
+        return job_get(tenant_id=tenant_id, job_id=parsed)
+    key = job_read_cache_key(parsed)
+    found = _cached(key, tenant_id)
+    if found is not None:
+        return found
+    with _key_lock(key):
+        # Whoever held the lock before us may have filled the key: one database read per TTL.
+        found = _cached(key, tenant_id)
+        if found is not None:
+            return found
+        job = job_get(tenant_id=tenant_id, job_id=parsed)
+        if job is not None:
+            _store(key, tenant_id, job)
+        return job
+
+
+def job_cache_forget(job_ids: list[str]) -> None:
+    """Drop these jobs' keys (they became final, or left a final state)."""
+    if job_ids:
+        _redis_call(lambda r: r.delete(*[job_read_cache_key(i) for i in job_ids]))
+
+
+def _key_lock(key: str) -> threading.Lock:
+    with _locks_guard:
+        lock = _locks.get(key)
+        if lock is None:
+            lock = _locks[key] = threading.Lock()
+        return lock
+
+
+def _cached(key: str, tenant_id: uuid.UUID) -> Job | None:
+    raw = _redis_call(lambda r: r.get(key))
+    if not raw:
+        return None
+    entry = json.loads(raw)
+    if entry["tenant"] != str(tenant_id):
+        return None  # another tenant's job: the database answers (not found)
+    row = entry["row"]
+    # from_db takes the values in the model's field order; the other columns stay deferred.
+    names = [f.attname for f in Job._meta.concrete_fields if f.attname in row]
+    return Job.from_db("default", names, [_field(name).to_python(row[name]) for name in names])
+
+
+def _field(name: str) -> Field[Any, Any]:
+    return cast("Field[Any, Any]", Job._meta.get_field(name))
+
+
+def _store(key: str, tenant_id: uuid.UUID, job: Job) -> None:
+    row = {name: getattr(job, name) for name in JOB_COLUMNS}
+    raw = json.dumps({"tenant": str(tenant_id), "row": row}, default=_json_value)
+    ttl = settings.SCRAPEJOBS_READ_CACHE_FINAL_TTL_S if job.is_final else settings.SCRAPEJOBS_READ_CACHE_TTL_S
+    _redis_call(lambda r: r.set(key, raw, ex=ttl))
+
+
+def _json_value(value: object) -> str:
+    """Datetimes to the microsecond (DjangoJSONEncoder keeps milliseconds), ids as text."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} in a cached job row")
+
+
+def _redis_call(call: Any) -> Any:
+    """``call(client)``, or None when Redis fails (and then Redis is skipped for a moment)."""
+    global _redis_paused_until  # noqa: PLW0603 - one flag per process, shared by its requests
+    if time.monotonic() < _redis_paused_until:
+        return None
+    try:
+        return call(fail_open_redis())
+    except redis.RedisError:
+        _redis_paused_until = time.monotonic() + REDIS_PAUSE_S
+        _warn("read cache: Redis did not answer; reading jobs from the database")
+        return None
