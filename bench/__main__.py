@@ -4,7 +4,8 @@ lines. ``make bench`` (``make bench BENCH=intake``) runs this with DATABASE_URL 
 
 Benchmarks: intake (POST /jobs against a bare Django view), e2e (2,000 jobs through the whole
 service against a bare Celery task doing requests.get), writer (receipts through the leased writer
-against one transaction per receipt), each ``bench/<name>.py:run()``.
+against one transaction per receipt), admin (list pages and filters at a million jobs against
+ten thousand), each ``bench/<name>.py:run()``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-ORDER = ("intake", "e2e", "writer")
+ORDER = ("intake", "e2e", "writer", "admin")
 
 
 def available() -> list[str]:

@@ -13,6 +13,7 @@ os.environ.setdefault("SCRAPEJOBS_DB_POOL", "false")  # pytest-django recreates 
 os.environ.setdefault("SCRAPEJOBS_RETRY_BASE_S", "0.2")
 os.environ.setdefault("SCRAPEJOBS_RETRY_CAP_S", "2")
 os.environ.setdefault("SCRAPEJOBS_LOG_LEVEL", "WARNING")
+os.environ.setdefault("SCRAPEJOBS_LOG_FORMAT", "text")  # failing tests show readable worker logs
 # Local targets take thousands of jobs per test: domain limits off unless a test sets a policy
 # (tests/politeness); a retried 503 must not pause the shared 127.0.0.1 "domain" for 30 s.
 os.environ.setdefault("SCRAPEJOBS_DOMAIN_DEFAULT_RPS", "1000000")

@@ -30,6 +30,7 @@ class ClaimedJob:
     max_attempts: int
     lease_expires_at: datetime
     result_key: str | None = None
+    tenant_id: uuid.UUID | None = None  # for the log lines about the attempt (apps/runtime/logs.py)
 
 
 def job_claim(*, job_id: uuid.UUID | str, worker: str) -> ClaimedJob | None:
@@ -70,7 +71,7 @@ def job_claim(*, job_id: uuid.UUID | str, worker: str) -> ClaimedJob | None:
                    AND (not_before IS NULL OR not_before <= t.now)
                    AND cancel_requested_at IS NULL
              RETURNING id, attempts, method, url, headers, body, timeout_s, max_attempts,
-                       lease_expires_at
+                       lease_expires_at, tenant_id
             ), attempt AS (
                 INSERT INTO jobs_attempt (job_id, number, worker, started_at)
                 SELECT id, attempts, %(worker)s, t.now FROM claimed, t
@@ -82,7 +83,8 @@ def job_claim(*, job_id: uuid.UUID | str, worker: str) -> ClaimedJob | None:
                  WHERE id = %(id)s AND status = 'queued' AND published_at IS NOT NULL
                    AND not_before > t.now AND cancel_requested_at IS NULL
             )
-            SELECT attempts, method, url, headers, body, timeout_s, max_attempts, lease_expires_at
+            SELECT attempts, method, url, headers, body, timeout_s, max_attempts, lease_expires_at,
+                   tenant_id
               FROM claimed
             """,
             {"worker": worker, "lease_s": float(settings.SCRAPEJOBS_LEASE_SECONDS), "id": job_uuid},
@@ -91,7 +93,7 @@ def job_claim(*, job_id: uuid.UUID | str, worker: str) -> ClaimedJob | None:
         row = cur.fetchone()
     if row is None:
         return None
-    attempt, method, url, headers, body, timeout_s, max_attempts, lease_expires_at = row
+    attempt, method, url, headers, body, timeout_s, max_attempts, lease_expires_at, tenant_id = row
     if isinstance(headers, str):  # raw cursor: psycopg may hand jsonb back decoded or not
         import json  # noqa: PLC0415
 
@@ -106,6 +108,7 @@ def job_claim(*, job_id: uuid.UUID | str, worker: str) -> ClaimedJob | None:
         timeout_s=timeout_s,
         max_attempts=max_attempts,
         lease_expires_at=lease_expires_at,
+        tenant_id=tenant_id,
     )
 
 

@@ -29,6 +29,7 @@ from apps.jobs.receipts import AttemptFinished
 from apps.jobs.redis import cancel_flag_key, state_redis
 from apps.politeness.services import job_domain_turn
 from apps.results.storage import ResultStoreFailed, result_store
+from apps.runtime.logs import job_attempt_failure_log, job_log_context_claimed
 from apps.scraping.errors import FetchError
 from apps.scraping.fetch import FetchRequest, fetch_open
 from apps.scraping.leases import LeaseHandle, lease_keeper
@@ -95,7 +96,10 @@ def job_run_attempt(
         if claimed is None:
             logger.info("job %s not claimable (duplicate message or not queued): skipped", job_id)
             return None
+        job_log_context_claimed(tenant_id=claimed.tenant_id, attempt=claimed.attempt, url=claimed.url)
         receipt = attempt_run(claimed=claimed, worker=worker)
+        if receipt.outcome in (AttemptOutcome.PERMANENT, AttemptOutcome.TEMPORARY):
+            job_attempt_failure_log(logger, error_class=receipt.error_class, error=receipt.error)
         # A 429/503 or a Retry-After slows the domain down for every worker (a Redis call only
         # for those answers).
         turn.record(http_status=receipt.http_status, retry_after_s=receipt.retry_after_s)
