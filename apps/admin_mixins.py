@@ -78,12 +78,21 @@ MASK = "********"
 _SECRET_HEADER_NAMES = frozenset(
     {"authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key", "api-key"}
 )
-_SECRET_HEADER_WORDS = re.compile(r"token|secret|key|password|passwd|auth|session|signature", re.I)
+# Words that give a credential away anywhere in a name ("X-Access-Token", "client_secret"), and
+# words that do only as a whole part of it ("X-Api-Key", "X-Auth-User", not "Keyboard" or
+# "Unauthorized").
+_SECRET_HEADER_WORDS = re.compile(r"token|secret|passw|apikey|credential", re.I)
+_SECRET_HEADER_PARTS = re.compile(r"(?:^|[-_.])(?:key|auth|session|signature|sig)(?:$|[-_.])", re.I)
 
 
 def header_is_secret(name: str) -> bool:
-    """Whether a request header's name suggests it carries a credential."""
-    return name.strip().lower() in _SECRET_HEADER_NAMES or bool(_SECRET_HEADER_WORDS.search(name))
+    """Whether a request header's (or a parameter's) name suggests it carries a credential."""
+    name = name.strip().lower()
+    return (
+        name in _SECRET_HEADER_NAMES
+        or bool(_SECRET_HEADER_WORDS.search(name))
+        or bool(_SECRET_HEADER_PARTS.search(name))
+    )
 
 
 def headers_masked(headers: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -308,6 +308,7 @@ class AttemptAdmin(ScaledListMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
         "outcome",
         "http_status",
         "error_class",
+        "error_shown",
         "duration_ms",
     )
     list_filter = ("outcome", AttemptErrorClassFilter)

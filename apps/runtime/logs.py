@@ -88,22 +88,26 @@ class JobContextFilter(logging.Filter):
         return True
 
 
+# /results/<signed token>: the token is the credential (anyone holding it downloads the body).
+_RESULT_PATH = re.compile(r"(/results/)[^\s?\"']+")
+
 # "Authorization: Bearer abc", "'X-Api-Key': 'abc'", "token=abc": a credential-like name, then a
 # separator, then the value (quoted, or up to a separator).
 _SECRET_PAIR = re.compile(
-    r"""(?P<name>[\w-]+)(?P<sep>["']?\s*[:=]\s*)(?P<q>["']?)(?P<value>(?:Bearer\s+|Basic\s+)?[^"'\s,;&}]+)"""
+    r"""(?P<name>[\w-]+)(?P<sep>["']?\s*[:=]\s*)(?P<q>["']?)(?P<value>(?:Bearer\s+|Basic\s+)?[^"'\s,;&?}]+)"""
 )
 
 
 def secrets_masked(text: str) -> str:
-    """``text`` with the value of every credential-like ``name: value`` / ``name=value`` masked."""
+    """``text`` with the value of every credential-like ``name: value`` / ``name=value`` masked,
+    and the token of every signed result link (``/results/<token>``) cut out."""
 
     def mask(match: re.Match[str]) -> str:
         if not header_is_secret(match["name"]):
             return match[0]
         return f"{match['name']}{match['sep']}{match['q']}{MASK}"
 
-    return _SECRET_PAIR.sub(mask, text)
+    return _RESULT_PATH.sub(r"\1<link>", _SECRET_PAIR.sub(mask, text))
 
 
 class SecretsFilter(logging.Filter):
@@ -162,9 +166,6 @@ class TextFormatter(logging.Formatter):
 
 
 # --- Signed result links out of the web access log -------------------------------------------
-
-# /results/<signed token>: the token is the credential (anyone holding it downloads the body).
-_RESULT_PATH = re.compile(r"(/results/)[^\s?\"]+")
 
 
 def access_path_redacted(text: str) -> str:
