@@ -152,9 +152,9 @@ def from_env(component: str, environ: Mapping[str, str] | None = None) -> list[s
 def _flower_auth_check(e: Mapping[str, str]) -> None:
     """Flower lets anyone who reaches it see task arguments and stop workers: bound to anything but
     this machine (a deployment), it starts only with FLOWER_BASIC_AUTH (user:password, read by
-    Flower itself) or FLOWER_AUTH (its OAuth) set."""
+    Flower itself) set."""
     local = e.get("FLOWER_ADDRESS", "127.0.0.1") in ("127.0.0.1", "localhost", "::1")
-    if not local and not (e.get("FLOWER_BASIC_AUTH") or e.get("FLOWER_AUTH")):
+    if not local and not e.get("FLOWER_BASIC_AUTH"):
         raise SystemExit(
             "refusing to start Flower on a public address without FLOWER_BASIC_AUTH=user:password"
         )
