@@ -23,10 +23,12 @@ from apps.admin_mixins import ReadOnlyAdminMixin, ScaledListMixin, last_error_re
 from apps.jobs.admin import AttemptInline, known_error_class_choices
 from apps.scheduling.models import DeadLetter
 from apps.scheduling.selectors import (
+    GROUP_WINDOW,
     NO_CLASS,
     dead_letters_annotated,
     dead_letters_grouped,
     dead_letters_in_group,
+    dead_letters_window_start,
 )
 from apps.scheduling.services import dead_letters_discard, dead_letters_requeue
 
@@ -180,7 +182,8 @@ class DeadLetterAdmin(ScaledListMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
                 self.message_user(request, "Unknown action.", messages.ERROR)
             return HttpResponseRedirect(reverse("admin:scheduling_deadletter_grouped"))
         changelist = reverse("admin:scheduling_deadletter_changelist")
-        groups = dead_letters_grouped()
+        since = dead_letters_window_start(window=GROUP_WINDOW)
+        groups = dead_letters_grouped(since=since)
         for g in groups:
             query = {"domain": g["domain"], "error_class": g["error_class"]}
             if g["error_http_status"]:
@@ -191,6 +194,8 @@ class DeadLetterAdmin(ScaledListMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
             "title": "Dead letters by domain and last error",
             "opts": self.model._meta,
             "groups": groups,
+            "since": since,
+            "window": GROUP_WINDOW,
             "changelist_url": changelist,
             "can_change": self.has_change_permission(request),
         }

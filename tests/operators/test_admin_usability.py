@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import re
 import socket
+from datetime import timedelta
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 
 from apps.jobs.claims import job_claim
 from apps.jobs.intake import job_create
@@ -124,3 +126,20 @@ def test_the_root_address_is_a_page_leading_to_the_docs_and_the_admin(client: Cl
     html = response.content.decode()
     assert 'href="/api/v1/docs"' in html and 'href="/admin/"' in html
     assert client.get("/api/v1/docs").status_code == 200
+
+
+def test_the_grouped_view_counts_the_newest_dead_letters_and_says_so(
+    admin_client: Client, shop: Tenant, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("apps.scheduling.admin.GROUP_WINDOW", 2)
+    old_port, new_port = closed_port(), closed_port()
+    for i in range(2):
+        attempted(shop, f"http://127.0.0.1:{old_port}/old{i}")
+    Job.objects.update(finished_at=timezone.now() - timedelta(hours=1))
+    for i in range(2):
+        attempted(shop, f"http://127.0.0.1:{new_port}/new{i}")
+    html = admin_client.get(DEAD).content.decode()
+    assert "Counted over the newest 2 dead letters" in html
+    row = re.search(r'<td class="group-count">(.*?)</td>', html, re.S)
+    assert row is not None and ">2<" in row.group(1)
+    assert html.count('class="group-count"') == 1
