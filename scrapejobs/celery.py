@@ -162,6 +162,17 @@ def _quiet_per_task_lines(**_: object) -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
+@after_setup_logger.connect
+def _project_log_lines(logger: logging.Logger, **_: object) -> None:
+    # Celery replaced Django's handlers on the root logger: give its own the project's format
+    # (SCRAPEJOBS_LOG_FORMAT) and the job-context and secrets filters (apps/runtime/logs.py).
+    from django.conf import settings  # noqa: PLC0415 - settings are loaded by now
+
+    from apps.runtime.logs import log_handlers_configure  # noqa: PLC0415
+
+    log_handlers_configure(logger, log_format=settings.SCRAPEJOBS_LOG_FORMAT)
+
+
 @worker_init.connect
 @beat_init.connect
 def _refuse_insecure_start(sender: object = None, **_: object) -> None:

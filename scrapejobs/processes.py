@@ -44,6 +44,9 @@ def web(*, host: str = "127.0.0.1", port: int = 8000, workers: int = 2) -> list[
         "scrapejobs.web_worker.WebWorker",
         "--access-logfile",
         "-",
+        # Signed result links (/results/<token>) and query strings are cut out of access lines.
+        "--logger-class",
+        "apps.runtime.logs.AccessLogWithoutSecrets",
         "--graceful-timeout",
         "20",
         # gunicorn 27's control socket has one default path per user: two servers on one machine
@@ -134,6 +137,7 @@ def from_env(component: str, environ: Mapping[str, str] | None = None) -> list[s
     if component == "beat":
         return beat(schedule_file=e.get("SCRAPEJOBS_BEAT_SCHEDULE", ".run/celerybeat-schedule"))
     if component == "flower":
+        _flower_auth_check(e)
         return flower(
             host=e.get("FLOWER_ADDRESS", "127.0.0.1"),
             port=int(e.get("FLOWER_PORT", "5555")),
@@ -143,6 +147,17 @@ def from_env(component: str, environ: Mapping[str, str] | None = None) -> list[s
     if component == "migrate":
         return migrate()
     raise ValueError(f"unknown component {component!r}; one of {', '.join(COMPONENTS)}")
+
+
+def _flower_auth_check(e: Mapping[str, str]) -> None:
+    """Flower lets anyone who reaches it see task arguments and stop workers: bound to anything but
+    this machine (a deployment), it starts only with FLOWER_BASIC_AUTH (user:password, read by
+    Flower itself) set."""
+    local = e.get("FLOWER_ADDRESS", "127.0.0.1") in ("127.0.0.1", "localhost", "::1")
+    if not local and not e.get("FLOWER_BASIC_AUTH"):
+        raise SystemExit(
+            "refusing to start Flower on a public address without FLOWER_BASIC_AUTH=user:password"
+        )
 
 
 def main(argv: list[str] | None = None) -> None:

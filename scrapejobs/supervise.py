@@ -231,6 +231,7 @@ def main() -> int:
     env = dict(os.environ)
     env.setdefault("DJANGO_SETTINGS_MODULE", "settings.base")
     env.setdefault("SCRAPEJOBS_ALLOW_PRIVATE_TARGETS", "true")  # development: local targets work
+    env.setdefault("SCRAPEJOBS_LOG_FORMAT", "text")  # development: readable lines, not JSON
     env["PYTHONUNBUFFERED"] = "1"  # children's lines appear as they are printed
     run_dir = Path(env.get("SCRAPEJOBS_RUN_DIR", ".run/dev"))
     if not run_dir.is_absolute():

@@ -1,5 +1,6 @@
 from django.contrib import admin
 from django.urls import URLPattern, URLResolver, include, path
+from django.views.generic import TemplateView
 
 from apps.intake.views import JobCreateView
 from apps.query.views import JobListView
@@ -20,6 +21,8 @@ api_v1: list[URLPattern | URLResolver] = [
 ]
 
 urlpatterns = [
+    # A person who opens the bare address finds the docs and the admin, not a 404 (issue 13).
+    path("", TemplateView.as_view(template_name="landing.html"), name="landing"),
     path("", include("apps.operators.urls")),  # /healthz, /readyz, /metrics
     path("admin/", admin.site.urls),  # the operators' pages
     path("api/v1/", include(api_v1)),

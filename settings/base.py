@@ -470,11 +470,47 @@ TIME_ZONE = "UTC"
 USE_I18N = False
 USE_TZ = True
 
+# --- Operators' admin and logs (issue 13) ----------------------------------------------------
+# Times with seconds everywhere in the admin and templates (scrapejobs/formats/en/formats.py).
+FORMAT_MODULE_PATH = "scrapejobs.formats"
+# json: one JSON object per line (production, a log pipeline); text: readable lines (make run
+# sets it). Either way a line logged during a job's attempt carries its job id, tenant, domain
+# and attempt, and credentials are masked (apps/runtime/logs.py).
+LOG_FORMATS = ("json", "text")
+SCRAPEJOBS_LOG_FORMAT = env.str("SCRAPEJOBS_LOG_FORMAT", default="json").strip().lower()
+if SCRAPEJOBS_LOG_FORMAT not in LOG_FORMATS:
+    raise environ.ImproperlyConfigured(f"SCRAPEJOBS_LOG_FORMAT must be one of {', '.join(LOG_FORMATS)}")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {
+        "job": {"()": "apps.runtime.logs.JobContextFilter"},
+        "secrets": {"()": "apps.runtime.logs.SecretsFilter"},
+        "beat_ticks": {"()": "apps.runtime.logs.BeatTickFilter"},
+        "uvicorn_access": {"()": "apps.runtime.logs.UvicornAccessFilter"},
+    },
+    "formatters": {
+        "json": {"()": "apps.runtime.logs.JsonFormatter"},
+        "text": {"()": "apps.runtime.logs.TextFormatter"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": SCRAPEJOBS_LOG_FORMAT,
+            "filters": ["job", "secrets"],
+        }
+    },
+    "loggers": {
+        "celery.beat": {"filters": ["beat_ticks"]},
+        # dictConfig drops the handlers uvicorn's gunicorn worker gave this logger (and it does not
+        # propagate): without its own handler every access line would vanish under the web's ASGI worker.
+        "uvicorn.access": {
+            "filters": ["uvicorn_access"],
+            "handlers": ["console"],
+            "level": "INFO",
+            "propagate": False,
+        },
+    },
     "root": {"handlers": ["console"], "level": env.str("SCRAPEJOBS_LOG_LEVEL", default="INFO")},
 }
 

@@ -13,6 +13,7 @@ os.environ.setdefault("SCRAPEJOBS_DB_POOL", "false")  # pytest-django recreates 
 os.environ.setdefault("SCRAPEJOBS_RETRY_BASE_S", "0.2")
 os.environ.setdefault("SCRAPEJOBS_RETRY_CAP_S", "2")
 os.environ.setdefault("SCRAPEJOBS_LOG_LEVEL", "WARNING")
+os.environ.setdefault("SCRAPEJOBS_LOG_FORMAT", "text")  # failing tests show readable worker logs
 # Local targets take thousands of jobs per test: domain limits off unless a test sets a policy
 # (tests/politeness); retried 503s must not slow the shared 127.0.0.1 "domain" down, and every
 # other test's local target has no robots.txt to read (tests/politeness turn both on).

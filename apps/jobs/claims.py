@@ -30,7 +30,7 @@ class ClaimedJob:
     max_attempts: int
     lease_expires_at: datetime
     result_key: str | None = None
-    tenant_id: uuid.UUID | None = None  # whose rules apply to the fetch (robots.txt, issue 11)
+    tenant_id: uuid.UUID | None = None  # robots.txt rules (issue 11) and the attempt's log lines
 
 
 def job_claim(*, job_id: uuid.UUID | str, worker: str, fetch_key: str | None = None) -> ClaimedJob | None:

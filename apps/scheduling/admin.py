@@ -19,14 +19,16 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.http import urlencode
 
-from apps.admin_mixins import ReadOnlyAdminMixin
-from apps.jobs.admin import AttemptInline
+from apps.admin_mixins import ReadOnlyAdminMixin, ScaledListMixin, last_error_readable
+from apps.jobs.admin import AttemptInline, known_error_class_choices
 from apps.scheduling.models import DeadLetter
 from apps.scheduling.selectors import (
+    GROUP_WINDOW,
     NO_CLASS,
     dead_letters_annotated,
     dead_letters_grouped,
     dead_letters_in_group,
+    dead_letters_window_start,
 )
 from apps.scheduling.services import dead_letters_discard, dead_letters_requeue
 
@@ -42,11 +44,9 @@ class ErrorClassFilter(admin.SimpleListFilter):
     parameter_name = "error_class"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        classes = {row["error_class"] for row in dead_letters_grouped()}
+        # The known classes, not the ones in use: finding those groups every dead letter.
         chosen = self.value()
-        if chosen:
-            classes.add(chosen)
-        return [(c, c) for c in sorted(classes)]
+        return [(NO_CLASS, NO_CLASS), *known_error_class_choices(None if chosen == NO_CLASS else chosen)]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         value = self.value()
@@ -57,15 +57,20 @@ class ErrorClassFilter(admin.SimpleListFilter):
         return queryset.filter(Q(error_class=value))
 
 
+_COMMON_HTTP_STATUSES = ("400", "401", "403", "404", "410", "429", "500", "502", "503", "504")
+
+
 class HttpStatusFilter(admin.SimpleListFilter):
     title = "last HTTP status"
     parameter_name = "http_status"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        statuses = {
-            str(row["error_http_status"]) for row in dead_letters_grouped() if row["error_http_status"]
-        }
-        return [(s, s) for s in sorted(statuses)]
+        # The statuses that end jobs most often, without a scan; any other works via ?http_status=.
+        statuses = list(_COMMON_HTTP_STATUSES)
+        chosen = self.value()
+        if chosen and chosen not in statuses:
+            statuses.insert(0, chosen)
+        return [(s, s) for s in statuses]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         value = self.value()
@@ -73,7 +78,7 @@ class HttpStatusFilter(admin.SimpleListFilter):
 
 
 @admin.register(DeadLetter)
-class DeadLetterAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class DeadLetterAdmin(ScaledListMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = (
         "id",
         "tenant",
@@ -102,7 +107,7 @@ class DeadLetterAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "status",
         "attempts",
         "max_attempts",
-        "last_error",
+        "last_error_shown",
         "created_at",
         "started_at",
         "finished_at",
@@ -110,6 +115,10 @@ class DeadLetterAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         return dead_letters_annotated().select_related("tenant")
+
+    @admin.display(description="last error")
+    def last_error_shown(self, obj: Any) -> str:
+        return last_error_readable(obj.last_error) or "-"
 
     @admin.display(description="last error class", ordering="error_class")
     def error_class_shown(self, obj: Any) -> str:
@@ -130,6 +139,16 @@ class DeadLetterAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         self.message_user(request, f"Discarded {n} dead letter(s).", messages.SUCCESS)
 
     # --- the grouped page ------------------------------------------------------------------
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        """The grouped page is the default view: it answers "what is wrong" in a few rows. Any
+        query string (a filter, a search, even an empty ``?q=``) opens the one-by-one list, and
+        actions post to it as usual."""
+        if request.method == "GET" and not request.GET:
+            return self.grouped_view(request)
+        return super().changelist_view(request, extra_context)
 
     def get_urls(self) -> list[URLPattern]:
         grouped = path(
@@ -163,7 +182,8 @@ class DeadLetterAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                 self.message_user(request, "Unknown action.", messages.ERROR)
             return HttpResponseRedirect(reverse("admin:scheduling_deadletter_grouped"))
         changelist = reverse("admin:scheduling_deadletter_changelist")
-        groups = dead_letters_grouped()
+        since = dead_letters_window_start(window=GROUP_WINDOW)
+        groups = dead_letters_grouped(since=since)
         for g in groups:
             query = {"domain": g["domain"], "error_class": g["error_class"]}
             if g["error_http_status"]:
@@ -174,6 +194,8 @@ class DeadLetterAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             "title": "Dead letters by domain and last error",
             "opts": self.model._meta,
             "groups": groups,
+            "since": since,
+            "window": GROUP_WINDOW,
             "changelist_url": changelist,
             "can_change": self.has_change_permission(request),
         }

@@ -31,6 +31,7 @@ from apps.jobs.singleflight import job_fetch_decide
 from apps.politeness.selectors import tenant_obeys_robots
 from apps.politeness.services import job_domain_turn
 from apps.results.storage import ResultStoreFailed, result_store
+from apps.runtime.logs import job_attempt_failure_log, job_log_context_claimed
 from apps.scraping.errors import FetchError
 from apps.scraping.fetch import FetchRequest, fetch_open
 from apps.scraping.leases import LeaseHandle, lease_keeper
@@ -104,7 +105,10 @@ def job_run_attempt(
         if claimed is None:
             logger.info("job %s not claimable (duplicate message or not queued): skipped", job_id)
             return None
+        job_log_context_claimed(tenant_id=claimed.tenant_id, attempt=claimed.attempt, url=claimed.url)
         receipt = attempt_run(claimed=claimed, worker=worker)
+        if receipt.outcome in (AttemptOutcome.PERMANENT, AttemptOutcome.TEMPORARY):
+            job_attempt_failure_log(logger, error_class=receipt.error_class, error=receipt.error)
         # Every answer moves the domain's adaptive rate (429/503 and timeouts lower it); a
         # Retry-After pauses the domain for every worker.
         turn.record(

@@ -31,6 +31,7 @@ from typing import Any
 from celery import shared_task
 
 from apps.jobs.intake import publisher_nudge
+from apps.runtime.logs import job_log_context
 from apps.scraping.services import ClaimUndecided, job_run_attempt
 
 logger = logging.getLogger(__name__)
@@ -65,12 +66,13 @@ def scrape_job(
     host = self.request.hostname or socket.gethostname()
     receipt = None
     try:
-        receipt = job_run_attempt(
-            job_id=job_id,
-            worker=f"{host}:{os.getpid()}:{threading.get_ident()}",
-            domain=domain,
-            timeout_s=timeout_s,
-        )
+        with job_log_context(job_id=job_id, domain=domain):  # every line below names the job
+            receipt = job_run_attempt(
+                job_id=job_id,
+                worker=f"{host}:{os.getpid()}:{threading.get_ident()}",
+                domain=domain,
+                timeout_s=timeout_s,
+            )
     except ClaimUndecided as e:
         _redeliver(self, e)
     finally:

@@ -217,7 +217,7 @@ def test_requests_served_by_two_web_servers_all_reach_metrics_on_either(services
     procs = services(SCRAPEJOBS_REQUEST_METRICS_FLUSH_S="0.2")
     one, other = f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"
     for base in (one, other):
-        procs.start("web", port=int(base.rsplit(":", 1)[1]), workers=1, threads=4)
+        procs.start("web", port=int(base.rsplit(":", 1)[1]), workers=1)
     for base in (one, other):
         wait_for(lambda base=base: _answers(f"{base}/healthz"), timeout=30, what=f"the web at {base}")
     time.sleep(1)  # five flush periods: the start-up probes above are in Redis before counting
