@@ -81,7 +81,7 @@ def run() -> None:
 
 def _serve(db: str) -> tuple[Proc, str]:
     port = free_port()
-    proc = Proc("web", processes.web(port=port, workers=1, threads=2), service_env(db))
+    proc = Proc("web", processes.web(port=port, workers=1), service_env(db))
     base = f"http://127.0.0.1:{port}"
     wait_until(lambda: http_ok(f"{base}/healthz"), 60, "the web server")
     return proc, base

@@ -20,7 +20,6 @@ from django.urls import URLPattern
 from django.utils import timezone
 
 from apps.batches.models import Batch
-from apps.batches.models import Batch
 from apps.jobs.claims import job_claim
 from apps.jobs.intake import job_create
 from apps.jobs.models import Attempt, Job, JobStatus
