@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from apps.jobs.models import Attempt, Job
-from tests.support.big_ledger import ledger_build, ledger_counts
+from tests.support.big_ledger import ERROR_CLASSES, ledger_build, ledger_counts
 
 
 @pytest.mark.django_db
@@ -20,7 +20,7 @@ def test_the_ledger_has_the_rows_it_says_and_the_orm_reads_them() -> None:
     # Every final job has its full count of attempts, numbered 1..n, the last one saying how it ended.
     failed = Job.objects.filter(status="failed").first()
     assert failed is not None and failed.attempts == 3
-    assert failed.last_error is not None and failed.last_error["error_class"]
+    assert failed.last_error is not None and failed.last_error["class"] in ERROR_CLASSES
     numbers = list(Attempt.objects.filter(job=failed).values_list("number", "outcome"))
     assert numbers == [(1, "failed_temporary"), (2, "failed_temporary"), (3, "failed_permanent")]
     # Ids are time-ordered like the service's own: newest id, newest created_at.

@@ -135,7 +135,7 @@ def _rows(
         final = status in ("succeeded", "failed", "cancelled")
         finished_at = moment if final and n_attempts else (created if status == "cancelled" else None)
         last_error = (
-            json.dumps({"error_class": error_class, "message": f"{error_class} from {domain}"})
+            json.dumps({"class": error_class, "message": f"{error_class} from {domain}", "http_status": None})
             if error_class
             else None
         )
