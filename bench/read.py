@@ -7,8 +7,8 @@
   then made final, one at a time, in a transaction that sends the final notice as the writer does;
   the latency is from that commit to the caller's answer (p50, p99).
 
-Another helper's single-flight benchmark (bench/singleflight.py, ``run()``) joins it here:
-SINGLE-FLIGHT CALL SITE, see ``run`` below.
+- target requests for 1,000 identical jobs (issue 10's third read-side figure): bench/singleflight.py,
+  run at the end (also on its own: ``make bench BENCH=singleflight``).
 """
 
 from __future__ import annotations
@@ -164,6 +164,7 @@ def run() -> None:
             latencies = _wake_up_latencies(db, cached_port, token)
             figure("read_wait_wakeup_p50_ms", median(latencies) * 1000)
             figure("read_wait_wakeup_p99_ms", percentile(latencies, 99) * 1000)
-    # SINGLE-FLIGHT CALL SITE: bench/singleflight.py (another helper, issue 10 item 1) prints the
-    # target requests for 1,000 identical jobs; the lead adds `from bench import singleflight;
-    # singleflight.run()` here when the two branches meet.
+    # One fetch for 1,000 identical jobs (issue 10, item 1): bench/singleflight.py.
+    from bench import singleflight
+
+    singleflight.run()
