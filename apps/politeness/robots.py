@@ -204,6 +204,11 @@ def _shared_entry_get(
         token = secrets.token_hex(8)
         if r.set(lock, token, nx=True, px=int((ROBOTS_FETCH_TIMEOUT_S + 5) * 1000)):
             try:
+                # Looked again under the lock: another worker may have stored its copy and let the
+                # lock go between our miss and our taking it (two fetches 30 ms apart, seen).
+                raw, ttl_ms = _cached(r, key)
+                if raw is not None:
+                    return _entry(raw, ttl_ms / 1000.0), ttl_ms / 1000.0
                 raw, ttl_s = _fetched(origin=origin, host=host, fetch=fetch)
                 r.set(key, raw, px=int(ttl_s * 1000))
             finally:
