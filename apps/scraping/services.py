@@ -106,7 +106,7 @@ def job_run_attempt(
             logger.info("job %s not claimable (duplicate message or not queued): skipped", job_id)
             return None
         job_log_context_claimed(tenant_id=claimed.tenant_id, attempt=claimed.attempt, url=claimed.url)
-        receipt = attempt_run(claimed=claimed, worker=worker)
+        receipt = attempt_run(claimed=claimed, worker=worker, obey_robots=_robots_obeyed(claimed))
         if receipt.outcome in (AttemptOutcome.PERMANENT, AttemptOutcome.TEMPORARY):
             job_attempt_failure_log(logger, error_class=receipt.error_class, error=receipt.error)
         # Every answer moves the domain's adaptive rate (429/503 and timeouts lower it); a
@@ -131,8 +131,28 @@ def _connection_release() -> None:
         connection.close()
 
 
-def attempt_run(*, claimed: ClaimedJob, worker: str) -> AttemptFinished:
-    """Fetch and store; never raises: every outcome, a bug included, becomes the receipt."""
+def _robots_obeyed(claimed: ClaimedJob) -> bool:
+    """Whether this attempt reads robots.txt: the setting, then the tenant's switch (a cached
+    read of its row). Asked before the fetch, and the connection given back at once, so that the
+    fetch still holds none; a database that cannot answer means obey, the safe side."""
+    if not settings.SCRAPEJOBS_ROBOTS_OBEY:
+        return False
+    try:
+        return tenant_obeys_robots(tenant_id=claimed.tenant_id)
+    except Exception as e:
+        if database_failure(e) is None:
+            raise
+        logger.warning("job %s: tenant's robots.txt switch unreadable; obeying", claimed.id)
+        return True
+    finally:
+        _connection_release()
+
+
+def attempt_run(*, claimed: ClaimedJob, worker: str, obey_robots: bool | None = None) -> AttemptFinished:
+    """Fetch and store; never raises: every outcome, a bug included, becomes the receipt.
+    ``obey_robots`` None: looked up here (``_robots_obeyed``)."""
+    if obey_robots is None:
+        obey_robots = _robots_obeyed(claimed)
     started = time.monotonic()
 
     def finished(outcome: str, **kw: Any) -> AttemptFinished:
@@ -152,7 +172,7 @@ def attempt_run(*, claimed: ClaimedJob, worker: str) -> AttemptFinished:
         headers=dict(claimed.headers),
         body=claimed.body,
         timeout_s=float(claimed.timeout_s),
-        obey_robots=settings.SCRAPEJOBS_ROBOTS_OBEY and tenant_obeys_robots(tenant_id=claimed.tenant_id),
+        obey_robots=obey_robots,
         charge_redirects=True,
     )
     # The fetch ends by timeout_s; storing the body gets the allowance on top. Past this the
