@@ -14,6 +14,12 @@ from celery import Celery
 from celery.signals import after_setup_logger, beat_init, worker_init, worker_ready, worker_shutting_down
 from kombu import Queue
 
+from scrapejobs import broker
+
+# redis:// and rediss:// brokers through kombu's Redis transport with one repair (see there);
+# before any connection is made, in every process (this module is imported first).
+broker.transport_install()
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "settings.base")
 
 app = Celery("scrapejobs")

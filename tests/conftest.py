@@ -27,6 +27,23 @@ def _clean_redis() -> Iterator[None]:
     yield
 
 
+@pytest.fixture(autouse=True)
+def _clean_process_caches() -> Iterator[None]:
+    """Each test starts with empty process-local caches too: the domain policies, the tenants'
+    robots.txt switches and the robots.txt copies a worker keeps in memory (30 s). A copy kept by
+    an earlier test is found by a later one whose target server got the same port: a target that
+    was down had its robots.txt cached as unavailable, and the later test's job came back queued
+    for a retry (CI, test_grouping's redirect chain)."""
+    from apps.politeness.robots import robots_local_cache_clear
+    from apps.politeness.selectors import domain_limits_cache_clear
+
+    domain_limits_cache_clear()
+    robots_local_cache_clear()
+    yield
+    domain_limits_cache_clear()
+    robots_local_cache_clear()
+
+
 @pytest.fixture
 def make_tenant(db: None) -> Callable[..., tuple[object, str, APIClient]]:
     """Create a tenant; returns (tenant, token, an API client authenticated with the token)."""
