@@ -8,6 +8,7 @@ for the OpenAPI document, and tests/api checks that the two agree.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
@@ -64,7 +65,10 @@ def job_representation(job: Job, *, base: str) -> dict[str, Any]:
     }
 
 
-def attempt_representation(a: Attempt) -> dict[str, Any]:
+def attempt_representation(a: Attempt, *, own_jobs: Collection[uuid.UUID] = ()) -> dict[str, Any]:
+    """``own_jobs``: which of the jobs its ``served_from`` may name are the caller's. Another
+    tenant's job (two tenants an operator let share fetches) is not named: it would tell one
+    tenant the id, and so the timing, of another's job."""
     return {
         "number": a.number,
         "started_at": _iso(a.started_at),
@@ -74,10 +78,16 @@ def attempt_representation(a: Attempt) -> dict[str, Any]:
         "error_class": a.error_class,
         "error": a.error,
         "duration_ms": a.duration_ms,
-        "served_from": None
-        if a.served_from_job is None
-        else {"job_id": str(a.served_from_job), "attempt": a.served_from_attempt},
+        "served_from": _served_from(a, own_jobs),
     }
+
+
+def _served_from(a: Attempt, own_jobs: Collection[uuid.UUID]) -> dict[str, Any] | None:
+    if a.served_from_job is None:
+        return None
+    if a.served_from_job not in own_jobs:
+        return {"job_id": None, "attempt": None, "other_tenant": True}
+    return {"job_id": str(a.served_from_job), "attempt": a.served_from_attempt, "other_tenant": False}
 
 
 # --- Shapes for the OpenAPI document -----------------------------------------------------
@@ -133,8 +143,11 @@ class JobOutput(serializers.Serializer):
 
 
 class ServedFromOutput(serializers.Serializer):
-    job_id = serializers.UUIDField()
-    attempt = serializers.IntegerField()
+    job_id = serializers.UUIDField(allow_null=True, help_text="Null when the job is another tenant's.")
+    attempt = serializers.IntegerField(allow_null=True, help_text="Null when the job is another tenant's.")
+    other_tenant = serializers.BooleanField(
+        help_text="The fetch was another tenant's (an operator let both share fetches); its job is not named."
+    )
 
 
 class AttemptOutput(serializers.Serializer):

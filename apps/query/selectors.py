@@ -83,3 +83,10 @@ def job_list(
 
 def attempt_list(*, job_id: uuid.UUID) -> QuerySet[Attempt]:
     return Attempt.objects.filter(job_id=job_id).order_by("number")
+
+
+def jobs_of_tenant(*, tenant_id: uuid.UUID, job_ids: set[uuid.UUID]) -> set[uuid.UUID]:
+    """Which of ``job_ids`` are the tenant's (no query for none)."""
+    if not job_ids:
+        return set()
+    return set(Job.objects.filter(tenant_id=tenant_id, id__in=job_ids).values_list("id", flat=True))

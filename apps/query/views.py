@@ -197,7 +197,11 @@ class JobAttemptsView(APIView):
         job = selectors.job_get(tenant_id=_tenant_id(request), job_id=job_id)
         if job is None:
             raise not_found()
-        return Response({"items": [attempt_representation(a) for a in selectors.attempt_list(job_id=job.id)]})
+        attempts = list(selectors.attempt_list(job_id=job.id))
+        own = selectors.jobs_of_tenant(
+            tenant_id=_tenant_id(request), job_ids={a.served_from_job for a in attempts if a.served_from_job}
+        )
+        return Response({"items": [attempt_representation(a, own_jobs=own) for a in attempts]})
 
 
 class JobResultView(APIView):

@@ -4,6 +4,7 @@ requests it receives, rows and stored bodies out."""
 
 from __future__ import annotations
 
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -65,7 +66,7 @@ def test_fifty_identical_jobs_cause_one_request_fifty_more_none_and_max_age_zero
     served = Attempt.objects.filter(job_id__in=first, served_from_job=fetched.job_id, served_from_attempt=1)
     assert served.count() == 49 and {a.outcome for a in served} == {AttemptOutcome.SUCCEEDED}
     shown = api.get(f"/api/v1/jobs/{served[0].job_id}/attempts").json()["items"]
-    assert shown[0]["served_from"] == {"job_id": str(fetched.job_id), "attempt": 1}
+    assert shown[0]["served_from"] == {"job_id": str(fetched.job_id), "attempt": 1, "other_tenant": False}
     # Each job has its own signed link to the same stored body.
     meta = api.get(f"/api/v1/jobs/{served[0].job_id}/result").json()
     assert (meta["sha256"], meta["size"]) == (digest, 20000)
@@ -152,10 +153,13 @@ def test_tenants_share_a_fetch_only_when_an_operator_let_both_share(services, ma
     job_a, job_b, job_c, job_d = (run(api) for api in (api_a, api_b, api_c, api_d))
     # a fetched, b was served a's fetch; c and d share with nobody (the default): one fetch each.
     assert len(target.requests_for("/bytes/300")) == 3
+    # b learns its job was served by another tenant's fetch, not which job that was.
     assert api_b.get(f"/api/v1/jobs/{job_b}/attempts").json()["items"][0]["served_from"] == {
-        "job_id": job_a,
-        "attempt": 1,
+        "job_id": None,
+        "attempt": None,
+        "other_tenant": True,
     }
+    assert Attempt.objects.get(job_id=job_b).served_from_job == uuid.UUID(job_a)  # the operator's record
     for api, job_id in ((api_c, job_c), (api_d, job_d)):
         assert api.get(f"/api/v1/jobs/{job_id}/attempts").json()["items"][0]["served_from"] is None
     # Sharing a fetch shares no job: b still cannot read a's.
