@@ -47,6 +47,16 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _system_user(name: str) -> pwd.struct_passwd:
+    """The user's entry, created as the wheel creates it (``useradd``) where missing: with
+    DATABASE_URL given, nothing has started the embedded server that would have created it."""
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        subprocess.run(["useradd", "-s", "/bin/bash", name], check=True, capture_output=True, text=True)
+        return pwd.getpwnam(name)
+
+
 class PrivatePostgres:
     def __init__(self) -> None:
         # Under /tmp, not pytest's tmp_path: as root the server's user must reach the directory.
@@ -56,7 +66,7 @@ class PrivatePostgres:
         self.port = _free_port()
         self.user = RUN_AS if os.geteuid() == 0 else None
         if self.user:
-            entry = pwd.getpwnam(self.user)
+            entry = _system_user(self.user)
             os.chown(self.dir, entry.pw_uid, entry.pw_gid)
         self._run(
             "initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "--encoding=utf8", "--no-sync"
