@@ -20,6 +20,7 @@ django_application = get_asgi_application()
 from django.conf import settings  # noqa: E402 - after Django is set up
 
 from apps.operators.checks import refuse_insecure_start  # noqa: E402
+from apps.query.fast_read import answer_from_cache  # noqa: E402
 from scrapejobs.middleware import BATCHES_PATH, too_large_response  # noqa: E402
 
 Scope = dict[str, Any]
@@ -37,7 +38,12 @@ async def application(scope: Scope, receive: Receive, send: Send) -> None:
     SCRAPEJOBS_MAX_REQUEST_BYTES (SCRAPEJOBS_BATCH_MAX_BYTES for POST /batches): one byte more is a 413 at once; otherwise Django gets it whole,
     with its length. A body with a Content-Length is left to the middleware, which refuses it
     unread."""
-    if scope["type"] != "http" or not scope["path"].startswith("/api/") or _has_length(scope):
+    if scope["type"] != "http" or not scope["path"].startswith("/api/"):
+        await django_application(scope, receive, send)
+        return
+    if scope["method"] == "GET" and await answer_from_cache(scope, send):
+        return  # a plain read of a job the cache holds (apps/query/fast_read.py)
+    if _has_length(scope):
         await django_application(scope, receive, send)
         return
     body = bytearray()

@@ -20,6 +20,7 @@ from django.contrib.auth.middleware import AuthenticationMiddleware
 from django.contrib.messages.middleware import MessageMiddleware
 from django.contrib.sessions.middleware import SessionMiddleware
 from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
+from django.middleware import clickjacking, common, security
 from django.middleware.csrf import CsrfViewMiddleware
 from whitenoise.middleware import WhiteNoiseMiddleware
 
@@ -214,3 +215,38 @@ class StaticFilesMiddleware(WhiteNoiseMiddleware):
         if static_file is not None:
             return self.serve(static_file, request)
         return await self.get_response(request)
+
+
+class _OnTheLoop:
+    """Runs a Django middleware's ``process_request`` and ``process_response`` on the event loop
+    under ASGI, for middleware whose hooks only read the request and set headers (no I/O, no
+    database). Django's ``MiddlewareMixin`` hands each hook to a thread of the request's own
+    instead: two thread hops per middleware per request, which were most of what a cached
+    ``GET /jobs/{id}`` cost (bench read, issue 10)."""
+
+    get_response: Callable[[HttpRequest], Any]
+    # apps/query/fast_read.py runs these hooks for the cached reads it answers before Django.
+    hooks_on_the_loop = True
+
+    async def __acall__(self, request: HttpRequest) -> HttpResponse:
+        response = None
+        process_request = getattr(self, "process_request", None)
+        if process_request is not None:
+            response = process_request(request)
+        response = response or await self.get_response(request)
+        process_response = getattr(self, "process_response", None)
+        if process_response is not None:
+            response = process_response(request, response)
+        return response
+
+
+class SecurityMiddleware(_OnTheLoop, security.SecurityMiddleware):
+    pass
+
+
+class CommonMiddleware(_OnTheLoop, common.CommonMiddleware):
+    pass
+
+
+class XFrameOptionsMiddleware(_OnTheLoop, clickjacking.XFrameOptionsMiddleware):
+    pass

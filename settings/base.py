@@ -110,18 +110,20 @@ MIDDLEWARE = [
     # A body over SCRAPEJOBS_MAX_REQUEST_BYTES under /api/ is a 413 before anything else runs;
     # chunked bodies are read up to the limit (scrapejobs/middleware.py).
     "scrapejobs.middleware.RequestBodyLimitMiddleware",
-    "django.middleware.security.SecurityMiddleware",
+    # Django's security, common and X-Frame-Options middleware, their hooks run on the event loop
+    # under ASGI rather than in a thread each (scrapejobs/middleware.py).
+    "scrapejobs.middleware.SecurityMiddleware",
     # Serves /static/ (admin, API docs) from the web process itself: no separate file server to run
     # (WhiteNoise, made usable in an async chain: scrapejobs/middleware.py).
     "scrapejobs.middleware.StaticFilesMiddleware",
     # Sessions, CSRF, user and messages serve the admin and dashboard pages: skipped under /api/
     # (token-authenticated, CSRF-exempt), where they only cost time (scrapejobs/middleware.py).
     "scrapejobs.middleware.BrowserSessionMiddleware",
-    "django.middleware.common.CommonMiddleware",
+    "scrapejobs.middleware.CommonMiddleware",
     "scrapejobs.middleware.BrowserCsrfViewMiddleware",
     "scrapejobs.middleware.BrowserAuthenticationMiddleware",
     "scrapejobs.middleware.BrowserMessageMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "scrapejobs.middleware.XFrameOptionsMiddleware",
 ]
 
 ROOT_URLCONF = "scrapejobs.urls"

@@ -73,6 +73,14 @@ def job_read(*, tenant_id: uuid.UUID, job_id: uuid.UUID | str) -> Job | None:
         return job
 
 
+def job_cached(*, tenant_id: uuid.UUID, job_id: uuid.UUID) -> Job | None:
+    """The tenant's job when Redis holds it, else None (not held, another tenant's, the cache
+    switched off, Redis away): never the database."""
+    if settings.SCRAPEJOBS_READ_CACHE_TTL_S == 0:
+        return None
+    return _cached(job_read_cache_key(job_id), tenant_id)
+
+
 def job_cache_forget(job_ids: list[str]) -> None:
     """Drop these jobs' keys (they became final, or left a final state)."""
     if job_ids:

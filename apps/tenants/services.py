@@ -52,6 +52,17 @@ _token_cache_lock = threading.Lock()
 _TOKEN_CACHE_MAX = 10_000
 
 
+def token_cached(*, raw: str) -> tuple[Tenant, ApiToken] | None:
+    """The token's tenant and token when this process remembers them (``token_authenticate``
+    did, less than SCRAPEJOBS_TOKEN_CACHE_S ago), else None: no database."""
+    if settings.SCRAPEJOBS_TOKEN_CACHE_S <= 0:
+        return None
+    hit = _token_cache.get(token_hash(raw))
+    if hit is None or hit[0] <= time.monotonic():
+        return None
+    return hit[1], hit[2]
+
+
 def token_authenticate(*, raw: str) -> tuple[Tenant, ApiToken] | None:
     digest = token_hash(raw)
     ttl = settings.SCRAPEJOBS_TOKEN_CACHE_S

@@ -1,0 +1,134 @@
+"""GET /jobs/{id} answered from the read cache before Django's request handling (issue 10, item 3).
+
+Status polling is the read side's hot path. Under ASGI, Django hands a request's synchronous
+parts to a thread made for that request (its start signal, the DRF view, the response's close):
+for a job the cache holds, that hand-over cost three times what the read itself did, so the cache
+bought 1.5x where the aim was 3x (``make bench BENCH=read``). Here a plain read (GET, no query
+string) of a job the cache holds, by a token this process remembers, is answered on the event
+loop with the same parts Django would use:
+
+- Django's own request object (``ASGIRequest``): host validation (ALLOWED_HOSTS), scheme and
+  proxy settings, headers;
+- the middleware that runs on the loop (``hooks_on_the_loop`` in scrapejobs/middleware.py: security, common,
+  X-Frame-Options), request side and response side, in the configured order;
+- the token cache (``token_cached``), the per-token rate limit (``token_rate_take``, spent once:
+  after the cache answered, so a miss that goes on to Django is charged there only), the cache
+  entry (``job_cached``) and the representation (``job_representation``), rendered by DRF's
+  JSON renderer with the headers the DRF view sets;
+- the request metrics (``recorder``), under the route Django would have matched.
+
+Anything else goes to Django, which answers it as before: a token not remembered (its first use
+in this process), a job not in the cache or another tenant's, a refusal of any kind (no or bad
+token, rate limit, a middleware's redirect or refusal), ``?wait=``. tests/query/test_fast_read.py
+holds the two paths' answers side by side.
+
+The Redis calls (cache entry, rate limit) are the synchronous ones Django's path makes, run on the
+loop: a round trip of well under a millisecond, bounded by the fail-open client's short timeout
+when Redis hangs, after which both skip Redis for a second.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from django.conf import settings
+from django.core.handlers.asgi import ASGIRequest
+from django.http import HttpRequest, HttpResponse
+from django.urls import resolve
+from django.utils.module_loading import import_string
+from rest_framework.renderers import JSONRenderer
+
+from apps.api.serializers import API_PREFIX, base_url, job_representation
+from apps.operators.request_metrics import recorder, request_route
+from apps.query.cache import job_cached
+from apps.tenants.authentication import TenantPrincipal
+from apps.tenants.services import token_cached
+from apps.tenants.throttling import token_rate_take
+
+Send = Callable[[Mapping[str, Any]], Awaitable[None]]
+
+JOB_PATH = re.compile(
+    "^"
+    + re.escape(API_PREFIX)
+    + r"/jobs/([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})$"
+)
+# What the DRF view of this URL sets on its answers (an APIView with only the JSON renderer).
+VIEW_HEADERS = {"Allow": "GET, HEAD, OPTIONS"}
+_renderer = JSONRenderer()
+
+
+def _never(request: HttpRequest) -> HttpResponse:
+    raise AssertionError("the fast path never calls the rest of the chain")
+
+
+def _on_the_loop_middleware() -> list[Any]:
+    """Instances of the configured middleware whose hooks run on the loop (they say so with
+    ``hooks_on_the_loop``, scrapejobs/middleware.py), in their order."""
+    return [
+        cls(_never)
+        for cls in map(import_string, settings.MIDDLEWARE)
+        if getattr(cls, "hooks_on_the_loop", False)
+    ]
+
+
+_middleware: list[Any] | None = None
+
+
+async def answer_from_cache(scope: dict[str, Any], send: Send) -> bool:
+    """Answer a plain cached read and say True; False (nothing sent) for Django to answer."""
+    global _middleware  # noqa: PLW0603 - built once per process, on the first request
+    if scope["method"] != "GET" or scope["query_string"]:
+        return False
+    match = JOB_PATH.match(scope["path"])
+    if match is None:
+        return False
+    started = time.perf_counter()
+    request = ASGIRequest(scope, io.BytesIO())
+    scheme, _, raw = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
+    if scheme.lower() != "bearer" or not raw.strip():
+        return False
+    found = token_cached(raw=raw.strip())
+    if found is None:
+        return False
+    tenant, token = found
+    job = job_cached(tenant_id=tenant.id, job_id=uuid.UUID(match[1]))
+    if job is None:
+        return False
+    if _middleware is None:
+        _middleware = _on_the_loop_middleware()
+    try:
+        for middleware in _middleware:
+            hook = getattr(middleware, "process_request", None)
+            if hook is not None and hook(request) is not None:
+                return False  # a redirect or a refusal: Django's to give
+        base = base_url(request)
+    except Exception:  # noqa: BLE001 - DisallowedHost, a refusal: Django answers whatever it was
+        return False
+    allowed, _ = token_rate_take(TenantPrincipal(tenant, token))
+    if not allowed:
+        return False  # Django refuses it with its 429 (a refusal spends nothing)
+    response = HttpResponse(
+        _renderer.render(job_representation(job, base=base)), content_type="application/json", status=200
+    )
+    for name, value in VIEW_HEADERS.items():
+        response[name] = value
+    for middleware in reversed(_middleware):
+        hook = getattr(middleware, "process_response", None)
+        if hook is not None:
+            response = hook(request, response)
+    request.resolver_match = resolve(request.path_info)
+    recorder.record(
+        route=request_route(request),
+        method="GET",
+        status=response.status_code,
+        seconds=time.perf_counter() - started,
+    )
+    headers = [(k.encode("latin1"), v.encode("latin1")) for k, v in response.items()]
+    await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
+    await send({"type": "http.response.body", "body": response.content})
+    return True
