@@ -1,4 +1,7 @@
-"""Checking a Parquet batch a whole column at a time, and turning good rows into part rows.
+"""Checking a batch a whole column at a time, and turning good rows into part rows.
+
+A Parquet file's columns are checked as they are; the simple rows of a JSON list, JSON lines or
+CSV (apps/batches/rows.py) are made into columns first.
 
 POST /jobs's rules checked one row at a time cost about a third of a millisecond a row in Python: a million rows
 would take minutes before the 202. Here pyarrow.compute (C++) checks whole columns against the

@@ -154,3 +154,57 @@ def test_ids_made_in_one_piece_are_distinct_version_7_uuids_of_the_current_milli
     assert len(set(ids)) == 50_000
     assert {(u.version, u.variant) for u in ids} == {(7, uuid.RFC_4122)}
     assert {now_ms <= u.int >> 80 <= now_ms + 1000 for u in ids} == {True}
+
+
+def _python_rows() -> list[object]:
+    """Rows as a JSON list, JSON lines or CSV hand them over: every tricky row above, with the
+    headers as JSON gives them, and values of every other type."""
+    rows: list[object] = [{"url": url} for url in URLS]
+    for other in OTHERS:
+        row = {"url": "http://t.example/o", **other}
+        if isinstance(row.get("headers"), str):
+            try:
+                row["headers"] = json.loads(row["headers"])  # type: ignore[arg-type]
+            except ValueError:
+                pass
+        rows.append(row)
+    rows += [
+        {"url": "http://t.example/1", "max_attempts": 1.0},
+        {"url": "http://t.example/2", "timeout_s": True},
+        {"url": "http://t.example/3", "max_attempts": "3"},
+        {"url": "http://t.example/4", "max_age_s": 1 << 70},
+        {"url": "http://t.example/5", "priority": None},
+        {"url": "http://t.example/6", "method": 1},
+        {"url": "http://t.example/7", "colour": "red"},
+        {"url": "http://t.example/\ud800"},
+        {"url": ["http://t.example/8"]},
+        {"priority": "low"},
+        {},
+        [],
+        "http://t.example/9",
+        None,
+        {"url": "http://t.example/10", "priority": "low", "max_attempts": 20, "timeout_s": 1, "max_age_s": 0},
+    ]
+    return rows
+
+
+@pytest.mark.parametrize("private", [False, True])
+def test_rows_read_from_json_or_csv_are_decided_by_the_column_pass_as_one_by_one(private, monkeypatch):
+    """A JSON list, JSON lines and CSV rows go through the column pass too (their simple rows):
+    the accepted rows, their stored values and the rejected rows' reasons are those of the
+    one-by-one path, and the column pass did decide some rows."""
+    from apps.batches import rows as rows_module
+
+    numbered = list(enumerate(_python_rows(), start=1))
+    with override_settings(SCRAPEJOBS_ALLOW_PRIVATE_TARGETS=private):
+        want = rows_module._validated_one_by_one(numbered)
+        one_by_one: list[object] = []
+        real = rows_module.row_validate
+        monkeypatch.setattr(rows_module, "row_validate", lambda row: one_by_one.append(row) or real(row))
+        got = rows_module._checked_rows(numbered)
+    assert {r["batch_row"]: _stored(r) for r in got.table.to_pylist()} == {
+        r["batch_row"]: _stored(r) for r in want.table.to_pylist()
+    }
+    assert got.rejected == want.rejected  # the same reasons, in row order
+    assert got.rows == want.rows == len(numbered)
+    assert len(numbered) - len(one_by_one) >= 10  # decided by columns alone
