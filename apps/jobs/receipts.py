@@ -54,6 +54,9 @@ class AttemptFinished:
     # Seconds the target asked us to wait (Retry-After), already converted from an HTTP date.
     retry_after_s: float | None = None
     result: ResultStored | None = field(default=None)
+    # The URL that gave the answer (after a redirect, maybe another host's): the worker feeds
+    # that host's adaptive rate with it. The worker's own: never sent (receipt_encode leaves it).
+    answered_url: str | None = field(default=None, compare=False)
 
     kind = "attempt_finished"
 

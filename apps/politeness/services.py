@@ -40,6 +40,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import redis
 from django.conf import settings
@@ -213,14 +214,22 @@ class DomainTurn:
     released: bool = False
 
     def record(
-        self, *, http_status: int | None, retry_after_s: float | None, timed_out: bool = False
+        self,
+        *,
+        http_status: int | None,
+        retry_after_s: float | None,
+        timed_out: bool = False,
+        answered_url: str | None = None,
     ) -> None:
+        """``answered_url``: the URL that gave the answer when known; its host's domain is the one
+        the answer is about (a redirect may have led to another), the job's host otherwise."""
+        domain = (urlsplit(answered_url).hostname if answered_url else None) or self.domain
         try:
             domain_outcome_record(
-                domain=self.domain, http_status=http_status, retry_after_s=retry_after_s, timed_out=timed_out
+                domain=domain, http_status=http_status, retry_after_s=retry_after_s, timed_out=timed_out
             )
         except redis.RedisError:
-            logger.warning("recording the answer of %s failed", self.domain, exc_info=True)
+            logger.warning("recording the answer of %s failed", domain, exc_info=True)
 
     def release_into(self, pipe: Any) -> None:
         """Queue the slot's release on ``pipe``; the turn's exit then releases nothing more. If

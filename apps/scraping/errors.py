@@ -71,6 +71,9 @@ class FetchError(Exception):
         self.permanent = permanent
         self.http_status = http_status
         self.retry_after_s = retry_after_s
+        # The URL whose host gave this answer (set by the fetcher; after a redirect, another
+        # host than the job's): its domain's adaptive rate is the one the answer moves.
+        self.url: str | None = None
 
     def __repr__(self) -> str:
         return f"FetchError({self.error_class!r}, {self.message!r}, permanent={self.permanent})"

@@ -131,7 +131,7 @@ class Fetched:
             try:
                 chunk = self._response.read1(self._limits.chunk_size)
             except Exception as e:  # noqa: BLE001 - classified, never swallowed
-                raise _failure(e, interrupt=self._interrupt, check=self._check) from e
+                raise _answered_by(_failure(e, interrupt=self._interrupt, check=self._check), self.url) from e
             if not chunk and self._interrupt is not None and self._interrupt.fired:
                 # A shut-down socket reads as a clean end of stream: not a complete body.
                 raise _failure(None, interrupt=self._interrupt, check=self._check)
@@ -229,7 +229,7 @@ def _open_final(
             # urllib3 has already discarded the connection.
             if interrupt is not None:
                 interrupt.forget()
-            raise _failure(e, interrupt=interrupt, check=check) from e
+            raise _answered_by(_failure(e, interrupt=interrupt, check=check), url) from e
         status = response.status
         if 200 <= status < 300:
             length = response.headers.get("Content-Length")
@@ -244,7 +244,9 @@ def _open_final(
                 raise FetchError(
                     "invalid_response", f"target answered {status}, which is not followed", permanent=True
                 )
-            raise status_error(status, response.reason or "", response.headers.get("Retry-After"))
+            raise _answered_by(
+                status_error(status, response.reason or "", response.headers.get("Retry-After")), url
+            )
         if not location:
             raise FetchError("invalid_response", f"redirect {status} without Location", permanent=True)
         next_url = urljoin(url, location.strip()).split("#", 1)[0]
@@ -397,6 +399,11 @@ def _remaining(deadline: float) -> float:
 
 def _too_large(limit: int) -> FetchError:
     return FetchError("body_too_large", f"body larger than {limit} bytes", permanent=True)
+
+
+def _answered_by(error: FetchError, url: str) -> FetchError:
+    error.url = url
+    return error
 
 
 def _failure(

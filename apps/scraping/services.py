@@ -109,12 +109,14 @@ def job_run_attempt(
         receipt = attempt_run(claimed=claimed, worker=worker, obey_robots=_robots_obeyed(claimed))
         if receipt.outcome in (AttemptOutcome.PERMANENT, AttemptOutcome.TEMPORARY):
             job_attempt_failure_log(logger, error_class=receipt.error_class, error=receipt.error)
-        # Every answer moves the domain's adaptive rate (429/503 and timeouts lower it); a
-        # Retry-After pauses the domain for every worker.
+        # Every answer moves the adaptive rate of the domain that gave it (429/503 and timeouts
+        # lower it: after a redirect, the host redirected to); a Retry-After pauses that domain
+        # for every worker.
         turn.record(
             http_status=receipt.http_status,
             retry_after_s=receipt.retry_after_s,
             timed_out=receipt.error_class == "timeout",
+            answered_url=receipt.answered_url,
         )
         # One round trip: the slot goes back, the receipt goes to the writer, and the publisher
         # is asked to refill the broker for the worker slot this frees.
@@ -184,6 +186,7 @@ def attempt_run(*, claimed: ClaimedJob, worker: str, obey_robots: bool | None = 
         ) as lease:
             check = _stop_check(job_id=str(claimed.id), attempt=claimed.attempt, lease=lease)
             with fetch_open(request=request, check=check, interrupt=lease.interrupt) as fetched:
+                answered_url = fetched.url
                 stored = result_store(
                     job_id=claimed.id,
                     attempt=claimed.attempt,
@@ -192,7 +195,9 @@ def attempt_run(*, claimed: ClaimedJob, worker: str, obey_robots: bool | None = 
                     http_status=fetched.status,
                     deadline=deadline,
                 )
-        return finished(AttemptOutcome.SUCCEEDED, http_status=stored.http_status, result=stored)
+        return finished(
+            AttemptOutcome.SUCCEEDED, http_status=stored.http_status, result=stored, answered_url=answered_url
+        )
     except FetchError as e:
         return finished(
             AttemptOutcome.PERMANENT if e.permanent else AttemptOutcome.TEMPORARY,
@@ -200,6 +205,7 @@ def attempt_run(*, claimed: ClaimedJob, worker: str, obey_robots: bool | None = 
             error=e.message,
             http_status=e.http_status,
             retry_after_s=e.retry_after_s,
+            answered_url=e.url,
         )
     except AttemptStopped as e:
         if e.reason == "cancelled":

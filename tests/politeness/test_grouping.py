@@ -5,12 +5,19 @@ real path."""
 
 from __future__ import annotations
 
+from urllib.parse import quote
+
 import pytest
 
-from apps.jobs.models import Job, JobStatus
+from apps.jobs.models import Attempt, Job, JobStatus
 from apps.jobs.receipt_fold import attempts_apply_finished
 from apps.politeness.models import DomainPolicy
-from apps.politeness.selectors import domain_limits_cache_clear, domain_limits_get, registrable_domain
+from apps.politeness.selectors import (
+    domain_limits_cache_clear,
+    domain_limits_get,
+    domain_state_get,
+    registrable_domain,
+)
 from apps.politeness.services import domain_permit_acquire
 from apps.scraping.services import job_run_attempt
 from tests.e2e.fault_support import submit
@@ -113,3 +120,19 @@ def test_every_hop_of_a_redirect_chain_within_a_domain_takes_a_token(make_tenant
     arrivals = [t for t, *_ in target.requests_for("/redirect/")]
     assert len(arrivals) == 3
     assert all(b - a >= 0.5 - SLACK_S for a, b in zip(arrivals, arrivals[1:], strict=False)), arrivals
+
+
+def test_an_answer_after_a_redirect_moves_the_host_that_gave_it(make_tenant, target) -> None:
+    """127.0.0.1 redirects to localhost, which answers 429 with Retry-After: 30. The pause is
+    localhost's, whose answer it was; 127.0.0.1 answered only the redirect and is not paused
+    (the answer used to be charged to the job's own host)."""
+    DomainPolicy.objects.create(domain="localhost", requests_per_second=100, burst=100, max_concurrency=10)
+    landing = target.url("/retry-after/x?fail=5&after=30").replace("127.0.0.1", "localhost")
+    job = run(published(make_tenant()[0], target.url("/go") + "?to=" + quote(landing, safe="")))
+    assert job.status == JobStatus.QUEUED  # a temporary failure: retried later
+    assert Attempt.objects.get(job=job).http_status == 429
+    assert domain_state_get(domain="localhost").cooldown_s > 20
+    assert domain_state_get(domain="127.0.0.1").cooldown_s == 0
+    refused = ask("localhost", "other")
+    assert not refused.granted
+    assert ask("127.0.0.1", "another").granted
