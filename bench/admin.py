@@ -26,6 +26,10 @@ REPEATS = 5
 BOUND_MS = 300.0
 
 
+def _fixed(url: str) -> Callable[[], str]:
+    return lambda: url
+
+
 def run() -> None:
     with throwaway_database("admin") as db:
         note(f"admin: pages on {SMALL_JOBS:,} jobs, then on {JOBS:,} jobs x {ATTEMPTS_PER_JOB} attempts")
@@ -43,7 +47,7 @@ def run() -> None:
 
 def _pages() -> dict[str, Callable[[], str]]:
     """Page name -> a function giving its URL on the current ledger (ids are read when called)."""
-    from apps.jobs.models import Attempt, Job
+    from apps.jobs.models import Attempt, AttemptOutcome, Job, JobStatus, Priority
     from apps.tenants.models import Tenant
 
     def newest_job() -> str:
@@ -58,16 +62,16 @@ def _pages() -> dict[str, Callable[[], str]]:
     jobs, attempts, dead = "/admin/jobs/job/", "/admin/jobs/attempt/", "/admin/scheduling/deadletter/"
     return {
         "jobs_list": lambda: jobs,
-        "jobs_status_running": lambda: jobs + "?status__exact=running",
-        "jobs_status_failed": lambda: jobs + "?status__exact=failed",
-        "jobs_priority_high": lambda: jobs + "?priority__exact=high",
+        # Every value of the status, priority and outcome filters, common and rare.
+        **{f"jobs_status_{s}": _fixed(f"{jobs}?status__exact={s}") for s in JobStatus.values},
+        **{f"jobs_priority_{p}": _fixed(f"{jobs}?priority__exact={p}") for p in Priority.values},
         "jobs_tenant": lambda: jobs + f"?tenant__id__exact={a_tenant()}",
         "jobs_domain": lambda: jobs + "?domain=site7.example",
         "jobs_status_and_domain": lambda: jobs + "?status__exact=failed&domain=site7.example",
         "jobs_search_id": lambda: jobs + f"?q={newest_job()}",
         "job_page": lambda: jobs + f"{an_attempted_job()}/change/",
         "attempts_list": lambda: attempts,
-        "attempts_outcome_failed_permanent": lambda: attempts + "?outcome__exact=failed_permanent",
+        **{f"attempts_outcome_{o}": _fixed(f"{attempts}?outcome__exact={o}") for o in AttemptOutcome.values},
         "attempts_error_class_tls": lambda: attempts + "?error_class=tls_error",
         "attempts_of_a_job": lambda: attempts + f"?q={an_attempted_job()}",
         "dead_letters_grouped": lambda: dead,
