@@ -9,19 +9,12 @@ import pytest
 from django.test import Client
 
 from apps.politeness.models import DomainPolicy
-from apps.politeness.selectors import POLICY_CACHE_S, domain_limits_cache_clear, domain_limits_get
+from apps.politeness.selectors import POLICY_CACHE_S, domain_limits_get
 from apps.politeness.services import DomainDecision, domain_outcome_record, domain_permit_acquire
 
 pytestmark = pytest.mark.django_db
 
 POLICIES = "/admin/politeness/domainpolicy/"
-
-
-@pytest.fixture(autouse=True)
-def _fresh_policy_cache():
-    domain_limits_cache_clear()
-    yield
-    domain_limits_cache_clear()
 
 
 def form(**overrides: str) -> dict[str, str]:

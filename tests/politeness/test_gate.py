@@ -20,20 +20,13 @@ from apps.jobs.outbox import job_defer_for_domain
 from apps.jobs.receipt_fold import attempts_apply_finished
 from apps.jobs.redis import state_redis
 from apps.politeness.models import DomainPolicy
-from apps.politeness.selectors import domain_limits_cache_clear, domain_state_get
+from apps.politeness.selectors import domain_state_get
 from apps.politeness.services import UNAVAILABLE_DEFER_S, domain_outcome_record
 from apps.scraping.services import job_run_attempt
 
 pytestmark = pytest.mark.django_db
 
 DOMAIN = "127.0.0.1"
-
-
-@pytest.fixture(autouse=True)
-def _fresh_policy_cache():
-    domain_limits_cache_clear()
-    yield
-    domain_limits_cache_clear()
 
 
 @pytest.fixture

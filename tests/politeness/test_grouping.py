@@ -13,7 +13,6 @@ from apps.jobs.models import Attempt, Job, JobStatus
 from apps.jobs.receipt_fold import attempts_apply_finished
 from apps.politeness.models import DomainPolicy
 from apps.politeness.selectors import (
-    domain_limits_cache_clear,
     domain_limits_get,
     domain_state_get,
     registrable_domain,
@@ -25,13 +24,6 @@ from tests.e2e.fault_support import submit
 pytestmark = pytest.mark.django_db
 
 SLACK_S = 0.05
-
-
-@pytest.fixture(autouse=True)
-def _fresh_policy_cache():
-    domain_limits_cache_clear()
-    yield
-    domain_limits_cache_clear()
 
 
 @pytest.mark.parametrize(

@@ -26,13 +26,6 @@ pytestmark = pytest.mark.django_db
 DOMAIN = "shop.example"
 
 
-@pytest.fixture(autouse=True)
-def _fresh_policy_cache():
-    domain_limits_cache_clear()
-    yield
-    domain_limits_cache_clear()
-
-
 def policy(rps: float, burst: int, concurrency: int, domain: str = DOMAIN) -> None:
     DomainPolicy.objects.update_or_create(
         domain=domain,
