@@ -41,8 +41,10 @@ async def application(scope: Scope, receive: Receive, send: Send) -> None:
     if scope["type"] != "http" or not scope["path"].startswith("/api/"):
         await django_application(scope, receive, send)
         return
-    if scope["method"] == "GET" and await answer_from_cache(scope, send):
-        return  # a plain read of a job the cache holds (apps/query/fast_read.py)
+    cached = answer_from_cache(scope)
+    if cached is not None:  # a plain read of a job the cache holds (apps/query/fast_read.py)
+        await _send_django_response(send, cached)
+        return
     if _has_length(scope):
         await django_application(scope, receive, send)
         return

@@ -29,11 +29,11 @@ when Redis hangs, after which both skip Redis for a second.
 
 from __future__ import annotations
 
+import functools
 import io
 import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from django.conf import settings
@@ -44,13 +44,11 @@ from django.utils.module_loading import import_string
 from rest_framework.renderers import JSONRenderer
 
 from apps.api.serializers import API_PREFIX, base_url, job_representation
-from apps.operators.request_metrics import recorder, request_route
+from apps.operators.request_metrics import recorder
 from apps.query.cache import job_cached
 from apps.tenants.authentication import TenantPrincipal
 from apps.tenants.services import token_cached
 from apps.tenants.throttling import token_rate_take
-
-Send = Callable[[Mapping[str, Any]], Awaitable[None]]
 
 JOB_PATH = re.compile(
     "^"
@@ -66,69 +64,62 @@ def _never(request: HttpRequest) -> HttpResponse:
     raise AssertionError("the fast path never calls the rest of the chain")
 
 
-def _on_the_loop_middleware() -> list[Any]:
-    """Instances of the configured middleware whose hooks run on the loop (they say so with
-    ``hooks_on_the_loop``, scrapejobs/middleware.py), in their order."""
-    return [
+@functools.cache
+def _chain() -> tuple[list[Any], str]:
+    """Built once per process, on the first cached read: instances of the configured middleware
+    whose hooks run on the loop (they say so with ``hooks_on_the_loop``, scrapejobs/middleware.py),
+    in their order, and the route Django matches for every job's path (the request metrics'
+    label)."""
+    middleware = [
         cls(_never)
         for cls in map(import_string, settings.MIDDLEWARE)
         if getattr(cls, "hooks_on_the_loop", False)
     ]
+    route = resolve(f"{API_PREFIX}/jobs/{uuid.UUID(int=0)}").route
+    return middleware, route
 
 
-_middleware: list[Any] | None = None
-
-
-async def answer_from_cache(scope: dict[str, Any], send: Send) -> bool:
-    """Answer a plain cached read and say True; False (nothing sent) for Django to answer."""
-    global _middleware  # noqa: PLW0603 - built once per process, on the first request
+def answer_from_cache(scope: dict[str, Any]) -> HttpResponse | None:
+    """The answer to a plain cached read, or None for Django to answer the request."""
     if scope["method"] != "GET" or scope["query_string"]:
-        return False
+        return None
     match = JOB_PATH.match(scope["path"])
     if match is None:
-        return False
+        return None
     started = time.perf_counter()
     request = ASGIRequest(scope, io.BytesIO())
     scheme, _, raw = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
     if scheme.lower() != "bearer" or not raw.strip():
-        return False
+        return None
     found = token_cached(raw=raw.strip())
     if found is None:
-        return False
+        return None
     tenant, token = found
     job = job_cached(tenant_id=tenant.id, job_id=uuid.UUID(match[1]))
     if job is None:
-        return False
-    if _middleware is None:
-        _middleware = _on_the_loop_middleware()
+        return None
+    middleware, route = _chain()
     try:
-        for middleware in _middleware:
-            hook = getattr(middleware, "process_request", None)
+        for each in middleware:
+            hook = getattr(each, "process_request", None)
             if hook is not None and hook(request) is not None:
-                return False  # a redirect or a refusal: Django's to give
+                return None  # a redirect or a refusal: Django's to give
         base = base_url(request)
     except Exception:  # noqa: BLE001 - DisallowedHost, a refusal: Django answers whatever it was
-        return False
+        return None
     allowed, _ = token_rate_take(TenantPrincipal(tenant, token))
     if not allowed:
-        return False  # Django refuses it with its 429 (a refusal spends nothing)
+        return None  # Django refuses it with its 429 (a refusal spends nothing)
     response = HttpResponse(
         _renderer.render(job_representation(job, base=base)), content_type="application/json", status=200
     )
     for name, value in VIEW_HEADERS.items():
         response[name] = value
-    for middleware in reversed(_middleware):
-        hook = getattr(middleware, "process_response", None)
+    for each in reversed(middleware):
+        hook = getattr(each, "process_response", None)
         if hook is not None:
             response = hook(request, response)
-    request.resolver_match = resolve(request.path_info)
     recorder.record(
-        route=request_route(request),
-        method="GET",
-        status=response.status_code,
-        seconds=time.perf_counter() - started,
+        route=route, method="GET", status=response.status_code, seconds=time.perf_counter() - started
     )
-    headers = [(k.encode("latin1"), v.encode("latin1")) for k, v in response.items()]
-    await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
-    await send({"type": "http.response.body", "body": response.content})
-    return True
+    return response

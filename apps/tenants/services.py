@@ -55,9 +55,13 @@ _TOKEN_CACHE_MAX = 10_000
 def token_cached(*, raw: str) -> tuple[Tenant, ApiToken] | None:
     """The token's tenant and token when this process remembers them (``token_authenticate``
     did, less than SCRAPEJOBS_TOKEN_CACHE_S ago), else None: no database."""
+    return _remembered(token_hash(raw))
+
+
+def _remembered(digest: str) -> tuple[Tenant, ApiToken] | None:
     if settings.SCRAPEJOBS_TOKEN_CACHE_S <= 0:
         return None
-    hit = _token_cache.get(token_hash(raw))
+    hit = _token_cache.get(digest)
     if hit is None or hit[0] <= time.monotonic():
         return None
     return hit[1], hit[2]
@@ -65,12 +69,10 @@ def token_cached(*, raw: str) -> tuple[Tenant, ApiToken] | None:
 
 def token_authenticate(*, raw: str) -> tuple[Tenant, ApiToken] | None:
     digest = token_hash(raw)
+    found = _remembered(digest)
+    if found is not None:
+        return found
     ttl = settings.SCRAPEJOBS_TOKEN_CACHE_S
-    now = time.monotonic()
-    if ttl > 0:
-        hit = _token_cache.get(digest)
-        if hit is not None and hit[0] > now:
-            return hit[1], hit[2]
     token = (
         ApiToken.objects.select_related("tenant")
         .filter(token_hash=digest, revoked_at__isnull=True, tenant__is_active=True)
@@ -82,7 +84,7 @@ def token_authenticate(*, raw: str) -> tuple[Tenant, ApiToken] | None:
         with _token_cache_lock:
             if len(_token_cache) >= _TOKEN_CACHE_MAX:
                 _token_cache.clear()
-            _token_cache[digest] = (now + ttl, token.tenant, token)
+            _token_cache[digest] = (time.monotonic() + ttl, token.tenant, token)
     return token.tenant, token
 
 
