@@ -25,7 +25,7 @@ import requests
 from apps.jobs.models import Job, JobStatus
 from apps.query.waiting import listen_conninfo
 from tests.e2e.fault_support import fast_env, final_count, stored_body, submit
-from tests.support.procs import wait_for
+from tests.support.procs import wait_for, wait_for_web
 from tests.support.target import body_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -117,7 +117,7 @@ def test_intake_accepts_jobs_while_redis_is_down_and_they_are_published_once_it_
         r = session.post(base + JOBS, data=json.dumps({"url": url}), timeout=10)
         return r, time.monotonic() - started
 
-    wait_for(lambda: _listening(port), timeout=30, what="the web process")
+    wait_for_web(web, port, timeout=30)
     before, _ = submit("http://a.example/before")
     assert before.status_code == 202, before.content
     wait_for(
@@ -217,13 +217,6 @@ def _assert_accepted_at_once(answers: list[tuple[requests.Response, float]]) -> 
     assert Job.objects.filter(id__in=[r.json()["id"] for r, _ in answers]).count() == len(answers)
 
 
-def _listening(port: int) -> bool:
-    try:
-        return requests.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
-    except requests.RequestException:
-        return False
-
-
 OUTAGE_S = 30.0
 
 
@@ -254,7 +247,7 @@ def test_thirty_seconds_without_redis_cost_clients_nothing_and_every_job_ends_su
     base = f"http://127.0.0.1:{port}"
     session = requests.Session()
     session.headers.update({"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
-    wait_for(lambda: _listening(port), timeout=30, what="the web process")
+    wait_for_web(running["web"], port, timeout=30)
 
     submitted: list[str] = []
     slow: list[str] = []

@@ -19,7 +19,7 @@ import requests
 from django.conf import settings
 
 from apps.jobs.models import Job
-from tests.support.procs import wait_for
+from tests.support.procs import wait_for_web
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -44,14 +44,7 @@ def web(services, make_tenant) -> Iterator[tuple[int, str]]:
     proc = services().start("web", port=port, workers=1)
     _, token, _ = make_tenant()
 
-    def up() -> bool:
-        assert proc.alive(), proc.tail()
-        try:
-            return requests.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
-        except requests.RequestException:
-            return False
-
-    wait_for(up, timeout=60, what="the web process")
+    wait_for_web(proc, port)
     yield port, token
 
 

@@ -19,7 +19,7 @@ from apps.jobs.models import Job
 from apps.query.cache import job_read
 from apps.query.waiting import final_hub
 from tests.query import helpers
-from tests.support.procs import wait_for
+from tests.support.procs import wait_for_web
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -56,14 +56,7 @@ def start_web(services, make_tenant) -> Iterator[Callable[..., Web]]:
         proc = services().start("web", port=port, workers=1, env=env)
         tenant, token, _ = make_tenant()
 
-        def up() -> bool:
-            assert proc.alive(), proc.tail()
-            try:
-                return requests.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
-            except requests.RequestException:
-                return False
-
-        wait_for(up, timeout=60, what="the web process")
+        wait_for_web(proc, port)
         return Web(port, token, tenant, proc.pid)
 
     yield start

@@ -13,7 +13,7 @@ from django.db import connection
 
 from apps.jobs.models import Job
 from tests.query.test_wait import _connections, _free_port
-from tests.support.procs import wait_for
+from tests.support.procs import wait_for_web
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -28,7 +28,7 @@ def test_500_waiters_are_answered_within_1s_of_their_job_and_intake_stays_fast(s
     _, token, _ = make_tenant()
     base = f"http://127.0.0.1:{port}/api/v1/jobs"
     auth = {"Authorization": f"Bearer {token}"}
-    wait_for(lambda: _up(port, web), timeout=60, what="the web process")
+    wait_for_web(web, port)
 
     answers: dict[str, tuple[float, float, str]] = {}  # job id: (asked at, answered at, status)
 
@@ -101,11 +101,3 @@ def test_500_waiters_are_answered_within_1s_of_their_job_and_intake_stays_fast(s
     assert p99 < 200
     # Flat: 500 waiters do not show in the count (the old design held 500 LISTEN connections).
     assert max(pg_connections) - min(pg_connections) <= 20
-
-
-def _up(port: int, web) -> bool:  # type: ignore[no-untyped-def]
-    assert web.alive(), web.tail()
-    try:
-        return requests.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
-    except requests.RequestException:
-        return False

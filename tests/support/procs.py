@@ -97,3 +97,18 @@ def wait_for(
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what or pred}")
+
+
+def wait_for_web(proc: Proc, port: int, timeout: float = 60) -> None:
+    """Wait until the web process ``proc`` answers /healthz on ``port``; fail at once, with its
+    log, if it died."""
+    import requests  # noqa: PLC0415 - only the tests that start a web process need it
+
+    def up() -> bool:
+        assert proc.alive(), proc.tail()
+        try:
+            return requests.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+        except requests.RequestException:
+            return False
+
+    wait_for(up, timeout=timeout, what="the web process")
