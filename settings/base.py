@@ -1,6 +1,6 @@
 """The one settings module. Every value comes from the environment (django-environ); production
 differs from development only by environment. Each variable is listed, with its default, in the
-README's "Settings" table: change both together.
+docs/settings.md: change both together.
 
 ``<repo>/.run/dev/env`` (written by ``make run`` while embedded servers are up) is read for any
 variable not already set, so ``python manage.py`` in a second terminal reaches the same servers.

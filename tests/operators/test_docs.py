@@ -1,4 +1,4 @@
-"""The newcomer's documents stay true to the code: every setting is in the README, the README's
+"""The newcomer's documents stay true to the code: every setting is in docs/settings.md, the README's
 command lines are those of scrapejobs/processes.py, and REQUIREMENTS.md has every id that code and
 tests refer to."""
 
@@ -17,6 +17,8 @@ from scrapejobs import processes
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
+SETTINGS_DOC = (ROOT / "docs" / "settings.md").read_text()
+BENCHMARKS_DOC = (ROOT / "docs" / "benchmarks.md").read_text()
 REQUIREMENTS = (ROOT / "REQUIREMENTS.md").read_text()
 
 
@@ -34,11 +36,17 @@ def test_the_settings_scan_finds_the_settings() -> None:
     assert {"PORT", "FLOWER_PORT"} <= PROCESS_VARS and "SCRAPEJOBS_RUN_DIR" in SUPERVISE_VARS
 
 
-def test_every_environment_variable_the_project_reads_is_in_the_readme_settings_table() -> None:
-    documented = set(re.findall(r"^\| `([A-Z][A-Z0-9_]+)`", README, re.M))
-    documented |= set(re.findall(r"`([A-Z][A-Z0-9_]+)`, `([A-Z][A-Z0-9_]+)`", README)[0])
+def test_every_environment_variable_the_project_reads_is_in_the_settings_reference() -> None:
+    documented = set(re.findall(r"^\| `([A-Z][A-Z0-9_]+)`", SETTINGS_DOC, re.M))
+    documented |= set(re.findall(r"`([A-Z][A-Z0-9_]+)`, `([A-Z][A-Z0-9_]+)`", SETTINGS_DOC)[0])
     missing = (SETTINGS_VARS | PROCESS_VARS | SUPERVISE_VARS) - documented - {"DJANGO_SETTINGS_MODULE"}
-    assert not missing, f"add to the README's settings table: {sorted(missing)}"
+    assert not missing, f"add to docs/settings.md: {sorted(missing)}"
+
+
+def test_every_page_of_docs_is_linked_from_the_readme() -> None:
+    pages = {str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md")}
+    unlinked = {page for page in pages if f"]({page})" not in README}
+    assert not unlinked, f"link from the README: {sorted(unlinked)}"
 
 
 @pytest.mark.parametrize("component", processes.COMPONENTS)
@@ -80,8 +88,8 @@ def test_the_non_functional_requirements_carry_the_seed_targets() -> None:
     assert all(row.rstrip(" |").rsplit("|", 1)[-1].strip() for row in rows.values())
 
 
-def test_the_readme_shows_the_benchmark_figures() -> None:
-    assert "BENCHMARK_FIGURES" not in README
+def test_the_benchmark_page_shows_the_benchmark_figures() -> None:
+    assert "BENCHMARK_FIGURES" not in BENCHMARKS_DOC
     for name in (
         "intake_api_p99_ms",
         "intake_api_open_p99_ms",
@@ -91,7 +99,7 @@ def test_the_readme_shows_the_benchmark_figures() -> None:
         "e2e_500ms_scrapejobs_cpu_ms_per_job_worker",
         "writer_batched_to_one_tx_ratio",
     ):
-        assert re.search(rf"{name}: [\d.,]+", README), name
+        assert re.search(rf"{name}: [\d.,]+", BENCHMARKS_DOC), name
 
 
 def test_the_readmes_map_of_apps_matches_the_tree() -> None:
