@@ -36,6 +36,7 @@ import time
 from collections import Counter
 from typing import Any, NamedTuple
 
+from celery import current_app
 from django.conf import settings
 from django.db import connection, transaction
 
@@ -80,7 +81,9 @@ def outbox_publish_batch(*, limit: int, depth: int | None = None) -> int:
     weighted-fair order, over one producer connection; stamp them. With ``depth``, send no more
     than keeps at most ``depth`` scrape messages waiting in the broker. Returns how many were
     sent."""
-    from scrapejobs.celery import app  # noqa: PLC0415 - Celery app imports Django settings
+    # The process's Celery app (scrapejobs/celery.py makes it current at start-up); apps import
+    # nothing of the project package, so it is looked up, not imported.
+    app = current_app._get_current_object()
 
     with transaction.atomic(), connection.cursor() as cur:
         # One dispatcher at a time (released at commit): the free room below stays true while we
