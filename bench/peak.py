@@ -67,6 +67,9 @@ STARTED_WITHIN_S = 60.0  # NFR-8
 STARTED_SHARE_AIM = 0.95  # NFR-8
 DATABASE = "bench_peak"
 LATE_S = 0.005  # a send this much after its slot: the submitting process itself was held up
+# Slots still unsent this long after the last one was due are given up (and count as failed
+# submissions), so that a run whose intake cannot keep up still ends and reports it.
+GIVE_UP_S = 60.0
 
 
 def workers_needed(*, rate: float, target_s: float, threads: int, headroom: float = HEADROOM) -> int:
@@ -195,7 +198,9 @@ def run() -> None:
                         ],
                         env,
                     )
-                    wait_until(lambda: submit.p.poll() is not None, SECONDS + 120, "the submissions", 0.5)
+                    wait_until(
+                        lambda: submit.p.poll() is not None, SECONDS + GIVE_UP_S + 120, "the submissions", 0.5
+                    )
                     if submit.p.returncode != 0:
                         raise RuntimeError(submit.output()[-3000:])
                     sent = json.loads(submit.output().splitlines()[-1])
@@ -218,6 +223,7 @@ def run() -> None:
     figure("peak_submitted", submitted)
     figure("peak_accepted", accepted)
     figure("peak_intake_errors", int(sent["errors"]))
+    figure("peak_intake_unsent", int(sent["unsent"]))
     figure("peak_intake_p50_ms", median(latencies))
     figure("peak_intake_p99_ms", p99)
     figure("peak_intake_max_ms", max(latencies, default=float("nan")))
@@ -255,6 +261,8 @@ def _submit_thread(port: int, token: str, schedule: Schedule, target: str, out: 
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     headers = {"Content-Type": "application/json", "Authorization": f"Bearer {token}"}
     while (due := schedule.take()) is not None:
+        if time.time() > schedule.stop + GIVE_UP_S:
+            break  # intake fell that far behind: the rest are counted as not sent
         time.sleep(max(0.0, due - time.time()))
         lag = time.time() - due
         i = round((due - schedule.first) / schedule.interval)
@@ -282,14 +290,16 @@ def _submit(port: int, token: str, rate: float, seconds: float, target: str) -> 
         t.start()
     for t in threads:
         t.join()
+    slots = round(seconds * rate)
     ok = [lat * 1000 for lat, good, _, _ in out if good]
     served = [took * 1000 for _, good, _, took in out if good]
     print(
         json.dumps(
             {
-                "slots": len(out),
+                "slots": max(slots, len(out)),
                 "accepted": len(ok),
                 "errors": len(out) - len(ok),
+                "unsent": max(0, slots - len(out)),
                 "latencies_ms": [round(x, 3) for x in ok],
                 "served_ms": [round(x, 3) for x in served],
                 "late_sends": sum(1 for _, _, lag, _ in out if lag > LATE_S),
