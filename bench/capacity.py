@@ -34,6 +34,7 @@ from pathlib import Path
 
 from bench.common import (
     Proc,
+    celery_ready,
     create_tenant,
     figure,
     flush_redis,
@@ -69,12 +70,6 @@ def worker_argv(concurrency: int, pool: str) -> list[str]:
     return argv
 
 
-def _ready(proc: Proc) -> bool:
-    if proc.p.poll() is not None:
-        raise RuntimeError(f"{proc.name} exited:\n{proc.output()[-3000:]}")
-    return " ready." in proc.output()
-
-
 def _sample(stop: threading.Event, worker: Proc, target: str, rss: list[float], in_flight: list[int]) -> None:
     while not stop.wait(1.0):
         rss.append(rss_mib(worker.p.pid))
@@ -86,7 +81,7 @@ def _level(db: str, env: dict[str, str], tenant_id: str, target: str, concurrenc
     level_env = dict(env, SCRAPEJOBS_WORKER_CONCURRENCY=str(concurrency))
     worker = Proc(f"worker-{concurrency}", worker_argv(concurrency, POOL), level_env)
     with running(worker):
-        wait_until(lambda: _ready(worker), 120, "the worker")
+        wait_until(lambda: celery_ready(worker), 120, "the worker")
         idle_rss = rss_mib(worker.p.pid)
         before = int(sql(db, "SELECT count(*) FROM jobs_job")[0][0])
         start = time.time() + 1.0
@@ -184,7 +179,7 @@ def run() -> None:
                 writer,
                 _beat,
             ):
-                wait_until(lambda: _ready(writer), 120, "the writer")
+                wait_until(lambda: celery_ready(writer), 120, "the writer")
                 for concurrency in LEVELS:
                     figures = _level(db, env, tenant_id, target, concurrency)
                     for name, value in figures.items():

@@ -34,6 +34,7 @@ from pathlib import Path
 from bench.common import (
     Proc,
     Schedule,
+    celery_ready,
     create_tenant,
     figure,
     flush_redis,
@@ -79,17 +80,12 @@ def workers_needed(*, rate: float, target_s: float, threads: int, headroom: floa
 
 
 def worker_db_pool(workers: int) -> int:
-    """Each worker's PostgreSQL pool (``SCRAPEJOBS_DB_POOL_MAX_SIZE``): the default 20 up to six
-    workers (at the seed's peak the six used 73 connections with the web, writer and beat); more
-    workers share 60, so that all stay within a server's default 100 connections (a fetch holds
-    none, NFR-11: the pool serves claims and lease renewals only)."""
-    return 20 if workers <= 6 else max(2, 60 // workers)
-
-
-def _ready(proc: Proc) -> bool:
-    if proc.p.poll() is not None:
-        raise RuntimeError(f"{proc.name} exited:\n{proc.output()[-3000:]}")
-    return " ready." in proc.output()
+    """Each worker's PostgreSQL pool (``SCRAPEJOBS_DB_POOL_MAX_SIZE``): the workers share 60
+    connections (at most 20 each), so that with the web, the writer and beat all stay within a
+    server's default 100. A fetch holds none (NFR-11): the pool serves claims and lease renewals.
+    With the default 20 each, six workers of 100 threads used 73 connections in one run at the
+    seed's peak and ran the server out of them ("too many clients") in the next, at a higher load."""
+    return max(2, min(20, 60 // workers))
 
 
 class _Sampler:
@@ -177,7 +173,9 @@ def run() -> None:
             )
             with running(*procs):
                 wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/healthz"), 120, "the web")
-                wait_until(lambda: all(_ready(p) for p in (procs[0], *worker_procs)), 180, "the workers")
+                wait_until(
+                    lambda: all(celery_ready(p) for p in (procs[0], *worker_procs)), 180, "the workers"
+                )
                 idle_rss = sum(rss_mib(w.p.pid) for w in worker_procs)
                 with (
                     CpuMeter(service_classifier(DATABASE, submit="bench.peak submit")) as meter,

@@ -52,9 +52,9 @@ def test_workers_follow_littles_law_with_headroom() -> None:
 
 
 def test_more_workers_share_the_servers_connections() -> None:
-    assert worker_db_pool(6) == 20  # the seed's layout runs on the documented default
-    assert worker_db_pool(12) == 5
-    assert 12 * worker_db_pool(12) <= 60 and 40 * worker_db_pool(40) <= 80
+    assert worker_db_pool(6) == 10  # the seed's layout: 60 connections in all
+    assert worker_db_pool(2) == 20 and worker_db_pool(12) == 5
+    assert all(n * worker_db_pool(n) <= 60 for n in range(1, 31))
 
 
 def test_the_capacity_worker_is_the_services_worker_with_its_pool_replaced() -> None:
@@ -117,20 +117,17 @@ def test_the_slow_target_holds_many_slow_requests_at_once_and_counts_them() -> N
 
         started = time.monotonic()
         with ThreadPoolExecutor(n) as pool:
-            future = pool.map(fetch, range(n))
-            time.sleep(0.5 * delay)
-            during = target_stats(base)
-            bodies = list(future)
+            bodies = list(pool.map(fetch, range(n)))
         elapsed = time.monotonic() - started
         from tests.support.target import body_for
 
         assert bodies == [body_for(100)] * n
         # Served side by side, not one after another (that would take n x delay).
         assert elapsed < 10 * delay, elapsed
-        assert during["in_flight"] > n // 2, during
         after = target_stats(base)
         assert after["requests"] == after["answered"] == n
-        assert after["in_flight"] == 0 and after["max_in_flight"] > n // 2
+        # The target's own count: more than half the requests were waiting there at one moment.
+        assert after["in_flight"] == 0 and after["max_in_flight"] > n // 2, after
     finally:
         proc.stop()
 
