@@ -9,6 +9,8 @@ migrates it and drops it at the end, and uses Redis databases N, N+1 (the broker
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import signal
 import socket
@@ -16,6 +18,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -23,6 +26,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
+
+from urllib3.util.wait import wait_for_read
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,6 +55,68 @@ def percentile(values: Sequence[float], p: float) -> float:
 
 def median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else float("nan")
+
+
+def littles_law_share(jobs_per_s: float, *, concurrency: int, latency_s: float) -> float:
+    """The share of Little's law reached: ``concurrency`` slots each busy ``latency_s`` per job can
+    finish at most ``concurrency / latency_s`` jobs per second."""
+    return jobs_per_s * latency_s / concurrency
+
+
+def share_within(values: Sequence[float | None], limit: float, *, of: int | None = None) -> float:
+    """The share of ``of`` items (default: all of ``values``) whose value is at most ``limit``;
+    a missing value (None: the thing never happened) counts against."""
+    total = len(values) if of is None else of
+    if not total:
+        return float("nan")
+    return sum(1 for v in values if v is not None and v <= limit) / total
+
+
+def rss_mib(pid: int) -> float:
+    """Resident memory of one process (``VmRSS``), 0 once it has gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+class Schedule:
+    """An open loop's slots, shared by its client threads: slot ``i`` is due at
+    ``first + i * interval``. A free connection takes the next slot, waits for its time and sends;
+    when every connection is busy the slot goes out late, and its latency still counts from when it
+    was due (no coordinated omission)."""
+
+    def __init__(self, first: float, interval: float, stop: float):
+        self.first, self.interval, self.stop = first, interval, stop
+        self.next = 0
+        self.lock = threading.Lock()
+
+    def take(self) -> float | None:
+        with self.lock:
+            due = self.first + self.next * self.interval
+            self.next += 1
+        return due if due < self.stop else None
+
+
+def post_job(
+    conn: http.client.HTTPConnection, port: int, headers: dict[str, str], url: str
+) -> tuple[bool, http.client.HTTPConnection]:
+    """``POST /api/v1/jobs {url}`` on a keep-alive connection: (accepted, the connection to use
+    next, a new one after an error). A connection the server closed while it sat idle (gunicorn's
+    keep-alive is 2 s) is replaced before sending, as HTTP client libraries do."""
+    if conn.sock is not None and wait_for_read(conn.sock, timeout=0):
+        conn.close()  # readable while idle: the server's FIN; the request opens a new one
+    try:
+        conn.request("POST", "/api/v1/jobs", body=json.dumps({"url": url}), headers=headers)
+        resp = conn.getresponse()
+        resp.read()
+        return resp.status == 202, conn
+    except (OSError, http.client.HTTPException):
+        conn.close()
+        return False, http.client.HTTPConnection("127.0.0.1", port, timeout=30)
 
 
 def free_port() -> int:
@@ -199,6 +266,13 @@ def running(*procs: Proc) -> Iterator[tuple[Proc, ...]]:
             p.stop()
 
 
+def celery_ready(proc: Proc) -> bool:
+    """Whether a Celery worker process has said it is ready; raises with its output if it exited."""
+    if proc.p.poll() is not None:
+        raise RuntimeError(f"{proc.name} exited:\n{proc.output()[-3000:]}")
+    return " ready." in proc.output()
+
+
 def wait_until(pred: Callable[[], bool], timeout: float, what: str, interval: float = 0.05) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -226,6 +300,26 @@ def start_target() -> tuple[Proc, str]:
     base = proc.output().split()[0]
     wait_until(lambda: http_ok(base + "/bytes/1"), 10, "the target")
     return proc, base
+
+
+def start_slow_target() -> tuple[Proc, str]:
+    """bench/slow_target.py in its own process: ``/bytes/N?delay=S`` held on an event loop, so
+    thousands of slow requests cost the target little; ``/stats`` counts them."""
+    proc = Proc("slow-target", [sys.executable, "-m", "bench.slow_target"], dict(os.environ))
+    wait_until(lambda: "http://" in proc.output(), 10, "the slow target")
+    base = proc.output().split()[0]
+    wait_until(lambda: http_ok(base + "/stats"), 10, "the slow target")
+    return proc, base
+
+
+def target_stats(base: str) -> dict[str, int]:
+    """The slow target's counters (bench/slow_target.py): requests, answered, in_flight,
+    max_in_flight; ``{}`` when it does not answer."""
+    try:
+        with urllib.request.urlopen(base + "/stats", timeout=5) as r:
+            return dict(json.loads(r.read()))
+    except (OSError, ValueError):
+        return {}
 
 
 def _serve_target() -> None:

@@ -100,3 +100,32 @@ class CpuMeter:
             if kind is not None:
                 out[kind] += max(0.0, last - self._first.get(pid, 0.0))
         return dict(out)
+
+
+def service_classifier(database: str, *, submit: str, target: str = "bench.slow_target") -> Classify:
+    """``classify`` for a benchmark running the service's processes on ``database``: PostgreSQL
+    backends of that database, Redis, the target (its command line holds ``target``), and by their
+    command lines the processes whose environment points at that database: the submitter (holds
+    ``submit``), web, beat, worker and writer."""
+
+    def classify(pid: int, cmdline: str, environ: dict[str, str]) -> str | None:
+        if cmdline.startswith("postgres: "):
+            return "postgres" if f" {database} " in cmdline else None
+        if "redis-server" in cmdline:
+            return "redis"  # shared with anything else using that server
+        if target in cmdline:
+            return "target"
+        if not environ.get("DATABASE_URL", "").endswith(f"/{database}"):
+            return None
+        for marker, kind in (
+            (submit, "submit"),
+            ("gunicorn", "web"),
+            (" beat ", "beat"),
+            ("--queues jobs.", "worker"),
+            ("--queues control", "writer"),
+        ):
+            if marker in cmdline:
+                return kind
+        return None
+
+    return classify

@@ -21,7 +21,6 @@ Two ways of loading it, each run against both (both servers up at once, used in 
 from __future__ import annotations
 
 import http.client
-import json
 import multiprocessing
 import os
 import threading
@@ -29,6 +28,7 @@ import time
 
 from bench.common import (
     Proc,
+    Schedule,
     create_tenant,
     figure,
     flush_redis,
@@ -37,6 +37,7 @@ from bench.common import (
     median,
     note,
     percentile,
+    post_job,
     running,
     service_env,
     sql,
@@ -64,44 +65,14 @@ def _client_thread(port: int, token: str, start: float, stop: float, tag: str, o
     i = 0
     while (t0 := time.time()) < stop:
         i += 1
-        ok, conn = _post(conn, port, headers, f"https://shop.example/{tag}/{i}")
+        ok, conn = post_job(conn, port, headers, f"https://shop.example/{tag}/{i}")
         t1 = time.time()
         if t0 >= start and t1 <= stop:
             out.append((t1 - t0, ok))
     conn.close()
 
 
-def _post(
-    conn: http.client.HTTPConnection, port: int, headers: dict[str, str], url: str
-) -> tuple[bool, http.client.HTTPConnection]:
-    try:
-        conn.request("POST", "/api/v1/jobs", body=json.dumps({"url": url}), headers=headers)
-        resp = conn.getresponse()
-        resp.read()
-        return resp.status == 202, conn
-    except (OSError, http.client.HTTPException):
-        conn.close()
-        return False, http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-
-
-class _Schedule:
-    """The open loop's slots of one client process: slot ``i`` is due at ``first + i * interval``.
-    A free connection takes the next slot, waits for its time and sends; when every connection is
-    busy the slot goes out late, and its latency still counts from when it was due."""
-
-    def __init__(self, first: float, interval: float, stop: float):
-        self.first, self.interval, self.stop = first, interval, stop
-        self.next = 0
-        self.lock = threading.Lock()
-
-    def take(self) -> float | None:
-        with self.lock:
-            due = self.first + self.next * self.interval
-            self.next += 1
-        return due if due < self.stop else None
-
-
-def _open_thread(port: int, token: str, start: float, schedule: _Schedule, tag: str, out: list) -> None:
+def _open_thread(port: int, token: str, start: float, schedule: Schedule, tag: str, out: list) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     headers = {"Content-Type": "application/json", "Authorization": f"Bearer {token}"}
     i = 0
@@ -109,7 +80,7 @@ def _open_thread(port: int, token: str, start: float, schedule: _Schedule, tag: 
         time.sleep(max(0.0, due - time.time()))
         lag = time.time() - due
         i += 1
-        ok, conn = _post(conn, port, headers, f"https://shop.example/{tag}/{i}")
+        ok, conn = post_job(conn, port, headers, f"https://shop.example/{tag}/{i}")
         if due >= start:
             out.append((time.time() - due, ok, lag))
     conn.close()
@@ -122,7 +93,7 @@ def _client_process(args: tuple[int, str, float, float, int, float]) -> list[tup
     results: list[tuple] = []
     if interval:
         # The processes' schedules interleave: together one request every interval / processes.
-        schedule = _Schedule(start - WARMUP_S + index * interval / CLIENT_PROCESSES, interval, stop)
+        schedule = Schedule(start - WARMUP_S + index * interval / CLIENT_PROCESSES, interval, stop)
         threads = [
             threading.Thread(
                 target=_open_thread, args=(port, token, start, schedule, f"o{index}-{t}", results)

@@ -23,16 +23,27 @@ from redis.retry import Retry
 FAIL_OPEN_TIMEOUT_S = 0.1
 
 
+# Connections of one process to the state Redis. redis-py's own pool raises MaxConnectionsError
+# for the 101st caller at once; a worker with more slots than that (docs/benchmarks.md, capacity:
+# 1,000 fetches in flight in one process) has more callers at a moment, each for well under a
+# millisecond, so a caller waits for a free connection instead (at most CONNECTION_WAIT_S).
+STATE_REDIS_MAX_CONNECTIONS = 100
+CONNECTION_WAIT_S = 10
+
+
 @functools.cache
 def state_redis() -> redis.Redis:
-    return redis.Redis.from_url(
+    pool = redis.BlockingConnectionPool.from_url(
         settings.REDIS_URL,
+        max_connections=STATE_REDIS_MAX_CONNECTIONS,
+        timeout=CONNECTION_WAIT_S,
         decode_responses=True,
         socket_timeout=10,
         socket_connect_timeout=5,
         health_check_interval=30,
         retry_on_timeout=True,
     )
+    return redis.Redis(connection_pool=pool)
 
 
 def fail_open_redis() -> redis.Redis:
