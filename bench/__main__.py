@@ -10,7 +10,8 @@ at 10 and at 1,000,000 jobs), singleflight (1,000 identical jobs: requests at th
 time to drain), read (GET /jobs/{id} with the read cache against without it, and the ?wait=
 wake-up latency), admin (list pages and filters at a million jobs against ten thousand), peak (the
 seed's peak through the API: 28 jobs/s against a 20 s target, six workers), capacity (fetches in
-flight one worker process holds at a 10 s target), each ``bench/<name>.py:run()``.
+flight one worker process holds at a 10 s target), scaling (a day of the seed's load through the
+worker autoscaling rule, with one worker's measured capacity), each ``bench/<name>.py:run()``.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ ORDER = (
     "admin",
     "peak",
     "capacity",
+    "scaling",
 )
 
 

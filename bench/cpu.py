@@ -33,6 +33,20 @@ def _cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime
 
 
+def _memory_kib(pid: int) -> tuple[int, int] | None:
+    """(resident now, peak resident) of a process, in KiB: VmRSS and VmHWM of /proc/<pid>/status."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return None
+    values = {
+        k: int(v.split()[0]) for k, _, v in (line.partition(":") for line in lines) if k in ("VmRSS", "VmHWM")
+    }
+    if len(values) < 2:
+        return None  # a zombie or a kernel thread
+    return values["VmRSS"], values["VmHWM"]
+
+
 def _cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
@@ -57,6 +71,8 @@ class CpuMeter:
         self._first: dict[int, float] = {}
         self._last: dict[int, float] = {}
         self._started: set[int] = set()  # processes already running when the meter started
+        self._rss_first: dict[int, int] = {}  # KiB resident when first sampled
+        self._rss_peak: dict[int, int] = {}  # KiB, the kernel's high-water mark
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cpu-meter", daemon=True)
 
@@ -77,6 +93,10 @@ class CpuMeter:
             # A process first seen after the start counts all its CPU: it started during the run.
             self._first.setdefault(pid, used if pid in self._started else 0.0)
             self._last[pid] = used
+            memory = _memory_kib(pid)
+            if memory is not None:
+                self._rss_first.setdefault(pid, memory[0])
+                self._rss_peak[pid] = memory[1]
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
@@ -91,6 +111,18 @@ class CpuMeter:
         self._stop.set()
         self._thread.join()
         self._sample()
+
+    def memory_mib(self) -> dict[str, tuple[float, float]]:
+        """Per kind, the largest process's (resident when the meter started, peak resident), MiB:
+        the difference is what the run's load added (bench/scaling.py: memory per worker thread)."""
+        out: dict[str, tuple[float, float]] = {}
+        for pid, peak in self._rss_peak.items():
+            kind = self._kinds.get(pid)
+            if kind is None:
+                continue
+            first, top = out.get(kind, (0.0, 0.0))
+            out[kind] = (max(first, self._rss_first[pid] / 1024), max(top, peak / 1024))
+        return out
 
     def totals(self) -> dict[str, float]:
         """CPU seconds per kind used while the meter ran."""

@@ -123,7 +123,8 @@ def _naive(target: str, latency_ms: int) -> tuple[float, dict[str, float]]:
         shutil.rmtree(out, ignore_errors=True)
 
 
-def _scrapejobs(target: str, latency_ms: int) -> tuple[float, dict[str, int], dict[str, float]]:
+def _scrapejobs(target: str, latency_ms: int, *, jobs: int = JOBS) -> tuple[float, dict[str, int], CpuMeter]:
+    """Throughput (jobs/s), jobs per final status, and the meter of the run (CPU, memory)."""
     results = Path(tempfile.mkdtemp(prefix="bench-results-"))
     with throwaway_database("e2e") as db:
         env = service_env(
@@ -149,7 +150,7 @@ def _scrapejobs(target: str, latency_ms: int) -> tuple[float, dict[str, int], di
                         "submit",
                         tenant_id,
                         target,
-                        str(JOBS),
+                        str(jobs),
                         str(latency_ms),
                     ],
                     env,
@@ -160,13 +161,13 @@ def _scrapejobs(target: str, latency_ms: int) -> tuple[float, dict[str, int], di
                 started = float(submit.output().split()[0])
                 submit.stop()
                 final = "SELECT count(*) FROM jobs_job WHERE status IN ('succeeded', 'failed', 'cancelled')"
-                wait_until(lambda: sql(db, final)[0][0] >= JOBS, TIMEOUT_S, "every job to be final", 0.05)
+                wait_until(lambda: sql(db, final)[0][0] >= jobs, TIMEOUT_S, "every job to be final", 0.05)
                 elapsed = time.time() - started
                 meter.__exit__()
         finally:
             shutil.rmtree(results, ignore_errors=True)
         counts = dict(sql(db, "SELECT status, count(*) FROM jobs_job GROUP BY status"))
-    return JOBS / elapsed, counts, meter.totals()
+    return jobs / elapsed, counts, meter
 
 
 def run() -> None:
@@ -182,7 +183,8 @@ def run() -> None:
             )
             naive, naive_cpu = _naive(target, latency_ms)
             flush_redis()
-            ours, counts, ours_cpu = _scrapejobs(target, latency_ms)
+            ours, counts, meter = _scrapejobs(target, latency_ms)
+            ours_cpu = meter.totals()
             flush_redis()
             tag = f"e2e_{latency_ms}ms"
             figure(f"{tag}_scrapejobs_jobs_per_s", ours)

@@ -9,7 +9,7 @@ the same components with these argv lists; the README shows them for running on 
           and the batch loader (queue ``batches``)
 - beat    Celery beat: the periodic tasks of scrapejobs/celery.py
 - flower  Celery's monitoring UI
-- migrate database migrations (run once per deploy, before the others)
+- migrate database migrations (before the others start; under a lock, so many may run at once)
 
 ``python -m scrapejobs.processes <component>`` runs one of them with its sizes from the
 environment (``from_env``); docker/start.sh uses it.
@@ -107,8 +107,10 @@ def flower(*, host: str = "127.0.0.1", port: int = 5555, task_events: bool = Fal
 
 
 def migrate() -> list[str]:
-    """Schema migrations; run once per deploy before the other components start."""
-    return [sys.executable, str(ROOT / "manage.py"), "migrate", "--noinput"]
+    """Schema migrations; run before the other components of a release start, by as many pods at
+    once as like (deploy/kubernetes/: an initContainer of each): one at a time under a database
+    lock (apps/operators/management/commands/migrate_locked.py)."""
+    return [sys.executable, str(ROOT / "manage.py"), "migrate_locked", "--noinput"]
 
 
 COMPONENTS = ("web", "worker", "writer", "beat", "flower", "migrate")

@@ -36,6 +36,27 @@ def _fraction(name: str, default: float) -> float:
     return value
 
 
+def _proxy_url(name: str) -> str:
+    """An egress proxy URL (docs/egress.md): empty (none), or http(s)://[user:password@]host[:port];
+    a bad one stops the process, its password never printed."""
+    from urllib.parse import urlsplit  # noqa: PLC0415
+
+    value = env.str(name, default="").strip()
+    if not value:
+        return ""
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError:
+        raise environ.ImproperlyConfigured(f"{name}: not a URL with a valid port") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/"):
+        raise environ.ImproperlyConfigured(
+            f"{name}: expected http://[user:password@]host:port or https://..., got scheme "
+            f"{parts.scheme!r}, host {parts.hostname!r}"
+        )
+    return value
+
+
 def _positive_float(name: str, default: float) -> float:
     value = env.float(name, default=default)
     if value <= 0:
@@ -228,6 +249,10 @@ SCRAPEJOBS_FETCH_CONNECT_TIMEOUT_S = _positive_float("SCRAPEJOBS_FETCH_CONNECT_T
 SCRAPEJOBS_FETCH_MAX_BYTES = _bounded_int("SCRAPEJOBS_FETCH_MAX_BYTES", 50 * 1024 * 1024, 1, 1 << 40)
 SCRAPEJOBS_FETCH_MAX_REDIRECTS = _bounded_int("SCRAPEJOBS_FETCH_MAX_REDIRECTS", 5, 0, 30)
 SCRAPEJOBS_FETCH_USER_AGENT = env.str("SCRAPEJOBS_FETCH_USER_AGENT", default="scrapejobs/1.0")
+# Egress proxies (FR-28, docs/egress.md): target fetches and robots.txt (a domain policy may name
+# another or none), and webhook deliveries, each through an HTTP CONNECT proxy when set.
+SCRAPEJOBS_EGRESS_PROXY = _proxy_url("SCRAPEJOBS_EGRESS_PROXY")
+SCRAPEJOBS_WEBHOOK_EGRESS_PROXY = _proxy_url("SCRAPEJOBS_WEBHOOK_EGRESS_PROXY")
 
 # Leases: a running job's worker renews its lease every LEASE_S / 3.
 SCRAPEJOBS_LEASE_SECONDS = _bounded_int("SCRAPEJOBS_LEASE_SECONDS", 60, 2, 3600)

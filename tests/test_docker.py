@@ -128,7 +128,7 @@ def test_each_component_command_line_points_at_an_installed_program(component: s
         if "--queues" in argv:
             assert set(argv[argv.index("--queues") + 1].split(",")) <= known
     if component == "migrate":
-        assert argv[2:4] == ["migrate", "--noinput"] and Path(argv[1]).exists()
+        assert argv[2:4] == ["migrate_locked", "--noinput"] and Path(argv[1]).exists()
     if component == "web":
         # The ASGI application and the worker class gunicorn loads (scrapejobs/web_worker.py).
         assert getattr(importlib.import_module(argv[1].split(":")[0]), argv[1].split(":")[1])

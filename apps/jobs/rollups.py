@@ -44,6 +44,11 @@ class QueueDepth:
     priority: str
     depth: int
     oldest_age_s: float
+    # Of them, the jobs a worker could start now (FR-27): due (no retry backoff or domain deferral
+    # still to wait out, ``not_before`` passed) and not parked behind another job's fetch. Their
+    # age counts from when they became due (the later of intake and ``not_before``).
+    dispatchable: int = 0
+    oldest_dispatchable_age_s: float = 0.0
 
 
 @dataclass
@@ -61,6 +66,18 @@ class QueueSnapshot:
     @property
     def oldest_queued_age_s(self) -> float:
         return max((d.oldest_age_s for d in self.depths), default=0.0)
+
+    @property
+    def oldest_dispatchable_age_s(self) -> float:
+        """The scaling signal (FR-27, docs/kubernetes.md): only these jobs wait for a worker, so
+        only they get older when workers are short."""
+        return max((d.oldest_dispatchable_age_s for d in self.depths if d.dispatchable), default=0.0)
+
+    def dispatchable_by_priority(self) -> dict[str, int]:
+        by_priority: dict[str, int] = {}
+        for d in self.depths:
+            by_priority[d.priority] = by_priority.get(d.priority, 0) + d.dispatchable
+        return by_priority
 
 
 # The highest attempt id up to which every attempt has ended, at most `limit` ids past the first
@@ -131,15 +148,22 @@ def first_attempt_waits(*, after_id: int, upto_id: int) -> list[FirstAttemptWait
         return [FirstAttemptWait(minute, float(wait)) for minute, wait in cur.fetchall()]
 
 
-# Both read only queued or running rows, through partial indexes: jobs_queued_by_created
-# (index-only: it carries tenant and priority) and jobs_running_by_lease.
+# Both read only queued or running rows, through partial indexes: jobs_queued_backlog
+# (index-only: it carries tenant, priority, not_before and fetch_parked_at, so the dispatchable
+# figures come from the same pass) and jobs_running_by_lease. Due by the database's clock, as the
+# publisher and job_claim judge it (apps/jobs/outbox.py, apps/jobs/claims.py).
 _QUEUED_SQL = """
-SELECT tenant_id, priority, count(*), EXTRACT(EPOCH FROM statement_timestamp() - min(created_at))
+SELECT tenant_id, priority, count(*), EXTRACT(EPOCH FROM statement_timestamp() - min(created_at)),
+       count(*) FILTER (WHERE {dispatchable}),
+       COALESCE(EXTRACT(EPOCH FROM statement_timestamp()
+                        - min(GREATEST(created_at, not_before)) FILTER (WHERE {dispatchable})), 0)
   FROM jobs_job
  WHERE status = 'queued'
  GROUP BY 1, 2
  ORDER BY 1, 2
-"""
+""".format(
+    dispatchable="fetch_parked_at IS NULL AND (not_before IS NULL OR not_before <= statement_timestamp())"
+)
 _RUNNING_SQL = """
 SELECT count(*), count(*) FILTER (WHERE lease_expires_at < statement_timestamp())
   FROM jobs_job
@@ -148,14 +172,21 @@ SELECT count(*), count(*) FILTER (WHERE lease_expires_at < statement_timestamp()
 
 
 def queue_snapshot() -> QueueSnapshot:
-    """Queue depth per tenant and priority, the oldest queued job's age, running jobs and those
-    past their lease. Costs O(queued + running jobs), whatever the ledger's size."""
+    """Queue depth per tenant and priority (and of it, the dispatchable jobs), the oldest queued
+    and oldest dispatchable job's age, running jobs and those past their lease. Costs O(queued + running jobs), whatever the ledger's size."""
     snapshot = QueueSnapshot()
     with connection.cursor() as cur:
         cur.execute(_QUEUED_SQL)
         snapshot.depths = [
-            QueueDepth(tenant_id=t, priority=p, depth=n, oldest_age_s=max(float(age), 0.0))
-            for t, p, n, age in cur.fetchall()
+            QueueDepth(
+                tenant_id=t,
+                priority=p,
+                depth=n,
+                oldest_age_s=max(float(age), 0.0),
+                dispatchable=due,
+                oldest_dispatchable_age_s=max(float(due_age), 0.0),
+            )
+            for t, p, n, age, due, due_age in cur.fetchall()
         ]
         cur.execute(_RUNNING_SQL)
         snapshot.running, snapshot.running_past_lease = cur.fetchone()

@@ -124,12 +124,24 @@ def histogram_quantile(q: float, counts: dict[float, int]) -> float | None:
 def chart_oldest_queued(buckets: Buckets) -> Chart:
     rows = _binned(
         buckets,
-        "SELECT date_bin(%(step)s, minute, %(origin)s), max(oldest_queued_age_s) FROM operators_gaugeminute "
-        "WHERE minute >= %(start)s GROUP BY 1",
+        "SELECT date_bin(%(step)s, minute, %(origin)s), max(oldest_queued_age_s), "
+        "max(oldest_dispatchable_age_s) FROM operators_gaugeminute WHERE minute >= %(start)s GROUP BY 1",
     )
-    chart = Chart("oldest-queued", "Age of the oldest queued job", "line", buckets.labels, unit="s")
+    chart = Chart(
+        "oldest-queued",
+        "Age of the oldest queued job, and of the oldest a worker could start now",
+        "line",
+        buckets.labels,
+        unit="s",
+        note="Dispatchable: due and not parked; the autoscaler's signal (docs/kubernetes.md). "
+        "Queued also counts retries in backoff, domain deferrals and jobs parked on another's fetch.",
+    )
     chart.datasets = [
-        {"label": "oldest queued (s)", "data": _series(buckets, {buckets.index(b): v for b, v in rows})}
+        {"label": "oldest queued (s)", "data": _series(buckets, {buckets.index(b): v for b, v, _ in rows})},
+        {
+            "label": "oldest dispatchable (s)",
+            "data": _series(buckets, {buckets.index(b): v for b, _, v in rows}),
+        },
     ]
     chart.empty = "" if rows else "No queue readings in this window yet."
     return chart
@@ -359,6 +371,8 @@ def dashboard_now() -> Now:
         figures += [
             ("queued", str(snap.queued)),
             ("oldest queued", f"{snap.oldest_queued_age_s:.0f} s"),
+            ("dispatchable", str(sum(snap.dispatchable_by_priority().values()))),
+            ("oldest dispatchable", f"{snap.oldest_dispatchable_age_s:.0f} s"),
             ("running", str(snap.running)),
             ("running past lease", str(snap.running_past_lease)),
         ]

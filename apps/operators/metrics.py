@@ -13,6 +13,7 @@ import redis
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from apps.jobs.models import Priority
 from apps.jobs.rollups import queue_snapshot
 from apps.operators.models import AttemptTotal, DomainTotal, FirstAttemptTotal, RollupState
 from apps.operators.request_metrics import LATENCY_BUCKETS, request_totals
@@ -55,6 +56,24 @@ class ScrapejobsCollector(Collector):
             "Age of the oldest queued job (0 when none).",
             value=snap.oldest_queued_age_s,
         )
+        # The scaling signal (FR-27, docs/kubernetes.md): jobs more workers would start now. Every
+        # priority is exported, 0 included, so an autoscaler's query always has its series.
+        yield GaugeMetricFamily(
+            "scrapejobs_oldest_dispatchable_job_age_seconds",
+            "Age of the oldest queued job a worker could start now: due (not in a retry backoff or "
+            "a domain deferral) and not parked behind another job's fetch; counted from when it "
+            "became due (0 when none).",
+            value=snap.oldest_dispatchable_age_s,
+        )
+        dispatchable = GaugeMetricFamily(
+            "scrapejobs_dispatchable_jobs",
+            "Queued jobs a worker could start now, per priority.",
+            labels=["priority"],
+        )
+        by_priority = snap.dispatchable_by_priority()
+        for priority in Priority.values:
+            dispatchable.add_metric([priority], by_priority.get(priority, 0))
+        yield dispatchable
         yield GaugeMetricFamily(
             "scrapejobs_jobs_running_past_lease",
             "Running jobs whose lease has expired (their worker is gone; the sweeper requeues them).",

@@ -60,6 +60,9 @@ class GaugeMinute(models.Model):
     queued = models.PositiveIntegerField(default=0)
     running = models.PositiveIntegerField(default=0)
     oldest_queued_age_s = models.FloatField(default=0.0)
+    # The scaling signal (FR-27): of the queued jobs, those a worker could start now.
+    dispatchable = models.PositiveIntegerField(default=0)
+    oldest_dispatchable_age_s = models.FloatField(default=0.0)
     running_past_lease = models.PositiveIntegerField(default=0)
     # None: Redis did not answer, the writer's state is unknown for that minute.
     writer_lag_s = models.FloatField(null=True, blank=True)

@@ -202,6 +202,8 @@ def gauges_record(*, now: datetime | None = None) -> QueueSnapshot:
                 "queued": snapshot.queued,
                 "running": snapshot.running,
                 "oldest_queued_age_s": snapshot.oldest_queued_age_s,
+                "dispatchable": sum(d.dispatchable for d in snapshot.depths),
+                "oldest_dispatchable_age_s": snapshot.oldest_dispatchable_age_s,
                 "running_past_lease": snapshot.running_past_lease,
                 "writer_lag_s": lag_s,
                 "writer_dead_receipts": dead,

@@ -19,6 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from apps.operators.dashboard import DEFAULT_WINDOW, WINDOWS, dashboard_charts, dashboard_now
 from apps.operators.metrics import metrics_registry
+from apps.outbound.proxy_status import egress_proxy_auth_failure_get
 
 
 @functools.cache
@@ -46,15 +47,24 @@ def readyz(request: HttpRequest) -> HttpResponse:
         checks["database"] = "ok"
     except Exception as exc:  # noqa: BLE001 - any failure means not ready
         checks["database"] = f"error: {exc.__class__.__name__}"
+    probe = _probe_redis(settings.REDIS_URL)
     try:
-        _probe_redis(settings.REDIS_URL).ping()
+        probe.ping()
         checks["redis"] = "ok"
     except Exception as exc:  # noqa: BLE001
         checks["redis"] = f"error: {exc.__class__.__name__}"
     ready = all(v == "ok" for v in checks.values())
-    return JsonResponse(
-        {"status": "ok" if ready else "unavailable", "checks": checks}, status=200 if ready else 503
-    )
+    body: dict[str, object] = {"status": "ok" if ready else "unavailable", "checks": checks}
+    # A proxy refusing its credentials (FR-28) is said here but does not make the web unready:
+    # intake does not depend on it (NFR-1), and an orchestrator would only take the API away.
+    if ready:
+        try:
+            proxy = egress_proxy_auth_failure_get(r=probe)
+        except Exception:  # noqa: BLE001 - the answer stands without it
+            proxy = None
+        if proxy is not None:
+            body["warnings"] = {"egress_proxy": proxy}
+    return JsonResponse(body, status=200 if ready else 503)
 
 
 def metrics_allowed(request: HttpRequest) -> bool:

@@ -11,20 +11,27 @@
 - **Interruption**: a connection tells the request's ``FetchInterrupt`` which socket it is
   connecting or sending on, so that ``fire()`` can break it off.
 
-``pool_manager()`` gives the process's pool manager for these connections: no retries, and
+- **Egress proxy** (``apps.outbound.proxies``, docs/egress.md): through a proxy the peer of the
+  socket is the proxy, so ``_ProxiedConnectionMixin._new_conn`` judges the target's name itself
+  (the same ``resolve_allowed``) and tunnels with ``CONNECT <vetted address>:<port>``; the Host
+  header and the TLS name (SNI, certificate check) keep the name.
+
+``pool_manager(proxy=...)`` gives the process's pool manager for these connections, one per proxy
+(a tunnelled connection is never reused for another proxy or a direct request): no retries, and
 redirects are the caller's business (pass ``redirect=False``).
 """
 
 from __future__ import annotations
 
 import socket
+import ssl
 import threading
 import time
 from typing import Any
 
 import urllib3
 from django.conf import settings
-from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connection import HTTPConnection, HTTPSConnection, _ssl_wrap_socket_and_match_hostname
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import ConnectTimeoutError, NameResolutionError, NewConnectionError
 from urllib3.util.connection import _set_socket_options  # noqa: PLC2701 - what create_connection uses
@@ -36,6 +43,12 @@ from apps.outbound.addresses import (
     resolve_allowed,
 )
 from apps.outbound.interrupt import RequestContext, current_context
+from apps.outbound.proxies import EgressProxy, ProxyAuthFailed, ProxyFailed
+
+# The most a proxy's answer to CONNECT may hold before its blank line.
+_MAX_CONNECT_ANSWER = 16 * 1024
+# Answers of a proxy that could not reach the address it was given: the next one is tried.
+_PROXY_UNREACHABLE = frozenset({502, 503, 504})
 
 
 class _GuardedConnectionMixin:
@@ -55,7 +68,9 @@ class _GuardedConnectionMixin:
             ctx.interrupt.watch(conn=self)  # type: ignore[arg-type]
         return super().request(*args, **kwargs)  # type: ignore[misc]
 
-    def _new_conn(self) -> socket.socket:
+    def _resolved(self) -> tuple[list[tuple[int, Any]], RequestContext | None, float | None]:
+        """The allowed addresses of the host (raises when none is), the request's context and
+        the connect timeout: what every way of connecting starts from."""
         host = self._dns_host  # type: ignore[attr-defined]
         ctx = current_context()
         connect_timeout = self.timeout if isinstance(self.timeout, int | float) else None
@@ -65,6 +80,10 @@ class _GuardedConnectionMixin:
             )
         except socket.gaierror as e:
             raise NameResolutionError(self.host, self, e) from e  # type: ignore[arg-type]
+        return candidates, ctx, connect_timeout
+
+    def _new_conn(self) -> socket.socket:
+        candidates, ctx, connect_timeout = self._resolved()
         last: OSError | None = None
         for family, sockaddr in candidates:
             sock = socket.socket(family, socket.SOCK_STREAM)
@@ -108,12 +127,126 @@ def _time_left(connect_timeout: float | None, ctx: RequestContext | None) -> flo
     return left if connect_timeout is None else min(connect_timeout, left)
 
 
+class _ProxiedConnectionMixin(_GuardedConnectionMixin):
+    """A guarded connection through ``egress_proxy`` (set on the class by ``_pool_classes``)."""
+
+    egress_proxy: EgressProxy
+
+    def _new_conn(self) -> socket.socket:
+        # The target is judged here, by its name: the socket's peer will be the proxy.
+        candidates, ctx, connect_timeout = self._resolved()
+        failure: ProxyFailed | None = None
+        for _family, sockaddr in candidates:
+            sock = self._proxy_socket(_time_left(connect_timeout, ctx), ctx)
+            try:
+                self._tunnel_open(sock, address=sockaddr[0])
+                return sock
+            except ProxyAuthFailed:
+                sock.close()
+                raise
+            except ProxyFailed as e:
+                sock.close()
+                failure = e  # the proxy could not reach this address: the next one
+            except BaseException:
+                sock.close()
+                raise
+        raise failure or ProxyFailed(f"proxy {self.egress_proxy} opened no tunnel to {self.host}")
+
+    def _proxy_socket(self, timeout: float | None, ctx: RequestContext | None) -> socket.socket:
+        proxy = self.egress_proxy
+        if timeout is not None and timeout <= 0:
+            raise ConnectTimeoutError(self, f"no time left to connect to {self.host}")
+        try:
+            sock = socket.create_connection((proxy.host, proxy.port), timeout=timeout)
+        except TimeoutError as e:
+            raise ProxyFailed(f"proxy {proxy} did not answer within {timeout:.1f} s") from e
+        except OSError as e:
+            raise ProxyFailed(f"proxy {proxy} unreachable: {e}") from e
+        if ctx is not None and ctx.interrupt is not None:
+            ctx.interrupt.watch(conn=self, connecting=sock)  # type: ignore[arg-type]
+        _set_socket_options(sock, self.socket_options)
+        if proxy.scheme != "https":
+            return sock
+        try:
+            return ssl.create_default_context().wrap_socket(sock, server_hostname=proxy.host)
+        except (OSError, ssl.SSLError) as e:
+            sock.close()
+            raise ProxyFailed(f"TLS to proxy {proxy} failed: {e}") from e
+
+    def _tunnel_open(self, sock: socket.socket, *, address: str) -> None:
+        proxy = self.egress_proxy
+        target = f"[{address}]:{self.port}" if ":" in address else f"{address}:{self.port}"
+        lines = [f"CONNECT {target} HTTP/1.1", f"Host: {target}"]
+        authorization = proxy.authorization()
+        if authorization:
+            lines.append(f"Proxy-Authorization: {authorization}")
+        try:
+            sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("ascii"))
+            answer = b""
+            while b"\r\n\r\n" not in answer:
+                chunk = sock.recv(4096)
+                if not chunk:
+                    raise ProxyFailed(f"proxy {proxy} closed the connection before answering CONNECT")
+                answer += chunk
+                if len(answer) > _MAX_CONNECT_ANSWER:
+                    raise ProxyFailed(f"proxy {proxy} sent an oversized answer to CONNECT")
+        except TimeoutError as e:
+            raise ProxyFailed(f"proxy {proxy} did not answer CONNECT in time") from e
+        except OSError as e:
+            raise ProxyFailed(f"proxy {proxy} broke off CONNECT: {e}") from e
+        head, _, rest = answer.partition(b"\r\n\r\n")
+        status_line = head.split(b"\r\n", 1)[0].decode("latin-1")
+        parts = status_line.split(" ", 2)
+        status = int(parts[1]) if len(parts) >= 2 and parts[1].isdigit() else 0
+        if status == 407:
+            raise ProxyAuthFailed(f"proxy {proxy} refused its credentials (407)")
+        if not 200 <= status < 300:
+            kind = "could not reach" if status in _PROXY_UNREACHABLE else "refused a tunnel to"
+            raise ProxyFailed(f"proxy {proxy} {kind} {self.host} ({status_line.strip()[:100]})")
+        if rest:
+            raise ProxyFailed(f"proxy {proxy} sent data before the tunnel was open")
+
+
 class _GuardedHTTPConnection(_GuardedConnectionMixin, HTTPConnection):
     pass
 
 
 class _GuardedHTTPSConnection(_GuardedConnectionMixin, HTTPSConnection):
     pass
+
+
+class _ProxiedHTTPConnection(_ProxiedConnectionMixin, HTTPConnection):
+    pass
+
+
+class _ProxiedHTTPSConnection(_ProxiedConnectionMixin, HTTPSConnection):
+    def connect(self) -> None:
+        if self.egress_proxy.scheme != "https":
+            super().connect()  # TLS to the target over the plain tunnel, by its name
+            return
+        # TLS to the target inside TLS to the proxy: urllib3 does it (tls_in_tls) only for its
+        # own proxies, so here it is asked for directly, with the connection's TLS settings.
+        sock = self._new_conn()
+        wrapped = _ssl_wrap_socket_and_match_hostname(
+            sock=sock,
+            cert_reqs=self.cert_reqs,
+            ssl_version=self.ssl_version,
+            ssl_minimum_version=self.ssl_minimum_version,
+            ssl_maximum_version=self.ssl_maximum_version,
+            ca_certs=self.ca_certs,
+            ca_cert_dir=self.ca_cert_dir,
+            ca_cert_data=self.ca_cert_data,
+            cert_file=self.cert_file,
+            key_file=self.key_file,
+            key_password=self.key_password,
+            server_hostname=self.host.rstrip("."),
+            ssl_context=self.ssl_context,
+            tls_in_tls=True,
+            assert_hostname=self.assert_hostname,
+            assert_fingerprint=self.assert_fingerprint,
+        )
+        self.sock = wrapped.socket  # type: ignore[assignment]
+        self.is_verified = wrapped.is_verified
 
 
 class _GuardedHTTPConnectionPool(HTTPConnectionPool):
@@ -124,17 +257,28 @@ class _GuardedHTTPSConnectionPool(HTTPSConnectionPool):
     ConnectionCls = _GuardedHTTPSConnection
 
 
-_managers: dict[bool, urllib3.PoolManager] = {}
+def _pool_classes(proxy: EgressProxy | None) -> dict[str, type[HTTPConnectionPool]]:
+    if proxy is None:
+        return {"http": _GuardedHTTPConnectionPool, "https": _GuardedHTTPSConnectionPool}
+    http_conn = type("_ViaProxyHTTPConnection", (_ProxiedHTTPConnection,), {"egress_proxy": proxy})
+    https_conn = type("_ViaProxyHTTPSConnection", (_ProxiedHTTPSConnection,), {"egress_proxy": proxy})
+    return {
+        "http": type("_ViaProxyHTTPConnectionPool", (HTTPConnectionPool,), {"ConnectionCls": http_conn}),
+        "https": type("_ViaProxyHTTPSConnectionPool", (HTTPSConnectionPool,), {"ConnectionCls": https_conn}),
+    }
+
+
+_managers: dict[tuple[bool, EgressProxy | None], urllib3.PoolManager] = {}
 _managers_lock = threading.Lock()
 
 
-def pool_manager() -> urllib3.PoolManager:
+def pool_manager(*, proxy: EgressProxy | None = None) -> urllib3.PoolManager:
     """One pool manager per process (keep-alive across requests to the same origin), and one per
     value of ALLOW_PRIVATE_TARGETS: a pooled connection opened while private targets were
-    allowed must never be reused once they are not."""
+    allowed must never be reused once they are not; and one per egress proxy (None: direct)."""
     allow = private_targets_allowed()
     with _managers_lock:
-        pm = _managers.get(allow)
+        pm = _managers.get((allow, proxy))
         if pm is None:
             pm = urllib3.PoolManager(
                 num_pools=200,
@@ -142,9 +286,6 @@ def pool_manager() -> urllib3.PoolManager:
                 block=False,
                 retries=False,
             )
-            pm.pool_classes_by_scheme = {  # type: ignore[assignment]
-                "http": _GuardedHTTPConnectionPool,
-                "https": _GuardedHTTPSConnectionPool,
-            }
-            _managers[allow] = pm
+            pm.pool_classes_by_scheme = _pool_classes(proxy)  # type: ignore[assignment]
+            _managers[(allow, proxy)] = pm
         return pm

@@ -11,6 +11,7 @@ from __future__ import annotations
 from django import forms
 from django.contrib import admin
 
+from apps.outbound.proxies import proxy_url_masked
 from apps.politeness.models import DomainGrouping, DomainPolicy
 from apps.politeness.selectors import DomainState, domain_state_get, registrable_domain
 
@@ -26,8 +27,23 @@ class DomainPolicyForm(forms.ModelForm):
             "burst",
             "max_concurrency",
             "obey_robots",
+            "egress_proxy",
             "note",
         )
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        # A proxy's password is never shown (FR-28): the field holds the masked URL, and a form
+        # sent back with it unchanged keeps the stored one.
+        self._stored_proxy = self.instance.egress_proxy if self.instance.pk else ""
+        if self._stored_proxy:
+            self.initial["egress_proxy"] = proxy_url_masked(self._stored_proxy)
+
+    def clean_egress_proxy(self) -> str:
+        value = self.cleaned_data.get("egress_proxy", "").strip()
+        if self._stored_proxy and value == proxy_url_masked(self._stored_proxy):
+            return self._stored_proxy
+        return value
 
     def clean_domain(self) -> str:
         # Jobs store their domain as the lowercase host name; a policy written "Example.COM" or
@@ -56,12 +72,17 @@ class DomainPolicyAdmin(admin.ModelAdmin):
         "burst",
         "max_concurrency",
         "obey_robots",
+        "egress",
         "note",
         "updated_at",
     )
     search_fields = ("domain",)
     readonly_fields = ("live_state", "updated_at")
     fields = (*DomainPolicyForm.Meta.fields, "live_state", "updated_at")
+
+    @admin.display(description="egress proxy")
+    def egress(self, obj: DomainPolicy) -> str:
+        return proxy_url_masked(obj.egress_proxy) if obj.egress_proxy else "(service default)"
 
     @admin.display(description="rate now (Redis)")
     def rate_now(self, obj: DomainPolicy) -> str:

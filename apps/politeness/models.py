@@ -10,8 +10,21 @@ edit takes effect everywhere within a few seconds.
 
 from __future__ import annotations
 
+from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
+
+from apps.outbound.proxies import proxy_url_error
+
+EGRESS_DIRECT = "none"
+
+
+def egress_proxy_validate(value: str) -> None:
+    if value.strip() in ("", EGRESS_DIRECT):
+        return
+    error = proxy_url_error(value.strip())
+    if error is not None:
+        raise ValidationError(f"Not a usable proxy URL: {error}.")
 
 
 class DomainGrouping(models.TextChoices):
@@ -57,6 +70,17 @@ class DomainPolicy(models.Model):
     obey_robots = models.BooleanField(
         default=True,
         help_text="Read and obey the host's robots.txt (when the service and the tenant obey it too).",
+    )
+    # FR-28, docs/egress.md: empty follows SCRAPEJOBS_EGRESS_PROXY; "none" goes direct.
+    egress_proxy = models.CharField(
+        max_length=2048,
+        blank=True,
+        default="",
+        validators=[egress_proxy_validate],
+        help_text=(
+            "Egress proxy for this domain's fetches and robots.txt: http(s)://[user:password@]host:port, "
+            "'none' for a direct connection, empty for the service's SCRAPEJOBS_EGRESS_PROXY."
+        ),
     )
     note = models.CharField(max_length=255, blank=True, default="", help_text="Why this policy exists.")
     updated_at = models.DateTimeField(auto_now=True)

@@ -36,6 +36,8 @@ class DomainLimits:
     # Whose budget a job of this host spends: the host itself, or its registrable domain when a
     # policy groups them. The Redis keys of the domain's state are named after it.
     group: str = ""
+    # The policy's egress proxy (FR-28): None follows SCRAPEJOBS_EGRESS_PROXY, "none" is direct.
+    egress_proxy: str | None = None
 
 
 _cache: dict[str, tuple[float, DomainLimits]] = {}
@@ -93,6 +95,7 @@ def _limits_read(*, host: str) -> DomainLimits:
             "min_requests_per_second",
             "grouping",
             "obey_robots",
+            "egress_proxy",
         )
     }
     row = rows.get(host)
@@ -108,6 +111,7 @@ def _limits_read(*, host: str) -> DomainLimits:
         floor_rps=row["min_requests_per_second"] or settings.SCRAPEJOBS_DOMAIN_ADAPTIVE_FLOOR_RPS,
         obey_robots=row["obey_robots"],
         group=registrable if grouped else host,
+        egress_proxy=row["egress_proxy"].strip() or None,
     )
 
 

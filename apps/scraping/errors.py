@@ -14,6 +14,8 @@ connection_error       no         refused, reset, closed early (incomplete body)
 dns_error              no         the name does not resolve (often a transient DNS failure), or
                                   its resolution outlasted the connect timeout
 interrupted            no         ``FetchInterrupt.fire()`` stopped it and ``check`` gave no reason
+proxy_error            no         the egress proxy was unreachable or would not open the tunnel
+                                  (not the target's doing: the target's adaptive rate is untouched)
 robots_unavailable     no         the host's robots.txt answered 5xx or could not be fetched: all
                                   is disallowed for a while (RFC 9309); Retry-After kept
 http_408, http_429     no         408 Request Timeout, 429 Too Many Requests (Retry-After kept)
@@ -26,6 +28,7 @@ address_refused        yes        the target resolves only to refused addresses
 invalid_response       yes        malformed answer, undecodable body, unusable 3xx, bad Location
 invalid_url            yes        a URL urllib3 cannot use (intake validates first)
 robots_disallowed      yes        the host's robots.txt disallows the URL; it was not requested
+proxy_auth             yes        the egress proxy answered 407: its credentials are wrong
 =====================  =========  ============================================================
 """
 
@@ -48,6 +51,7 @@ from urllib3.exceptions import (
 )
 
 from apps.outbound.addresses import AddressRefused
+from apps.outbound.proxies import ProxyAuthFailed, ProxyFailed
 
 # The longest wait a target's Retry-After can impose on one retry.
 RETRY_AFTER_CAP_S = 86400.0
@@ -116,6 +120,11 @@ def classify(e: BaseException) -> FetchError:
         return e
     if isinstance(e, AddressRefused):
         return FetchError("address_refused", str(e), permanent=True)
+    # The egress proxy's failures are the proxy's, not the target's (docs/egress.md).
+    if isinstance(e, ProxyAuthFailed):
+        return FetchError("proxy_auth", str(e), permanent=True)
+    if isinstance(e, ProxyFailed):
+        return FetchError("proxy_error", str(e), permanent=False)
     if isinstance(e, NameResolutionError):
         return FetchError("dns_error", f"name did not resolve: {e.__cause__ or e}", permanent=False)
     # NewConnectionError subclasses ConnectTimeoutError in urllib3 2: test it first.

@@ -24,6 +24,8 @@ that the connection itself is guarded:
   (``apps.politeness.robots``, fetched once per TTL through this same fetcher): a disallowed URL
   fails with ``robots_disallowed`` before any request to it, an unreadable robots.txt with
   ``robots_unavailable`` (temporary).
+- **Egress proxy**: each hop leaves through its host's proxy (``egress_proxy_for``), robots.txt
+  too; the guard still judges the target (``apps.outbound.connections``).
 - **Size**: at most ``SCRAPEJOBS_FETCH_MAX_BYTES`` of (decoded) body, refused up front when the
   Content-Length says so, otherwise when the running count passes it. The body is streamed in
   chunks; it is never held whole in memory.
@@ -48,6 +50,8 @@ from django.conf import settings
 
 from apps.outbound.connections import pool_manager
 from apps.outbound.interrupt import FetchInterrupt, RequestContext, request_context
+from apps.outbound.proxies import EgressProxy, egress_proxy_parse
+from apps.politeness.models import EGRESS_DIRECT
 from apps.politeness.robots import (
     MAX_ROBOTS_BYTES,
     ROBOTS_FETCH_TIMEOUT_S,
@@ -214,7 +218,7 @@ def _open_final(
         remaining = _remaining(deadline)
         timeout = urllib3.Timeout(connect=min(limits.connect_timeout_s, remaining), read=remaining)
         try:
-            response = pool_manager().request(
+            response = pool_manager(proxy=egress_proxy_for(_host(url))).request(
                 method,
                 url,
                 body=body,
@@ -354,6 +358,15 @@ def _robots_fetch(
         if e.http_status is not None:
             return RobotsAnswer(status=e.http_status)
         return RobotsAnswer(status=404 if e.permanent else None)
+
+
+def egress_proxy_for(host: str) -> EgressProxy | None:
+    """The proxy a request to ``host`` leaves through (FR-28, docs/egress.md): its domain policy's,
+    "none" for a direct one, else SCRAPEJOBS_EGRESS_PROXY. Both are checked when set."""
+    configured = domain_limits_get(domain=host).egress_proxy
+    if configured == EGRESS_DIRECT:
+        return None
+    return egress_proxy_parse(configured if configured is not None else settings.SCRAPEJOBS_EGRESS_PROXY)
 
 
 def _host(url: str) -> str:

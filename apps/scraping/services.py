@@ -28,6 +28,7 @@ from apps.jobs.models import AttemptOutcome
 from apps.jobs.receipts import AttemptFinished
 from apps.jobs.redis import cancel_flag_key, state_redis
 from apps.jobs.singleflight import job_fetch_decide
+from apps.outbound.proxy_status import egress_proxy_auth_failed_record
 from apps.politeness.selectors import tenant_obeys_robots
 from apps.politeness.services import job_domain_turn
 from apps.results.storage import ResultStoreFailed, result_store
@@ -112,16 +113,30 @@ def job_run_attempt(
         # Every answer moves the adaptive rate of the domain that gave it (429/503 and timeouts
         # lower it: after a redirect, the host redirected to); a Retry-After pauses that domain
         # for every worker.
-        turn.record(
-            http_status=receipt.http_status,
-            retry_after_s=receipt.retry_after_s,
-            timed_out=receipt.error_class == "timeout",
-            answered_url=receipt.answered_url,
-        )
+        # The egress proxy's failures say nothing of the target (FR-28): its rate is left alone.
+        if receipt.error_class not in PROXY_ERROR_CLASSES:
+            turn.record(
+                http_status=receipt.http_status,
+                retry_after_s=receipt.retry_after_s,
+                timed_out=receipt.error_class == "timeout",
+                answered_url=receipt.answered_url,
+            )
+        if receipt.error_class == "proxy_auth":
+            _proxy_auth_failure_record(receipt.error or "")
         # One round trip: the slot goes back, the receipt goes to the writer, and the publisher
         # is asked to refill the broker for the worker slot this frees.
         receipt_submit(receipt, also=turn.release_into, nudge_publisher=True)
     return receipt
+
+
+PROXY_ERROR_CLASSES = frozenset({"proxy_error", "proxy_auth"})
+
+
+def _proxy_auth_failure_record(error: str) -> None:
+    try:
+        egress_proxy_auth_failed_record(r=state_redis(), error=error)
+    except redis.RedisError:
+        logger.warning("could not record the egress proxy's 407 for /readyz", exc_info=True)
 
 
 def _connection_release() -> None:

@@ -29,6 +29,7 @@ from urllib3.util import SKIP_HEADER
 from apps.outbound.addresses import AddressRefused
 from apps.outbound.connections import pool_manager
 from apps.outbound.interrupt import FetchInterrupt, Interrupted, request_context
+from apps.outbound.proxies import ProxyFailed, egress_proxy_parse
 
 USER_AGENT = "scrapejobs-webhooks/1.0"
 # We read a little of the answer (it is logged), never the whole of a hostile one.
@@ -81,7 +82,9 @@ def webhook_post(*, url: str, body: bytes, headers: dict[str, str]) -> PostOutco
     response: urllib3.BaseHTTPResponse | None = None
     try:
         with request_context(interrupt=interrupt, deadline=started + total):
-            response = pool_manager().urlopen(
+            # SCRAPEJOBS_WEBHOOK_EGRESS_PROXY (FR-28): apart from the targets' proxy.
+            proxy = egress_proxy_parse(settings.SCRAPEJOBS_WEBHOOK_EGRESS_PROXY)
+            response = pool_manager(proxy=proxy).urlopen(
                 "POST",
                 url,
                 body=body,
@@ -99,6 +102,8 @@ def webhook_post(*, url: str, body: bytes, headers: dict[str, str]) -> PostOutco
         return PostOutcome(response.status, elapsed_ms(), error)
     except AddressRefused as exc:
         return PostOutcome(None, elapsed_ms(), str(exc), permanent=True)
+    except ProxyFailed as exc:  # the proxy's failure (a 407 too): retried, as any delivery is
+        return PostOutcome(None, elapsed_ms(), str(exc))
     except (HTTPError, OSError, http.client.HTTPException, Interrupted) as exc:
         if time.monotonic() - started >= total:
             return PostOutcome(None, elapsed_ms(), f"timed out after {total:g}s")

@@ -110,6 +110,8 @@ def test_each_chart_has_points_over_the_chosen_window(staff, make_tenant, window
     assert charts["failures-by-class"]["datasets"][0]["label"] == "http_404"
     assert charts["failures-by-domain"]["labels"] == ["a.example (1 of 5)"]
     assert charts["queue-depth"]["datasets"][0]["label"] == "acme / high"
+    oldest = {d["label"]: d["data"] for d in charts["oldest-queued"]["datasets"]}
+    assert any(v is not None for v in oldest["oldest dispatchable (s)"])  # FR-27
     assert "100.0% of 5 jobs started within 60 s in this window: SLO met." in charts["first-attempt"]["note"]
 
 

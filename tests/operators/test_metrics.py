@@ -16,8 +16,12 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
+from apps.jobs.claims import job_claim
 from apps.jobs.intake import job_create
-from apps.jobs.models import Attempt, Job
+from apps.jobs.models import Attempt, Job, WaitingFor
+from apps.jobs.outbox import job_defer_for_domain, outbox_published_stamp
+from apps.jobs.singleflight import job_fetch_decide
+from apps.operators.models import GaugeMinute
 from apps.operators.rollups import BATCH_ATTEMPTS, rollup_run
 from scrapejobs.celery import _beat_schedule
 from tests.query import helpers
@@ -68,11 +72,65 @@ def test_it_reports_the_queue_now_per_tenant_and_priority_with_the_oldest_age_an
     assert value(samples, "scrapejobs_writer_dead_receipts") == 0
 
 
+@pytest.mark.django_db(transaction=True)
+def test_the_dispatchable_figures_leave_out_retries_in_backoff_deferrals_and_parked_jobs(make_tenant):
+    """The scaling signal (FR-27): only the jobs a worker could start now count, each aged from
+    when it became due; every priority has a series, 0 included."""
+    tenant, _, _ = make_tenant(name="acme")
+    due = helpers.queued(tenant, priority="high")  # never tried: due since intake
+    Job.objects.filter(id=due.id).update(created_at=timezone.now() - timedelta(seconds=40))
+    # A temporary failure: back to queued, waiting out its retry backoff (the target's
+    # Retry-After is its floor).
+    retrying = helpers.finish(
+        helpers.running(tenant), outcome="failed_temporary", error_class="http_503", http_status=503,
+        error="Service Unavailable", retry_after_s=600,
+    )  # fmt: skip
+    assert retrying.status == "queued" and retrying.not_before > timezone.now()
+    Job.objects.filter(id=retrying.id).update(created_at=timezone.now() - timedelta(seconds=900))
+    # Its domain refused it (a politeness deferral).
+    deferred = helpers.queued(tenant)
+    outbox_published_stamp(job_ids=[str(deferred.id)])
+    assert job_defer_for_domain(job_id=deferred.id, wait_s=300, reason=WaitingFor.DOMAIN_RATE)
+    Job.objects.filter(id=deferred.id).update(created_at=timezone.now() - timedelta(seconds=800))
+    # Parked behind an identical job's fetch in flight (the elected one is running).
+    elected, parked = (helpers.queued(tenant, url="http://a.example/same", max_age_s=60) for _ in range(2))
+    decision = job_fetch_decide(job_id=elected.id)
+    assert job_claim(job_id=elected.id, worker="w-test", fetch_key=decision.key) is not None
+    assert job_fetch_decide(job_id=parked.id).kind == "parked"
+    Job.objects.filter(id=parked.id).update(created_at=timezone.now() - timedelta(seconds=700))
+    # A retry whose backoff ended 30 s ago: due since then, not since its intake.
+    overdue = helpers.queued(tenant, priority="low")
+    Job.objects.filter(id=overdue.id).update(
+        created_at=timezone.now() - timedelta(seconds=600), not_before=timezone.now() - timedelta(seconds=30)
+    )
+
+    samples = scrape()
+
+    assert value(samples, "scrapejobs_jobs", status="queued") == 5
+    assert value(samples, "scrapejobs_oldest_queued_job_age_seconds") > 800
+    assert 39 < value(samples, "scrapejobs_oldest_dispatchable_job_age_seconds") < 60
+    assert value(samples, "scrapejobs_dispatchable_jobs", priority="high") == 1
+    assert value(samples, "scrapejobs_dispatchable_jobs", priority="normal") == 0
+    assert value(samples, "scrapejobs_dispatchable_jobs", priority="low") == 1
+
+    Job.objects.filter(id=due.id).update(status="cancelled", finished_at=timezone.now())
+    samples = scrape()
+    assert 29 < value(samples, "scrapejobs_oldest_dispatchable_job_age_seconds") < 40
+    assert value(samples, "scrapejobs_dispatchable_jobs", priority="high") == 0
+
+    # The rollup keeps the minute's reading for the dashboard's chart.
+    rollup_run(settle_s=0)
+    reading = GaugeMinute.objects.get()
+    assert reading.dispatchable == 1 and 29 < reading.oldest_dispatchable_age_s < 40
+
+
 @pytest.mark.django_db
 def test_an_empty_ledger_scrapes_as_zeros():
     samples = scrape()
     assert value(samples, "scrapejobs_jobs", status="queued") == 0
     assert value(samples, "scrapejobs_oldest_queued_job_age_seconds") == 0
+    assert value(samples, "scrapejobs_oldest_dispatchable_job_age_seconds") == 0
+    assert value(samples, "scrapejobs_dispatchable_jobs", priority="normal") == 0
     assert value(samples, "scrapejobs_jobs_running_past_lease") == 0
     assert value(samples, "scrapejobs_time_to_first_attempt_seconds_count") == 0
 
@@ -291,7 +349,7 @@ def test_the_rollup_and_scrape_statements_read_the_ledger_through_indexes_only()
     for plan in plans:
         assert "Seq Scan on jobs_job" not in plan, plan
         assert "Seq Scan on jobs_attempt" not in plan, plan
-    assert "jobs_queued_by_created" in plans[3], plans[3]
+    assert "jobs_queued_backlog" in plans[3], plans[3]
 
 
 @pytest.mark.django_db

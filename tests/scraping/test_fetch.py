@@ -16,6 +16,9 @@ from tests.support.target import body_for
 
 LIMITS = FetchLimits(connect_timeout_s=5, max_bytes=1_000_000, max_redirects=5, user_agent="scrapejobs-test")
 
+# Each hop reads its host's domain policy for the egress proxy (FR-28), through the policy cache.
+pytestmark = pytest.mark.django_db
+
 
 def _get(url, *, limits=LIMITS, **kw):
     """(status, body, content_type) of a successful fetch; raises FetchError otherwise."""

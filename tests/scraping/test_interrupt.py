@@ -17,6 +17,9 @@ from tests.support.procs import wait_for
 
 LIMITS = FetchLimits(connect_timeout_s=5, max_bytes=1_000_000, max_redirects=5, user_agent="scrapejobs-test")
 
+# Each hop reads its host's domain policy for the egress proxy (FR-28), through the policy cache.
+pytestmark = pytest.mark.django_db
+
 
 class Stopped(Exception):
     """What the check of these tests raises once told to: the caller's reason for stopping."""
