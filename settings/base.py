@@ -247,6 +247,20 @@ SCRAPEJOBS_PUBLISH_BATCH_SIZE = _bounded_int("SCRAPEJOBS_PUBLISH_BATCH_SIZE", 50
 # behind at most about a second of work already committed to the broker.
 SCRAPEJOBS_DISPATCH_DEPTH = _bounded_int("SCRAPEJOBS_DISPATCH_DEPTH", 300, 1, 100_000)
 
+# Rendered jobs (FR-30, NFR-31, docs/design/browser.md). Their own free room in the broker (queue
+# jobs.browser): a render takes seconds, so a few messages per page slot keep the browser
+# component busy without committing the order of a long backlog to the broker.
+SCRAPEJOBS_BROWSER_DISPATCH_DEPTH = _bounded_int("SCRAPEJOBS_BROWSER_DISPATCH_DEPTH", 8, 1, 10_000)
+# The Chromium the browser component drives (Debian's package; never downloaded at install time).
+SCRAPEJOBS_BROWSER_EXECUTABLE = env.str("SCRAPEJOBS_BROWSER_EXECUTABLE", default="/usr/bin/chromium")
+# Pages one browser process renders at once (its Celery threads), and how many pages one
+# Chromium renders before it is replaced by a fresh one (memory leaks, fragmentation).
+SCRAPEJOBS_BROWSER_CONCURRENCY = _bounded_int("SCRAPEJOBS_BROWSER_CONCURRENCY", 2, 1, 64)
+SCRAPEJOBS_BROWSER_PAGES_PER_BROWSER = _bounded_int("SCRAPEJOBS_BROWSER_PAGES_PER_BROWSER", 100, 1, 100_000)
+# Chromium's own sandbox. On in production (the image runs it as a non-root user); Chromium
+# refuses to start sandboxed as root, so root development machines and the tests turn it off.
+SCRAPEJOBS_BROWSER_SANDBOX = env.bool("SCRAPEJOBS_BROWSER_SANDBOX", default=True)
+
 
 def _priority_weights(name: str, default: str) -> dict[str, int]:
     """``high,normal,low`` weights, each at least 1 (a zero weight would starve that priority)."""
