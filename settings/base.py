@@ -8,6 +8,7 @@ variable not already set, so ``python manage.py`` in a second terminal reaches t
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 
 import environ
@@ -207,6 +208,19 @@ CELERY_TASK_SEND_SENT_EVENT = SCRAPEJOBS_TASK_EVENTS
 
 # --- The service -------------------------------------------------------------------------
 SCRAPEJOBS_ALLOW_PRIVATE_TARGETS = env.bool("SCRAPEJOBS_ALLOW_PRIVATE_TARGETS", default=False)
+
+
+def _networks(name: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    raw = env.str(name, default="")
+    try:
+        return tuple(ipaddress.ip_network(part.strip()) for part in raw.split(",") if part.strip())
+    except ValueError as e:
+        raise environ.ImproperlyConfigured(f"{name}: {e}") from None
+
+
+# Networks a target may be in although private targets are refused (apps/outbound/addresses.py):
+# comma-separated CIDRs, e.g. an internal site the operator means to scrape. Empty by default.
+SCRAPEJOBS_ALLOWED_TARGET_NETWORKS = _networks("SCRAPEJOBS_ALLOWED_TARGET_NETWORKS")
 # Requests per second per API token (token bucket, burst = 2x); 0 disables the limit.
 SCRAPEJOBS_RATE_LIMIT_PER_SECOND = _bounded_int("SCRAPEJOBS_RATE_LIMIT_PER_SECOND", 50, 0, 100000)
 SCRAPEJOBS_RATE_LIMIT_BURST = _bounded_int("SCRAPEJOBS_RATE_LIMIT_BURST", 100, 1, 1000000)

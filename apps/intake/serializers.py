@@ -19,7 +19,7 @@ from django.conf import settings
 from rest_framework import serializers
 
 from apps.jobs.models import Method, Priority, Render
-from apps.outbound.addresses import is_public_address
+from apps.outbound.addresses import is_allowed_address
 
 MAX_URL_LENGTH = 8192
 MAX_HOSTNAME = 253  # DNS limit; jobs.domain holds it
@@ -88,7 +88,7 @@ def host_is_refused(host: str) -> bool:
         ip = ipaddress.ip_address(host)
     except ValueError:
         return False
-    return not is_public_address(ip)
+    return not is_allowed_address(ip)
 
 
 def hostname_of(url: str) -> str:
