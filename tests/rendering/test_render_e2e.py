@@ -106,7 +106,7 @@ def test_a_page_whose_text_only_a_script_writes_is_stored_with_that_text(renderi
 
 LATE = """<!doctype html><html><body><p>shell</p><script>
 setTimeout(function () { var d = document.createElement("div"); d.id = "late";
-  d.textContent = "arrived late"; document.body.appendChild(d); }, 1500);
+  d.textContent = "arrived" + " late"; document.body.appendChild(d); }, 1500);
 </script></body></html>"""
 
 
@@ -221,14 +221,15 @@ def _descendants(pid: int) -> list[int]:
 
 
 def _chromium_of(pid: int) -> list[int]:
-    """The main Chromium processes under ``pid`` (not its renderers and helpers: ``--type=``)."""
+    """The main Chromium process under ``pid`` (not its renderers and helpers, which rewrite
+    their command line into one string with ``--type=``)."""
     main = []
     for child in _descendants(pid):
         try:
             cmdline = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if cmdline and b"chromium" in cmdline[0] and not any(a.startswith(b"--type=") for a in cmdline):
+        if cmdline[0].endswith(b"/chromium") and not any(b"--type=" in a for a in cmdline):
             main.append(child)
     return main
 
