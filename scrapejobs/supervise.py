@@ -279,12 +279,12 @@ def main() -> int:
         # Chromium cannot sandbox itself as root: a root development machine runs it without.
         if os.geteuid() == 0:
             env.setdefault("SCRAPEJOBS_BROWSER_SANDBOX", "false")
-        _say("setup", f"Chromium found at {chromium}: starting the browser component (render: \"browser\")")
+        _say("setup", f'Chromium found at {chromium}: starting the browser component (render: "browser")')
     else:
         _say(
             "setup",
             f"no Chromium at {processes.chromium_path(env)} (SCRAPEJOBS_BROWSER_EXECUTABLE): the browser "
-            "component is not started; jobs with render \"browser\" wait until one runs",
+            'component is not started; jobs with render "browser" wait until one runs',
         )
     for i, name in enumerate(names):
         children.append(Child(name, processes.from_env(name, env), _COLORS[i % len(_COLORS)]))

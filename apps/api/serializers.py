@@ -175,7 +175,8 @@ class AttemptOutput(serializers.Serializer):
     error = serializers.CharField(allow_null=True)
     duration_ms = serializers.IntegerField(allow_null=True)
     subrequests = SubrequestsOutput(
-        allow_null=True, help_text='A rendered attempt\'s subresource requests (render "browser"); null otherwise.'
+        allow_null=True,
+        help_text='A rendered attempt\'s subresource requests (render "browser"); null otherwise.',
     )
     served_from = ServedFromOutput(
         allow_null=True,

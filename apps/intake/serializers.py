@@ -305,7 +305,9 @@ class JobCreateInput(serializers.Serializer):
         browser = attrs.pop("browser", None)
         if render == Render.BROWSER:
             if attrs["method"] != Method.GET:
-                raise serializers.ValidationError({"render": ['render "browser" is only allowed with method GET.']})
+                raise serializers.ValidationError(
+                    {"render": ['render "browser" is only allowed with method GET.']}
+                )
             attrs["render"] = Render.BROWSER
             attrs["browser_options"] = browser_options_complete(browser)
         elif browser is not None:

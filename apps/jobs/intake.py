@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction

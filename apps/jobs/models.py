@@ -84,7 +84,9 @@ class Job(models.Model):
     # component; ``browser_options`` holds their validated options with defaults filled in (null
     # for plain jobs). db_default: rows written without the column (bulk loads of older parts)
     # are plain jobs, and adding the column rewrites nothing.
-    render = models.CharField(max_length=8, choices=Render.choices, default=Render.NONE, db_default=Render.NONE)
+    render = models.CharField(
+        max_length=8, choices=Render.choices, default=Render.NONE, db_default=Render.NONE
+    )
     browser_options = models.JSONField(null=True, blank=True)
     # The attempt limit. A requeue from the dead letters raises it by `attempt_budget` (what the
     # caller asked for), so attempt numbers keep growing and history stays unique.

@@ -120,7 +120,13 @@ def outbox_oldest_lock(
     with connection.cursor() as cur:
         cur.execute(
             _SELECT_OLDEST,
-            [[p for p, _ in pairs], [t for _, t in pairs], [wanted[pair] for pair in pairs], render, list(skip)],
+            [
+                [p for p, _ in pairs],
+                [t for _, t in pairs],
+                [wanted[pair] for pair in pairs],
+                render,
+                list(skip),
+            ],
         )
         found: dict[tuple[str, str], list[tuple[datetime, str, str, int]]] = defaultdict(list)
         for priority, tenant, job_id, created_at, domain, timeout_s in cur.fetchall():

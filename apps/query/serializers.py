@@ -34,4 +34,3 @@ class ResultOutput(serializers.Serializer):
         allow_null=True,
         help_text='The page\'s screenshot, for render "browser" with browser.screenshot; null otherwise.',
     )
-

@@ -44,7 +44,9 @@ def result_link(*, job: Job, request: HttpRequest | None = None, ttl_s: int | No
     )
 
 
-def screenshot_link(*, job: Job, request: HttpRequest | None = None, ttl_s: int | None = None) -> ResultLink | None:
+def screenshot_link(
+    *, job: Job, request: HttpRequest | None = None, ttl_s: int | None = None
+) -> ResultLink | None:
     """The signed link to a rendered job's screenshot (FR-31), or None when it asked for none;
     raises ``ResultGone`` as ``result_link`` does."""
     options = job.browser_options or {}

@@ -11,9 +11,11 @@ requests, fetched by the guarded fetcher) runs on a thread pool, never on the lo
 
 One Chromium serves many jobs, each in a fresh browser context (no cookie, cache or storage
 carried from one job to the next), and is replaced after ``SCRAPEJOBS_BROWSER_PAGES_PER_BROWSER``
-pages (the old one closes once its last page is done) or as soon as it is found disconnected (it
-crashed or was killed): the render in flight fails with ``browser_crashed`` (temporary, so the
-job is retried) and the next one starts a fresh Chromium. A render that outlives its deadline
+pages (the old one closes once its last page is done) or as soon as it is found disconnected or
+its main process dead (it crashed or was killed; a watcher looks every 0.5 s and kills what is
+left of its process group, whose helpers would otherwise keep Playwright's pipe open): the render
+in flight fails with ``browser_crashed`` (temporary, so the job is retried) and the next one
+starts a fresh Chromium. A render that outlives its deadline
 is abandoned and its Chromium retired the same way. If the whole process dies, its jobs' leases
 expire and the sweeper gives them back, as for every worker.
 
@@ -29,10 +31,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import os
+import signal
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -60,6 +65,8 @@ CHROMIUM_ARGS = (
 )
 # How long a Celery thread waits for the loop between two checks of its attempt's lease.
 _POLL_S = 0.25
+# How often the loop looks whether each Chromium's main process is still alive.
+_WATCH_S = 0.5
 # Past the render's own deadline, how long the loop gets to give up by itself before the render
 # is abandoned and its Chromium retired (a hung browser).
 _HUNG_GRACE_S = 5.0
@@ -106,9 +113,64 @@ class BrowserCrashed(Exception):
 @dataclass(eq=False)
 class _Chromium:
     browser: Any
+    pid: int | None = None  # its main process (None where /proc cannot tell)
     pages: int = 0
     in_flight: int = 0
     retired: bool = False
+
+
+def _process_tree(root: int) -> list[int]:
+    """The descendants of ``root``, from /proc (empty where there is none)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = list(Path("/proc").iterdir())
+    except OSError:
+        return []
+    for entry in entries:
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _main_chromiums() -> set[int]:
+    """This process's main Chromium processes (its helpers rewrite their command line into one
+    string holding ``--type=``)."""
+    found = set()
+    for pid in _process_tree(os.getpid()):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if not any(b"--type=" in arg for arg in argv) and b"chrom" in argv[0].rsplit(b"/", 1)[-1]:
+            found.add(pid)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _kill_group(pid: int) -> None:
+    """Kill what is left of a Chromium: its process group (Playwright starts it as the leader of
+    one, and its helpers stay in it). Its helpers hold the pipe to Playwright open, so until they
+    are gone Playwright would not notice that the browser died."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 class BrowserPool:
@@ -123,6 +185,8 @@ class BrowserPool:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._playwright: Any = None
         self._current: _Chromium | None = None
+        self._chromiums: set[_Chromium] = set()  # launched and not yet closed
+        self._watcher: asyncio.Future[None] | None = None
         self._launch_lock: asyncio.Lock | None = None
         self._slots: asyncio.Semaphore | None = None
         # A page's requests are fetched here: a few at once per page, as a browser would.
@@ -151,7 +215,9 @@ class BrowserPool:
             if time.monotonic() > spec.deadline + _HUNG_GRACE_S:
                 future.cancel()
                 loop.call_soon_threadsafe(self._retire_current)
-                raise FetchError("timeout", "the render did not end within the job's timeout", permanent=False)
+                raise FetchError(
+                    "timeout", "the render did not end within the job's timeout", permanent=False
+                )
 
     def close(self) -> None:
         loop = self._loop
@@ -166,7 +232,9 @@ class BrowserPool:
             if self._loop is None:
                 loop = asyncio.new_event_loop()
                 ready = concurrent.futures.Future[None]()
-                threading.Thread(target=self._run_loop, args=(loop, ready), name="browser-loop", daemon=True).start()
+                threading.Thread(
+                    target=self._run_loop, args=(loop, ready), name="browser-loop", daemon=True
+                ).start()
                 ready.result(timeout=60)
                 self._loop = loop
             return self._loop
@@ -189,6 +257,20 @@ class BrowserPool:
         self._playwright = await async_playwright().start()
         self._launch_lock = asyncio.Lock()
         self._slots = asyncio.Semaphore(self.concurrency)
+        self._watcher = asyncio.ensure_future(self._watch())
+
+    async def _watch(self) -> None:
+        """A Chromium whose main process died (killed, out of memory) is finished off, so that
+        Playwright sees it disconnect and the renders in flight fail with ``browser_crashed``
+        at once instead of at their deadline."""
+        while True:
+            await asyncio.sleep(_WATCH_S)
+            for chromium in list(self._chromiums):
+                if chromium.pid is not None and not _alive(chromium.pid):
+                    logger.warning("Chromium (pid %s) died; its renders in flight are retried", chromium.pid)
+                    _kill_group(chromium.pid)
+                    self._chromiums.discard(chromium)
+                    self._retire(chromium)
 
     async def _shutdown(self) -> None:
         if self._current is not None:
@@ -203,10 +285,13 @@ class BrowserPool:
         assert self._launch_lock is not None
         async with self._launch_lock:
             current = self._current
-            if current is not None and (current.pages >= self.pages_per_browser or not current.browser.is_connected()):
+            if current is not None and (
+                current.pages >= self.pages_per_browser or not current.browser.is_connected()
+            ):
                 self._retire(current)
                 current = None
             if current is None:
+                before = _main_chromiums()
                 browser = await self._playwright.chromium.launch(
                     executable_path=self.executable,
                     chromium_sandbox=self.sandbox,
@@ -216,7 +301,9 @@ class BrowserPool:
                     handle_sighup=False,
                 )
                 self.launches += 1
-                current = self._current = _Chromium(browser)
+                started = _main_chromiums() - before
+                current = self._current = _Chromium(browser, pid=min(started) if len(started) == 1 else None)
+                self._chromiums.add(current)
             current.pages += 1
             return current
 
@@ -233,10 +320,13 @@ class BrowserPool:
             asyncio.ensure_future(self._close(chromium))
 
     async def _close(self, chromium: _Chromium) -> None:
+        self._chromiums.discard(chromium)
         try:
-            await chromium.browser.close()
-        except Exception:  # noqa: BLE001 - already gone (crashed, killed)
+            await asyncio.wait_for(chromium.browser.close(), timeout=10)
+        except Exception:  # noqa: BLE001 - already gone (crashed, killed) or hung
             logger.debug("closing a retired Chromium failed", exc_info=True)
+        if chromium.pid is not None and _alive(chromium.pid):
+            _kill_group(chromium.pid)
 
     async def _render(self, spec: RenderSpec) -> Rendered:
         from playwright.async_api import Error as PlaywrightError  # noqa: PLC0415
@@ -244,19 +334,31 @@ class BrowserPool:
 
         assert self._slots is not None
         async with self._slots:
-            chromium = await self._chromium()
+            try:
+                chromium = await self._chromium()
+            except PlaywrightError as e:
+                # Chromium would not start (or died starting): temporary, the job is retried.
+                raise FetchError(
+                    "browser_crashed", f"the browser could not be started: {e.message}", permanent=False
+                ) from None
             chromium.in_flight += 1
             try:
                 return await self._page(chromium, spec)
             except PlaywrightTimeout as e:
-                raise FetchError("timeout", f"the render did not end within the job's timeout: {e.message}", permanent=False) from None
+                raise FetchError(
+                    "timeout",
+                    f"the render did not end within the job's timeout: {e.message}",
+                    permanent=False,
+                ) from None
             except PlaywrightError as e:
                 if not chromium.browser.is_connected():
                     self._retire(chromium)
                     raise FetchError(
                         "browser_crashed", "the browser process ended during the render", permanent=False
                     ) from None
-                raise FetchError("render_error", f"the page could not be rendered: {e.message}", permanent=False) from None
+                raise FetchError(
+                    "render_error", f"the page could not be rendered: {e.message}", permanent=False
+                ) from None
             finally:
                 chromium.in_flight -= 1
                 if chromium.retired and chromium.in_flight == 0:
@@ -325,7 +427,9 @@ class BrowserPool:
             await context.route_web_socket("**/*", on_websocket)
             page = await context.new_page()
             # Pages it opens (window.open) are closed at once: one page per job.
-            context.on("page", lambda extra: asyncio.ensure_future(extra.close()) if extra is not page else None)
+            context.on(
+                "page", lambda extra: asyncio.ensure_future(extra.close()) if extra is not page else None
+            )
             await page.goto(spec.url, wait_until=options.get("wait_until", "load"), timeout=_left_ms(spec))
             selector = options.get("wait_for_selector")
             if selector:

@@ -33,13 +33,11 @@ from __future__ import annotations
 
 import logging
 import time
-
 from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import redis
-from django.conf import settings
 
 from apps.jobs.claims import ClaimedJob
 from apps.jobs.receipts import ResultStored
@@ -104,14 +102,22 @@ class PageRequests:
 
     def __init__(self, *, document: Document, options: dict, deadline: float, limits: FetchLimits):
         self.document = document
-        self.blocked_types = {_BLOCKABLE_TYPES[name] for name in options.get("block") or () if name in _BLOCKABLE_TYPES}
+        self.blocked_types = {
+            _BLOCKABLE_TYPES[name] for name in options.get("block") or () if name in _BLOCKABLE_TYPES
+        }
         self.deadline = deadline
         self.limits = limits
         self.page_domain = registrable_domain(_host(document.url))
         self.asked = 0
 
     def __call__(
-        self, url: str, method: str, headers: dict[str, str], body: bytes | None, resource_type: str, is_document: bool
+        self,
+        url: str,
+        method: str,
+        headers: dict[str, str],
+        body: bytes | None,
+        resource_type: str,
+        is_document: bool,
     ) -> SubAnswer:
         if is_document:
             return SubAnswer(
@@ -188,11 +194,15 @@ def render_and_store(
         user_agent=user_agent,
     )
     answers = PageRequests(document=document, options=options, deadline=deadline, limits=page_limits)
-    spec = RenderSpec(url=document.url, options=options, user_agent=user_agent, deadline=deadline, answer=answers)
+    spec = RenderSpec(
+        url=document.url, options=options, user_agent=user_agent, deadline=deadline, answer=answers
+    )
     rendered = browser_pool().render(spec, check=check)
     html = rendered.html.encode("utf-8")
     if len(html) > limits.max_bytes:
-        raise FetchError("body_too_large", f"rendered page larger than {limits.max_bytes} bytes", permanent=True)
+        raise FetchError(
+            "body_too_large", f"rendered page larger than {limits.max_bytes} bytes", permanent=True
+        )
     check()
     if rendered.screenshot is not None:
         body_key = result_key(job_id=claimed.id, attempt=claimed.attempt)
@@ -226,6 +236,3 @@ def _host(url: str) -> str:
         return (urlsplit(url).hostname or "").lower()
     except ValueError:
         return ""
-
-
-

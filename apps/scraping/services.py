@@ -188,7 +188,11 @@ def attempt_run(*, claimed: ClaimedJob, worker: str, obey_robots: bool | None = 
             check = _stop_check(job_id=str(claimed.id), attempt=claimed.attempt, lease=lease)
             if claimed.render == Render.BROWSER:  # FR-30: apps/scraping/render.py
                 rendered = render_and_store(
-                    claimed=claimed, request=request, check=check, interrupt=lease.interrupt, store_deadline=deadline
+                    claimed=claimed,
+                    request=request,
+                    check=check,
+                    interrupt=lease.interrupt,
+                    store_deadline=deadline,
                 )
                 return finished(
                     AttemptOutcome.SUCCEEDED,

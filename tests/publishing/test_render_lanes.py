@@ -17,7 +17,13 @@ from apps.publishing.services import outbox_publish_batch
 
 pytestmark = pytest.mark.django_db
 
-OPTIONS = {"wait_until": "load", "wait_for_selector": None, "screenshot": False, "viewport": {}, "block": []}
+OPTIONS: dict[str, object] = {
+    "wait_until": "load",
+    "wait_for_selector": None,
+    "screenshot": False,
+    "viewport": {},
+    "block": [],
+}
 
 
 def _broker() -> redis.Redis:

@@ -256,7 +256,15 @@ def test_a_succeeded_job_gives_a_signed_link_that_works_without_the_token(make_t
         r = api.get(f"{JOBS}/{job.id}/result")
         assert r.status_code == 200, r.content
         body = r.json()
-        assert set(body) == {"url", "expires_at", "size", "sha256", "content_type", "http_status", "screenshot"}
+        assert set(body) == {
+            "url",
+            "expires_at",
+            "size",
+            "sha256",
+            "content_type",
+            "http_status",
+            "screenshot",
+        }
         assert body["screenshot"] is None  # a plain job
         assert (body["size"], body["sha256"], body["content_type"], body["http_status"]) == (
             5,

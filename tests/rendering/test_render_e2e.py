@@ -114,7 +114,9 @@ def test_wait_for_selector_waits_for_the_element_and_a_screenshot_is_stored_and_
     url = site.html("/late", LATE)
     rendering()
     without = _submit(api, url)
-    waited = _submit(api, url, browser={"wait_for_selector": "#late", "screenshot": True, "viewport": {"width": 640}})
+    waited = _submit(
+        api, url, browser={"wait_for_selector": "#late", "screenshot": True, "viewport": {"width": 640}}
+    )
     assert _final(api, without)["status"] == "succeeded"
     assert b"arrived late" not in _body(api, without)[1]  # load fired before the script's timer
     job = _final(api, waited)
@@ -174,11 +176,15 @@ def test_a_page_script_cannot_reach_a_refused_address_and_the_attempt_records_it
 def test_a_subresource_redirected_to_a_refused_address_is_blocked(rendering, api, site):
     page_site = _loopback_two()
     try:
-        site.pages["/evil.js"] = Page(b'document.getElementById("out").textContent = "evil ran";', "text/javascript")
+        site.pages["/evil.js"] = Page(
+            b'document.getElementById("out").textContent = "evil ran";', "text/javascript"
+        )
         page_site.pages["/go-private.js"] = Page(
             b"", "text/javascript", 302, headers={"Location": site.url("/evil.js")}
         )
-        page_site.pages["/ok.js"] = Page(b'document.getElementById("ok").textContent = "ok ran";', "text/javascript")
+        page_site.pages["/ok.js"] = Page(
+            b'document.getElementById("ok").textContent = "ok ran";', "text/javascript"
+        )
         url = page_site.html(
             "/page",
             """<!doctype html><html><body><div id="out">untouched</div><div id="ok"></div>
@@ -239,8 +245,11 @@ def test_a_browser_killed_mid_render_loses_no_job(rendering, api, site):
     url = site.html("/slow-late", slow)
     browser = rendering().procs[-1]
     job_id = _submit(api, url, browser={"wait_for_selector": "#late"}, timeout_s=30)
-    wait_for(lambda: _job(api, job_id)["status"] == "running" and _chromium_of(browser.pid), 60, what="a render")
-    time.sleep(1.0)
+    wait_for(
+        lambda: _job(api, job_id)["status"] == "running" and _chromium_of(browser.pid), 60, what="a render"
+    )
+    wait_for(lambda: site.requested("/slow-late"), 30, what="the document's fetch")
+    time.sleep(2.0)  # the page is loaded and waits for its selector (6 s after load)
     for pid in _chromium_of(browser.pid):
         os.kill(pid, signal.SIGKILL)
     job = _final(api, job_id, timeout=90)

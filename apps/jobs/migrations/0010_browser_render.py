@@ -10,30 +10,34 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('jobs', '0009_admin_filter_indexes'),
+        ("jobs", "0009_admin_filter_indexes"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='attempt',
-            name='subrequests_blocked',
+            model_name="attempt",
+            name="subrequests_blocked",
             field=models.IntegerField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='attempt',
-            name='subrequests_made',
+            model_name="attempt",
+            name="subrequests_made",
             field=models.IntegerField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='job',
-            name='browser_options',
+            model_name="job",
+            name="browser_options",
             field=models.JSONField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='job',
-            name='render',
-            field=models.CharField(choices=[('none', 'None'), ('browser', 'Browser')], db_default='none', default='none', max_length=8),
+            model_name="job",
+            name="render",
+            field=models.CharField(
+                choices=[("none", "None"), ("browser", "Browser")],
+                db_default="none",
+                default="none",
+                max_length=8,
+            ),
         ),
     ]

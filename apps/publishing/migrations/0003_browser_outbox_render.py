@@ -40,7 +40,9 @@ class Migration(migrations.Migration):
     dependencies = [("publishing", "0002_fair_outbox_due_index"), ("jobs", "0010_browser_render")]
 
     operations = [
-        *_swap("jobs_outbox_fair", "render, priority, tenant_id, created_at", "priority, tenant_id, created_at"),
+        *_swap(
+            "jobs_outbox_fair", "render, priority, tenant_id, created_at", "priority, tenant_id, created_at"
+        ),
         *_swap(
             "jobs_outbox_due",
             "render, priority, tenant_id, not_before NULLS FIRST",
