@@ -10,8 +10,9 @@ fetched plainly (``fetch_open``, the body read) with as many threads. Printed fo
 - ``browser_pN_pages_per_s`` and ``plain_pN_fetches_per_s``;
 - ``browser_pN_cpu_ms_per_page`` (this process and every Chromium process, children reaped
   included: ``/proc`` utime + stime + cutime + cstime) and ``plain_pN_cpu_ms_per_fetch``;
-- ``browser_pN_mem_mb_per_page``: the peak resident memory of the Chromium processes while N
-  pages render, divided by N (sampled every 0.2 s);
+- ``browser_pN_mem_mb_per_page``: the peak memory (proportional set size) of the Chromium
+  processes while N pages render, divided by N (sampled every 0.2 s): a share of the browser
+  process itself is in each page's figure;
 - ``browser_pN_cpu_ratio``: CPU per rendered page over CPU per plain fetch.
 
 The database and the broker play no part (they cost a rendered job what they cost a plain one).
@@ -93,15 +94,17 @@ def _cpu_s(pids: list[int]) -> float:
     return total
 
 
-def _chromium_rss_mb() -> float:
+def _chromium_pss_mb() -> float:
+    """The Chromium processes' proportional set size: shared pages counted once across them
+    (their resident sizes summed would count the shared libraries once per process)."""
     total = 0
     for pid in _tree():
         try:
             exe = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
             if b"chromium" not in exe:
                 continue
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
                     total += int(line.split()[1])
         except OSError:
             continue
@@ -131,7 +134,9 @@ def _render_level(url: str, pages: int, n: int) -> None:
     def render_one() -> int:
         with fetch_open(request=FetchRequest(method="GET", url=url, timeout_s=30)) as fetched:
             document = Document(fetched.url, fetched.status, fetched.content_type, b"".join(fetched.chunks()))
-        deadline = time.monotonic() + 30
+        # Generous: on a loaded machine a render can take many times its usual time, and a
+        # benchmark that dies on one slow page says nothing.
+        deadline = time.monotonic() + 180
         answers = PageRequests(document=document, options={}, deadline=deadline, limits=limits)
         spec = RenderSpec(
             url=url, options={}, user_agent=limits.user_agent, deadline=deadline, answer=answers
@@ -148,7 +153,7 @@ def _render_level(url: str, pages: int, n: int) -> None:
         def sample() -> None:
             nonlocal peak
             while not stop.is_set():
-                peak = max(peak, _chromium_rss_mb())
+                peak = max(peak, _chromium_pss_mb())
                 stop.wait(0.2)
 
         sampler = threading.Thread(target=sample, daemon=True)

@@ -237,7 +237,7 @@ def _headers_check(value: dict[str, str]) -> dict[str, str]:
     return value
 
 
-class JobCreateInput(serializers.Serializer):
+class JobCreateInput(StrictObjectInput):
     url = StrictCharField(max_length=MAX_URL_LENGTH, trim_whitespace=False)
     method = serializers.ChoiceField(choices=Method.choices, default=Method.GET)
     headers = serializers.DictField(
@@ -276,16 +276,6 @@ class JobCreateInput(serializers.Serializer):
         "ran (GET only; timeout_s bounds the whole render). Default: the plain HTTP fetch.",
     )
     browser = BrowserOptionsInput(required=False, help_text='Options of render "browser"; refused otherwise.')
-
-    def to_internal_value(self, data: Any) -> dict[str, Any]:
-        if not isinstance(data, Mapping):
-            raise serializers.ValidationError(
-                {"non_field_errors": [f"Expected a JSON object, got {type(data).__name__}."]}
-            )
-        unknown = sorted(set(data) - set(self.fields))
-        if unknown:
-            raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
-        return super().to_internal_value(data)
 
     def validate_url(self, value: str) -> str:
         return _http_url(value, what="url")

@@ -273,6 +273,8 @@ class BrowserPool:
                     self._retire(chromium)
 
     async def _shutdown(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
         if self._current is not None:
             await self._close(self._current)
             self._current = None
