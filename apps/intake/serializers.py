@@ -128,9 +128,9 @@ class StrictBooleanField(serializers.BooleanField):
         return data
 
 
+# A JSON object whose unknown fields are refused, each by name. (Comments, not docstrings, on
+# the input serializers: a docstring becomes the schema's description of the object.)
 class StrictObjectInput(serializers.Serializer):
-    """A JSON object whose unknown fields are refused, each by name."""
-
     def to_internal_value(self, data: Any) -> dict[str, Any]:
         if not isinstance(data, Mapping):
             raise serializers.ValidationError(
@@ -155,9 +155,8 @@ class ViewportInput(StrictObjectInput):
     )
 
 
+# The ``browser`` object of a rendered job (FR-30); every option bounded.
 class BrowserOptionsInput(StrictObjectInput):
-    """The ``browser`` object of a rendered job (FR-30); every option bounded."""
-
     wait_until = serializers.ChoiceField(
         choices=WAIT_UNTIL, default="load", help_text="The page event the render waits for."
     )
