@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 BENCH ?=
 PYTEST_ARGS ?=
 
-.PHONY: run test lint bench install clean schema lock browser
+.PHONY: run test test-fast lint bench install clean schema lock browser
 
 $(STAMP): requirements.txt requirements-dev.txt
 	@$(PY) -c "import sys; assert sys.version_info[:2] == (3, 11), sys.version" || { echo "need Python 3.11 (make PY=/path/to/python3.11)"; exit 1; }
@@ -25,6 +25,11 @@ run: $(STAMP)
 
 test: $(STAMP) browser
 	$(BIN)/python -m scrapejobs.embedded exec --dir .run/test -- $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The fast loop while editing: every test that starts no service process (no web, worker, beat or
+# control component, no browser): `-m "not e2e"`. `make test` stays the whole suite.
+test-fast: $(STAMP)
+	$(BIN)/python -m scrapejobs.embedded exec --dir .run/test -- $(BIN)/python -m pytest -m "not e2e" -q $(PYTEST_ARGS)
 
 # The dashboard's browser test (tests/operators/test_dashboard_browser.py) drives Debian's chromium
 # through chromedriver. Installed here where missing and possible (root with apt-get); otherwise

@@ -8,7 +8,7 @@ are written to ``<dir>/env`` (so ``python manage.py`` in a second terminal reach
 servers; see ``settings/base.py``), the command runs, and the servers are stopped afterwards.
 
     python -m scrapejobs.embedded exec --dir .run/test -- pytest
-    python -m scrapejobs.embedded exec --dir .run/dev --keep-env -- python -m scrapejobs.supervise
+    python -m scrapejobs.embedded exec --dir .run/dev -- python -m scrapejobs.supervise
 
 It deliberately imports nothing from Django: it runs before settings can be read.
 """
@@ -121,7 +121,6 @@ def run(argv: list[str]) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     ex = sub.add_parser("exec", help="run a command with DATABASE_URL/REDIS_URL set")
     ex.add_argument("--dir", required=True, type=Path, help="where embedded servers keep data")
-    ex.add_argument("--keep-env", action="store_true", help="leave <dir>/env behind for second terminals")
     ex.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = [c for c in args.command if c != "--"] if args.command[:1] == ["--"] else args.command

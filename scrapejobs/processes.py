@@ -152,6 +152,31 @@ def migrate() -> list[str]:
 
 COMPONENTS = ("web", "worker", "browser", "writer", "beat", "flower", "migrate")
 
+# Every background thread a component's process starts besides the ones its server (gunicorn,
+# Celery) runs, by the name it is started with (a name ending in "-" or " " is a prefix: one
+# thread per slot, part or key). tests/test_architecture.py holds every ``threading.Thread`` and
+# ``BackgroundNudge`` started under apps/ and scrapejobs/ to this table, and the README's process
+# table to it; ``?wait=`` callers and their listener are asyncio tasks on the web's event loop, not
+# threads (docs/design/waiting-and-read-cache.md).
+BACKGROUND_THREADS: dict[str, dict[str, str]] = {
+    "web": {
+        "request-metrics": "sends the process's request counts to Redis every few seconds",
+        "publisher nudge": "asks the control component to publish after an intake commit",
+    },
+    "worker": {
+        "lease-keeper": "renews the leases of every running fetch in one statement",
+        "cancel-watcher": "reads the cancel flags of the running fetches",
+        "result-upload ": "one per body being stored, bounded by the storage allowance",
+        "shutdown-watchdog": "on SIGTERM, gives back the fetches still running after the grace",
+    },
+    "writer": {
+        "nudge-listener": "waits on the nudge lists (BLPOP) and wakes the runners",
+        "nudge-": "one runner per kind (publisher, writer flush) running it at once when nudged",
+        "writer-apply-": "the database writer's appliers, one connection each",
+        "writer-lease": "renews the writer lease while this process holds it",
+    },
+}
+
 
 def from_env(component: str, environ: Mapping[str, str] | None = None) -> list[str]:
     """The argv of ``component`` with its host, port and sizes taken from the environment.

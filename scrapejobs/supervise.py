@@ -32,6 +32,7 @@ import ctypes
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -228,6 +229,24 @@ def _dev_secret_ensure(path: Path) -> None:
         f.write(secrets.token_urlsafe(48) + "\n")
 
 
+def _taken_ports(wanted: Sequence[tuple[str, str, int]]) -> list[str]:
+    """For each (variable, address, port) that cannot be bound now, a line naming the variable:
+    a component that cannot bind would die and be restarted until make run gives up."""
+    taken = []
+    for variable, address, port in wanted:
+        bind_to = "127.0.0.1" if address in ("", "localhost") else address
+        family = socket.AF_INET6 if ":" in bind_to else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((bind_to, port))
+            except OSError as e:
+                taken.append(
+                    f"port {port} on {bind_to} is not free ({e.strerror}): set {variable} to a free port"
+                )
+    return taken
+
+
 def main() -> int:
     env = dict(os.environ)
     env.setdefault("DJANGO_SETTINGS_MODULE", "settings.base")
@@ -245,6 +264,13 @@ def main() -> int:
     base = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{port}"
     flower_port = int(env.get("FLOWER_PORT", "5555"))
     shutdown_timeout = float(env.get("SCRAPEJOBS_SHUTDOWN_TIMEOUT_S", "30"))
+    taken = _taken_ports(
+        [("PORT", host, port), ("FLOWER_PORT", env.get("FLOWER_ADDRESS", "127.0.0.1"), flower_port)]
+    )
+    for line in taken:
+        _say("run", line)
+    if taken:
+        return 2
 
     stop_signal: list[int] = []
 

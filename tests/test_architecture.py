@@ -1,4 +1,4 @@
-"""The import graph keeps the design's layers (issue 8): no cycle between apps, and no import
+"""The import graph keeps the design's layers: no cycle between apps, and no import
 from a forbidden direction.
 
 Every module under apps/, scrapejobs/ and settings/ is parsed (not imported), and every import
@@ -8,7 +8,9 @@ statement counts, at the top of a module or inside a function. Forbidden:
   import each other);
 - a model, service or selector module (``models``, ``services*``, ``selectors*``, and every
   module of apps.jobs) importing a views, serializers or urls module;
-- apps.jobs importing another app or the project package: it is the bottom;
+- any module of apps/ importing the project package (``scrapejobs``: the Celery app, the
+  processes, the web entry points sit above every app, so an import of it is a cycle in waiting);
+- apps.jobs importing another app: it is the bottom;
 - a neutral module (a single file directly under apps/, such as apps/admin_mixins.py) importing
   apps or the project package: every app may use it, apps.jobs included, so it sits below them;
 - settings importing apps or the project package.
@@ -158,9 +160,9 @@ def forbidden_imports(edges: Iterable[Import], root: Path) -> list[tuple[Import,
             found.append((edge, "settings import neither apps nor the project package"))
         elif src in neutral and dst_top in ("apps", "scrapejobs"):
             found.append((edge, f"{src} is neutral: it imports no app, so that every app may use it"))
-        elif app_of(src) == BOTTOM and (
-            dst_top == "scrapejobs" or (app_of(dst) not in (BOTTOM, None) and dst not in neutral)
-        ):
+        elif src.split(".")[0] == "apps" and dst_top == "scrapejobs":
+            found.append((edge, "apps import nothing of the project package: it sits above them"))
+        elif app_of(src) == BOTTOM and app_of(dst) not in (BOTTOM, None) and dst not in neutral:
             found.append((edge, f"{BOTTOM} is the bottom: it imports no other app"))
         elif _is_lower(src) and _is_upper(dst):
             found.append((edge, "models, services and selectors import no views, serializers or urls"))
@@ -262,6 +264,7 @@ def test_the_checker_finds_imports_from_a_forbidden_direction(tmp_path: Path) ->
             "apps/shop/services/close.py": "from ..urls import urlpatterns\n",
             "apps/shop/urls.py": "",
             "apps/shop/views.py": "from apps.shop import selectors, serializers\n",
+            "apps/shop/tasks.py": "def f():\n    from scrapejobs.celery import app\n",
             "settings/base.py": "import scrapejobs.celery\n",
             "scrapejobs/__init__.py": "",
             "scrapejobs/celery.py": "",
@@ -274,6 +277,77 @@ def test_the_checker_finds_imports_from_a_forbidden_direction(tmp_path: Path) ->
         "apps/glue.py:1: apps.glue imports apps.jobs.models",
         "apps/shop/selectors.py:2: apps.shop.selectors imports apps.shop.serializers",
         "apps/shop/services/close.py:1: apps.shop.services.close imports apps.shop.urls",
+        "apps/shop/tasks.py:2: apps.shop.tasks imports scrapejobs.celery",
         "settings/base.py:1: settings.base imports scrapejobs.celery",
     }, text
     assert "apps.jobs is the bottom" in text and "settings import neither" in text
+    assert "apps import nothing of the project package" in text
+
+
+# --- Background threads ------------------------------------------------------------------------
+
+
+def thread_names(root: Path, packages: Iterable[str] = ("apps", "scrapejobs")) -> dict[str, str]:
+    """The name every ``threading.Thread(name=…)`` and ``BackgroundNudge(name=…)`` under the
+    packages is started with (an f-string's literal head, a prefix), with where it is started."""
+    found: dict[str, str] = {}
+    for name, file in _modules(root, packages).items():
+        tree = ast.parse(file.read_text(encoding="utf-8"), filename=str(file))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            callee = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if callee not in ("Thread", "BackgroundNudge"):
+                continue
+            value = next((k.value for k in node.keywords if k.arg == "name"), None)
+            where = f"{file.relative_to(root)}:{node.lineno}"
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                found[value.value] = where
+            elif isinstance(value, ast.JoinedStr) and isinstance(value.values[0], ast.Constant):
+                found[str(value.values[0].value)] = where
+            elif isinstance(value, ast.Attribute) and getattr(value.value, "id", "") == "self":
+                continue  # a thread named by its class's caller (BackgroundNudge): seen there
+            elif callee == "Thread" and name != "scrapejobs.supervise":
+                found[f"<unnamed or computed at {where}>"] = where
+    return found
+
+
+def test_every_background_thread_is_listed_by_process() -> None:
+    from scrapejobs.processes import BACKGROUND_THREADS
+
+    listed = {thread for threads in BACKGROUND_THREADS.values() for thread in threads}
+    started = thread_names(ROOT)
+    started.pop("pump-", None)  # make run's own output pumps (scrapejobs/supervise.py), no component's
+    unlisted = {name: where for name, where in started.items() if name not in listed}
+    assert not unlisted, f"add to scrapejobs/processes.py BACKGROUND_THREADS: {unlisted}"
+    assert not listed - set(started), f"listed but started nowhere: {sorted(listed - set(started))}"
+
+
+def test_the_readme_process_table_names_every_background_thread() -> None:
+    from scrapejobs.processes import BACKGROUND_THREADS
+
+    readme = (ROOT / "README.md").read_text()
+    for component, threads in BACKGROUND_THREADS.items():
+        row = next((line for line in readme.splitlines() if line.startswith(f"| {component} |")), "")
+        assert row, f"README's process table has no row for {component}"
+        missing = [t for t in threads if f"`{t.strip()}`" not in row]
+        assert not missing, f"README's {component} row does not name {missing}"
+
+
+def test_the_thread_scan_sees_named_and_prefixed_threads(tmp_path: Path) -> None:
+    root = _tree(
+        tmp_path,
+        {
+            "apps/a/__init__.py": "",
+            "apps/a/run.py": (
+                "import threading\n"
+                "threading.Thread(target=f, name='keeper').start()\n"
+                "threading.Thread(target=f, name=f'slot-{i}').start()\n"
+                "threading.Thread(target=f).start()\n"
+                "BackgroundNudge(send, name='poke', min_interval_s=1)\n"
+            ),
+        },
+    )
+    names = thread_names(root)
+    assert {"keeper", "slot-", "poke"} <= set(names)
+    assert any(name.startswith("<unnamed") for name in names)

@@ -11,8 +11,12 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
+import pytest
+
 from bench import intake
 from scrapejobs.processes import ROOT
+
+pytestmark = pytest.mark.e2e  # starts web servers: the whole suite's, not the fast loop's
 
 
 def test_the_benchmark_reads_its_settings() -> None:

@@ -280,3 +280,29 @@ def test_make_run_leaves_no_child_behind_when_the_supervisor_itself_is_killed(su
     supervisor.proc.wait(10)
     # The children asked the kernel for SIGTERM when their parent dies (PR_SET_PDEATHSIG).
     wait_for(lambda: not any(alive(p) for p in children), timeout=40, what="orphans to exit")
+
+
+@pytest.mark.parametrize("variable", ["FLOWER_PORT", "PORT"])
+def test_make_run_names_the_setting_of_a_port_that_is_taken_and_starts_nothing(
+    tmp_path: Path, variable: str
+) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = holder.getsockname()[1]
+        env = service_env(
+            PORT=str(free_port()), FLOWER_PORT=str(free_port()), SCRAPEJOBS_RUN_DIR=str(tmp_path / "run")
+        )
+        env[variable] = str(taken)
+        done = subprocess.run(
+            [sys.executable, "-m", "scrapejobs.supervise"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    output = done.stdout + done.stderr
+    assert done.returncode == 2, output
+    assert f"port {taken} on 127.0.0.1 is not free" in output and f"set {variable} to a free port" in output
+    assert "Traceback" not in output and "started (pid" not in output and "migrating" not in output

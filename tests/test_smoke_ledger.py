@@ -4,18 +4,16 @@ import pytest
 
 from apps.jobs.cancel_requeue import job_cancel
 from apps.jobs.claims import job_claim
-from apps.jobs.intake import job_create
 from apps.jobs.models import Attempt, Job, JobStatus
 from apps.jobs.receipt_fold import attempts_apply_finished
 from apps.jobs.receipts import AttemptFinished
+from tests.support.factories import job_make
 
 pytestmark = pytest.mark.django_db
 
 
 def _job(tenant, **kw):
-    job, created = job_create(tenant_id=tenant.id, url="http://example.test/x", domain="example.test", **kw)
-    assert created
-    return job
+    return job_make(tenant, **kw)
 
 
 def test_a_duplicate_claim_is_a_no_op(make_tenant):

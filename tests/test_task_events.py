@@ -9,6 +9,8 @@ import pytest
 from scrapejobs import processes
 from tests.support.procs import ROOT
 
+pytestmark = pytest.mark.e2e  # starts Celery workers: the whole suite's, not the fast loop's
+
 
 def _celery_events(**env: str) -> str:
     code = (

@@ -11,9 +11,13 @@ import pytest
 
 from scrapejobs.processes import ROOT
 
+# It loads the application in fresh interpreters: the whole suite's, not the fast loop's.
+pytestmark = pytest.mark.e2e
+
 PROBE = """
 import gc, sys
 import scrapejobs.{module}
+
 assert "apps.intake.views" in sys.modules and "apps.query.views" in sys.modules, "views not loaded"
 frozen = gc.get_freeze_count()
 assert frozen > 50_000, frozen

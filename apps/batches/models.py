@@ -42,6 +42,7 @@ class Batch(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        verbose_name_plural = "batches"
         constraints = [
             models.UniqueConstraint(
                 fields=["tenant", "idempotency_key"],

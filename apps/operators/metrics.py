@@ -81,7 +81,7 @@ class ScrapejobsCollector(Collector):
         )
         yield GaugeMetricFamily(
             "scrapejobs_writer_dead_receipts",
-            "Receipts the writer gave up on (admin: writer dead letters).",
+            "Receipts the writer gave up on (admin: writer dead receipts).",
             value=dead,
         )
 

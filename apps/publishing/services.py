@@ -43,6 +43,7 @@ import time
 from collections import Counter
 from typing import Any, NamedTuple
 
+from celery import current_app
 from django.conf import settings
 from django.db import connection, transaction
 
@@ -105,7 +106,9 @@ def outbox_publish_batch(*, limit: int, depth: int | None = None, browser_depth:
     Returns how many were sent."""
     if browser_depth is None:
         browser_depth = settings.SCRAPEJOBS_BROWSER_DISPATCH_DEPTH
-    from scrapejobs.celery import app  # noqa: PLC0415 - Celery app imports Django settings
+    # The process's Celery app (scrapejobs/celery.py makes it current at start-up); apps import
+    # nothing of the project package, so it is looked up, not imported.
+    app = current_app._get_current_object()
 
     with transaction.atomic(), connection.cursor() as cur:
         # One dispatcher at a time (released at commit): the free room below stays true while we

@@ -308,6 +308,7 @@ def test_an_export_to_s3_reads_back_row_by_row_and_lists_exactly_its_parts(reque
     assert sorted(attempts) == sorted(_expected_attempts([row[0] for row in jobs]))
 
 
+@pytest.mark.e2e
 def test_an_export_process_killed_halfway_leaves_no_manifest_and_a_rerun_completes_it(
     transactional_db, tmp_path
 ):

@@ -11,11 +11,11 @@ from django.test import Client
 from django.utils import timezone
 
 from apps.jobs.claims import job_claim
-from apps.jobs.intake import job_create
 from apps.jobs.models import Attempt, Job, JobStatus
 from apps.jobs.redis import cancel_flag_key, state_redis
 from apps.tenants.models import ApiToken, Tenant
 from apps.tenants.services import tenant_create, token_authenticate, token_hash
+from tests.support.factories import job_make
 
 pytestmark = pytest.mark.django_db
 
@@ -24,9 +24,7 @@ TENANTS = "/admin/tenants/tenant/"
 
 
 def make_job(tenant: Tenant, url: str = "https://shop.example/p/1", **kw: Any) -> Job:
-    domain = url.split("/")[2]
-    job, _ = job_create(tenant_id=tenant.pk, url=url, domain=domain, **kw)
-    return job
+    return job_make(tenant, url, **kw)
 
 
 def ids_on_page(html: str) -> set[str]:

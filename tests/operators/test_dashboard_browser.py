@@ -17,6 +17,8 @@ from django.contrib.auth.models import User
 from apps.operators.rollups import rollup_run
 from tests.support.big_ledger import ledger_build
 
+pytestmark = pytest.mark.e2e  # starts a browser: the whole suite's, not the fast loop's
+
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 ARTIFACT = Path(__file__).resolve().parents[2] / ".run" / "test-artifacts" / "dashboard.png"

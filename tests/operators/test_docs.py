@@ -102,11 +102,27 @@ def test_the_benchmark_page_shows_the_benchmark_figures() -> None:
         assert re.search(rf"{name}: [\d.,]+", BENCHMARKS_DOC), name
 
 
-def test_the_readmes_map_of_apps_matches_the_tree() -> None:
-    """Issue 8: the map in "How it works" names every package under apps/ and nothing else."""
-    block = README[README.index("```\napps/\n") :]
+def test_the_code_map_matches_the_tree() -> None:
+    """The map in docs/design/code-map.md names every package under apps/ and nothing else."""
+    code_map = (ROOT / "docs" / "design" / "code-map.md").read_text()
+    block = code_map[code_map.index("```\napps/\n") :]
     block = block[: block.index("\n```", 4)]
     mapped = set(re.findall(r"^  (\w+)/ ", block, re.M)) | set(re.findall(r"^  (\w+\.py) ", block, re.M))
     on_disk = {p.name for p in (ROOT / "apps").iterdir() if p.is_dir() and (p / "__init__.py").exists()}
     on_disk |= {p.name for p in (ROOT / "apps").glob("*.py") if p.name != "__init__.py"}
     assert mapped == on_disk
+
+
+def test_the_readme_stays_a_front_page() -> None:
+    """Reference goes to docs/: the README stays short enough to read as a front page."""
+    assert len(README) < 25_000, f"README is {len(README):,} characters: move reference to docs/"
+    assert "## Contents" in README
+
+
+def test_every_relative_link_in_the_readme_and_docs_resolves() -> None:
+    broken = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text()):
+            if "://" not in target and not (page.parent / target).exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target}")
+    assert not broken, broken

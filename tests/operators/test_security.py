@@ -35,12 +35,14 @@ def _run(argv: list[str], env: dict[str, str], timeout: float = 60) -> subproces
 WEB = [sys.executable, "-c", "import scrapejobs.wsgi"]
 
 
+@pytest.mark.e2e
 @pytest.mark.django_db
 def test_the_web_refuses_to_start_without_a_secret_key(tmp_path: Path) -> None:
     done = _run(WEB, _env(tmp_path))
     assert done.returncode != 0 and REFUSAL in done.stderr, done.stderr[-2000:]
 
 
+@pytest.mark.e2e
 @pytest.mark.django_db
 @pytest.mark.parametrize(
     "component",

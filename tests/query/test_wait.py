@@ -21,7 +21,8 @@ from apps.query.waiting import final_hub
 from tests.query import helpers
 from tests.support.procs import wait_for_web
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Most of these start a web process: the module belongs to the whole suite, not the fast loop.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
 
 
 def _free_port() -> int:

@@ -11,13 +11,13 @@ from django.test import override_settings
 
 from apps.jobs.cancel_requeue import job_cancel
 from apps.jobs.claims import job_claim
-from apps.jobs.intake import job_create
 from apps.jobs.models import Attempt, Job
 from apps.jobs.receipt_fold import attempts_apply_finished
 from apps.jobs.redis import cancel_flag_key, state_redis
 from apps.results.storage import results_storage
 from apps.scraping.leases import LeaseKeeper
 from apps.scraping.services import job_run_attempt
+from tests.support.factories import job_make
 from tests.support.procs import wait_for
 from tests.support.target import body_for
 
@@ -32,7 +32,7 @@ def _attempt(job_id, worker="w:1:1"):
 
 
 def _job(tenant, url, **kw) -> Job:
-    return job_create(tenant_id=tenant.id, url=url, domain="127.0.0.1", **kw)[0]
+    return job_make(tenant, url, **kw)
 
 
 @pytest.fixture

@@ -10,12 +10,12 @@ from django.db import connections
 
 from apps.jobs.cancel_requeue import job_cancel
 from apps.jobs.claims import job_claim
-from apps.jobs.intake import job_create
 from apps.jobs.models import Attempt, Job
 from apps.jobs.receipt_fold import attempts_apply_finished
 from apps.jobs.redis import cancel_flag_key, state_redis
 from apps.scraping.leases import LeaseKeeper, lease_keeper
 from apps.scraping.services import job_run_attempt
+from tests.support.factories import job_make
 from tests.support.procs import wait_for
 
 FINAL = ("succeeded", "failed", "cancelled")
@@ -27,7 +27,7 @@ def tenant(make_tenant):
 
 
 def _job(tenant, url, **kw) -> Job:
-    return job_create(tenant_id=tenant.id, url=url, domain="127.0.0.1", **kw)[0]
+    return job_make(tenant, url, **kw)
 
 
 def _attempt_in_thread(job_id) -> tuple[threading.Thread, list]:

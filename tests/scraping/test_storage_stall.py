@@ -18,11 +18,11 @@ from django.db import connections
 from django.test import override_settings
 
 from apps.jobs.claims import job_claim
-from apps.jobs.intake import job_create
 from apps.jobs.models import Attempt, Job
 from apps.scraping.leases import LeaseKeeper
 from apps.scraping.services import job_run_attempt
 from tests.e2e.fault_support import FAST, attempt_history, wait_all_final
+from tests.support.factories import job_make
 from tests.support.procs import ROOT, wait_for
 
 SAVE_STALLS = "tests.support.stalling_storage.SaveStallsStorage"
@@ -35,7 +35,7 @@ def tenant(make_tenant):
 
 
 def _job(tenant, url: str, **kw) -> Job:
-    return job_create(tenant_id=tenant.id, url=url, domain="127.0.0.1", **kw)[0]
+    return job_make(tenant, url, **kw)
 
 
 def test_the_storage_allowance_is_read_from_the_environment():

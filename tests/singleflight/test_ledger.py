@@ -5,7 +5,6 @@ the sweeper and the cancel call, against the real PostgreSQL."""
 from __future__ import annotations
 
 import time
-from urllib.parse import urlsplit
 
 import pytest
 
@@ -17,6 +16,7 @@ from apps.jobs.receipt_fold import attempts_apply_finished
 from apps.jobs.receipts import AttemptFinished, ResultStored
 from apps.jobs.singleflight import job_fetch_decide, normalised_url, request_fingerprint
 from apps.jobs.sweeping import jobs_lose_expired_leases
+from tests.support.factories import job_make
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -25,8 +25,7 @@ BODY = ResultStored(key="results/x", size=5, sha256="ab" * 32, content_type="tex
 
 
 def _job(tenant, url: str = URL, **kw) -> Job:
-    job, _ = job_create(tenant_id=tenant.id, url=url, domain=urlsplit(url).hostname or "", max_age_s=60, **kw)
-    return job
+    return job_make(tenant, url, **{"max_age_s": 60, **kw})
 
 
 def _elect_and_claim(job: Job):
