@@ -169,6 +169,15 @@ BACKGROUND_THREADS: dict[str, dict[str, str]] = {
         "result-upload ": "one per body being stored, bounded by the storage allowance",
         "shutdown-watchdog": "on SIGTERM, gives back the fetches still running after the grace",
     },
+    # The worker's task and attempt machinery, plus one Chromium driven from one event loop
+    # (apps/scraping/browser.py; a page's requests are fetched on its "page-fetch" pool).
+    "browser": {
+        "lease-keeper": "renews the leases of every running render in one statement",
+        "cancel-watcher": "reads the cancel flags of the running renders",
+        "result-upload ": "one per body or screenshot being stored, bounded by the storage allowance",
+        "shutdown-watchdog": "on SIGTERM, gives back the renders still running after the grace",
+        "browser-loop": "owns Playwright and the process's Chromium; every page renders on its event loop",
+    },
     "writer": {
         "nudge-listener": "waits on the nudge lists (BLPOP) and wakes the runners",
         "nudge-": "one runner per kind (publisher, writer flush) running it at once when nudged",
