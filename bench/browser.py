@@ -67,20 +67,9 @@ def _serve(body: bytes) -> tuple[ThreadingHTTPServer, str]:
 
 def _tree() -> list[int]:
     """This process's descendants (the Playwright driver, Chromium and its helpers)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    found, todo = [], [os.getpid()]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
+    from apps.scraping.browser import process_tree  # noqa: PLC0415 - after django.setup
+
+    return process_tree(os.getpid())
 
 
 def _cpu_s(pids: list[int]) -> float:

@@ -108,7 +108,7 @@ def outbox_publish_batch(*, limit: int, depth: int | None = None, browser_depth:
         browser_depth = settings.SCRAPEJOBS_BROWSER_DISPATCH_DEPTH
     # The process's Celery app (scrapejobs/celery.py makes it current at start-up); apps import
     # nothing of the project package, so it is looked up, not imported.
-    app = current_app._get_current_object()
+    app = current_app._get_current_object()  # type: ignore[attr-defined]  # a Proxy, typed as the app
 
     with transaction.atomic(), connection.cursor() as cur:
         # One dispatcher at a time (released at commit): the free room below stays true while we

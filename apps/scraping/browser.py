@@ -65,6 +65,8 @@ CHROMIUM_ARGS = (
 )
 # How long a Celery thread waits for the loop between two checks of its attempt's lease.
 _POLL_S = 0.25
+# The program names of a main Chromium process (Debian's, Google's, Playwright's headless shell).
+_CHROMIUM_NAMES = frozenset({b"chromium", b"chrome", b"chromium-browser", b"headless_shell"})
 # How often the loop looks whether each Chromium's main process is still alive.
 _WATCH_S = 0.5
 # Past the render's own deadline, how long the loop gets to give up by itself before the render
@@ -119,7 +121,7 @@ class _Chromium:
     retired: bool = False
 
 
-def _process_tree(root: int) -> list[int]:
+def process_tree(root: int) -> list[int]:
     """The descendants of ``root``, from /proc (empty where there is none)."""
     children: dict[int, list[int]] = {}
     try:
@@ -141,16 +143,16 @@ def _process_tree(root: int) -> list[int]:
     return found
 
 
-def _main_chromiums() -> set[int]:
-    """This process's main Chromium processes (its helpers rewrite their command line into one
-    string holding ``--type=``)."""
+def main_chromiums(root: int | None = None) -> set[int]:
+    """The main Chromium processes under ``root`` (this process by default); its helpers rewrite
+    their command line into one string holding ``--type=``."""
     found = set()
-    for pid in _process_tree(os.getpid()):
+    for pid in process_tree(os.getpid() if root is None else root):
         try:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if not any(b"--type=" in arg for arg in argv) and b"chrom" in argv[0].rsplit(b"/", 1)[-1]:
+        if argv[0].rsplit(b"/", 1)[-1] in _CHROMIUM_NAMES and not any(b"--type=" in arg for arg in argv):
             found.add(pid)
     return found
 
@@ -293,7 +295,7 @@ class BrowserPool:
                 self._retire(current)
                 current = None
             if current is None:
-                before = _main_chromiums()
+                before = main_chromiums()
                 browser = await self._playwright.chromium.launch(
                     executable_path=self.executable,
                     chromium_sandbox=self.sandbox,
@@ -303,7 +305,7 @@ class BrowserPool:
                     handle_sighup=False,
                 )
                 self.launches += 1
-                started = _main_chromiums() - before
+                started = main_chromiums() - before
                 current = self._current = _Chromium(browser, pid=min(started) if len(started) == 1 else None)
                 self._chromiums.add(current)
             current.pages += 1

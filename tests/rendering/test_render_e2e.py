@@ -8,12 +8,12 @@ import ipaddress
 import os
 import signal
 import time
-from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 from django.test import Client, override_settings
 
+from apps.scraping.browser import main_chromiums
 from tests.rendering.pages import Page, PageServer
 from tests.support.procs import wait_for
 
@@ -209,35 +209,9 @@ def test_a_subresource_redirected_to_a_refused_address_is_blocked(rendering, api
         page_site.stop()
 
 
-def _descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
 def _chromium_of(pid: int) -> list[int]:
-    """The main Chromium process under ``pid`` (not its renderers and helpers, which rewrite
-    their command line into one string with ``--type=``)."""
-    main = []
-    for child in _descendants(pid):
-        try:
-            cmdline = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if cmdline[0].endswith(b"/chromium") and not any(b"--type=" in a for a in cmdline):
-            main.append(child)
-    return main
+    """The main Chromium process under ``pid`` (not its renderers and helpers)."""
+    return sorted(main_chromiums(pid))
 
 
 def test_a_browser_killed_mid_render_loses_no_job(rendering, api, site):
