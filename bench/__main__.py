@@ -11,7 +11,9 @@ time to drain), read (GET /jobs/{id} with the read cache against without it, and
 wake-up latency), admin (list pages and filters at a million jobs against ten thousand), peak (the
 seed's peak through the API: 28 jobs/s against a 20 s target, six workers), capacity (fetches in
 flight one worker process holds at a 10 s target), scaling (a day of the seed's load through the
-worker autoscaling rule, with one worker's measured capacity), each ``bench/<name>.py:run()``.
+worker autoscaling rule, with one worker's measured capacity), browser (a page a script fills,
+rendered at 1, 2 and 4 pages per process, against a plain fetch of it), each
+``bench/<name>.py:run()``.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ ORDER = (
     "peak",
     "capacity",
     "scaling",
+    "browser",
 )
 
 

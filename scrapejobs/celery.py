@@ -1,7 +1,8 @@
 """The Celery application: queues, routes, time limits and the beat schedule, all in one place.
 
 Queues: ``jobs.high``, ``jobs.normal``, ``jobs.low`` carry scrape messages (one per job, routed by
-the job's priority); ``control`` carries the small bookkeeping tasks (publisher, sweeper, writer,
+the job's priority); ``jobs.browser`` carries the rendered jobs' (FR-30, NFR-31: all priorities, in
+the order the publisher chose), served by the browser component only; ``control`` carries the small bookkeeping tasks (publisher, sweeper, writer,
 webhooks) so that they never wait behind a backlog of scrapes.
 """
 
@@ -26,12 +27,15 @@ app = Celery("scrapejobs")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 
 SCRAPE_QUEUES = ("jobs.high", "jobs.normal", "jobs.low")
+BROWSER_QUEUE = "jobs.browser"
 CONTROL_QUEUE = "control"
 WEBHOOK_QUEUE = "webhooks"
 # Batch loads (apps/batches): long COPY work, kept apart from the short control tasks.
 BATCHES_QUEUE = "batches"
 
-app.conf.task_queues = [Queue(name) for name in (*SCRAPE_QUEUES, CONTROL_QUEUE, WEBHOOK_QUEUE, BATCHES_QUEUE)]
+app.conf.task_queues = [
+    Queue(name) for name in (*SCRAPE_QUEUES, BROWSER_QUEUE, CONTROL_QUEUE, WEBHOOK_QUEUE, BATCHES_QUEUE)
+]
 app.conf.task_default_queue = CONTROL_QUEUE
 # Every task has both limits; the scrape task's are derived from the job's timeout in its code.
 app.conf.task_soft_time_limit = 330

@@ -5,6 +5,8 @@ the same components with these argv lists; the README shows them for running on 
 
 - web     gunicorn with uvicorn workers (ASGI) serving the API, admin, docs and signed result links
 - worker  Celery worker on the scrape queues (threads: a fetch mostly waits on the network)
+- browser Celery worker on the rendered jobs' queue ``jobs.browser``: a few threads, one page each,
+          and one Chromium per process (apps/scraping/browser.py, docs/design/browser.md)
 - writer  Celery worker on the control queue: outbox publisher, sweeper, receipt writer, webhooks,
           and the batch loader (queue ``batches``)
 - beat    Celery beat: the periodic tasks of scrapejobs/celery.py
@@ -75,6 +77,43 @@ def worker(*, concurrency: int | None = None, name: str = "worker") -> list[str]
     ]
 
 
+def browser(*, concurrency: int | None = None, name: str = "browser") -> list[str]:
+    """Rendered jobs (FR-30): pages at once per process (``SCRAPEJOBS_BROWSER_CONCURRENCY``, read
+    by Django's settings too, which size the page slots to the same number), one message
+    reserved ahead per thread: a render takes seconds, and a message held by a busy process
+    is one another process could be rendering."""
+    conc = concurrency or int(os.environ.get("SCRAPEJOBS_BROWSER_CONCURRENCY", "2"))
+    return [
+        *_celery(),
+        "worker",
+        "--loglevel",
+        "INFO",
+        "--queues",
+        "jobs.browser",
+        "--pool",
+        "threads",
+        "--concurrency",
+        str(conc),
+        "--prefetch-multiplier",
+        "1",
+        "--hostname",
+        f"{name}@%h",
+        "--without-mingle",
+        "--without-gossip",
+    ]
+
+
+def chromium_path(environ: Mapping[str, str] | None = None) -> str:
+    e = os.environ if environ is None else environ
+    return e.get("SCRAPEJOBS_BROWSER_EXECUTABLE", "/usr/bin/chromium")
+
+
+def chromium_executable(environ: Mapping[str, str] | None = None) -> str | None:
+    """The Chromium the browser component would drive, when it is there and executable."""
+    path = chromium_path(environ)
+    return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
+
+
 def writer(*, concurrency: int = 8, name: str = "writer") -> list[str]:
     return [
         *_celery(),
@@ -113,7 +152,7 @@ def migrate() -> list[str]:
     return [sys.executable, str(ROOT / "manage.py"), "migrate_locked", "--noinput"]
 
 
-COMPONENTS = ("web", "worker", "writer", "beat", "flower", "migrate")
+COMPONENTS = ("web", "worker", "browser", "writer", "beat", "flower", "migrate")
 
 # Every background thread a component's process starts besides the ones its server (gunicorn,
 # Celery) runs, by the name it is started with (a name ending in "-" or " " is a prefix: one
@@ -132,6 +171,15 @@ BACKGROUND_THREADS: dict[str, dict[str, str]] = {
         "result-upload ": "one per body being stored, bounded by the storage allowance",
         "shutdown-watchdog": "on SIGTERM, gives back the fetches still running after the grace",
     },
+    # The worker's task and attempt machinery, plus one Chromium driven from one event loop
+    # (apps/scraping/browser.py; a page's requests are fetched on its "page-fetch" pool).
+    "browser": {
+        "lease-keeper": "renews the leases of every running render in one statement",
+        "cancel-watcher": "reads the cancel flags of the running renders",
+        "result-upload ": "one per body or screenshot being stored, bounded by the storage allowance",
+        "shutdown-watchdog": "on SIGTERM, gives back the renders still running after the grace",
+        "browser-loop": "owns Playwright and the process's Chromium; every page renders on its event loop",
+    },
     "writer": {
         "nudge-listener": "waits on the nudge lists (BLPOP) and wakes the runners",
         "nudge-": "one runner per kind (publisher, writer flush) running it at once when nudged",
@@ -146,7 +194,7 @@ def from_env(component: str, environ: Mapping[str, str] | None = None) -> list[s
 
     These are process-level settings (read before Django starts), documented in the README next
     to the Django settings: PORT, SCRAPEJOBS_WEB_HOST, SCRAPEJOBS_WEB_WORKERS,
-    SCRAPEJOBS_WORKER_CONCURRENCY, SCRAPEJOBS_WRITER_CONCURRENCY,
+    SCRAPEJOBS_WORKER_CONCURRENCY, SCRAPEJOBS_BROWSER_CONCURRENCY, SCRAPEJOBS_WRITER_CONCURRENCY,
     SCRAPEJOBS_BEAT_SCHEDULE, FLOWER_ADDRESS, FLOWER_PORT, and SCRAPEJOBS_TASK_EVENTS (read by
     Django's settings too) for Flower.
     """
@@ -159,6 +207,8 @@ def from_env(component: str, environ: Mapping[str, str] | None = None) -> list[s
         )
     if component == "worker":
         return worker(concurrency=int(e.get("SCRAPEJOBS_WORKER_CONCURRENCY", "100")))
+    if component == "browser":
+        return browser(concurrency=int(e.get("SCRAPEJOBS_BROWSER_CONCURRENCY", "2")))
     if component == "writer":
         return writer(concurrency=int(e.get("SCRAPEJOBS_WRITER_CONCURRENCY", "8")))
     if component == "beat":

@@ -6,7 +6,8 @@
    tenant (``ensure_demo_tenant``: its token is kept in ``<run dir>/demo-token`` because tokens are
    stored hashed) and the ``admin`` superuser (``ensure_admin``: its generated password is kept in
    ``<run dir>/admin-password``); the same token and password are printed on every run;
-2. starts web, worker, writer, beat and Flower with the command lines of scrapejobs/processes.py,
+2. starts web, worker, writer, beat and Flower (and the browser component when a Chromium is
+   found, saying so either way) with the command lines of scrapejobs/processes.py,
    each in its own process group, and prefixes every line they print with their name;
 3. prints the URLs and credentials once the web answers ``/healthz``;
 4. restarts a child that dies on its own, after 1, 2, 4 … up to 30 s, as docker's
@@ -295,7 +296,23 @@ def main() -> int:
     if stop_signal:
         return 0
 
-    for i, name in enumerate(("web", "worker", "writer", "beat", "flower")):
+    names = ["web", "worker", "writer", "beat", "flower"]
+    # Rendered jobs (FR-30) need a Chromium; without one their component is not started, and
+    # rendered jobs wait on their queue (jobs.browser) until one runs somewhere.
+    chromium = processes.chromium_executable(env)
+    if chromium is not None:
+        names.append("browser")
+        # Chromium cannot sandbox itself as root: a root development machine runs it without.
+        if os.geteuid() == 0:
+            env.setdefault("SCRAPEJOBS_BROWSER_SANDBOX", "false")
+        _say("setup", f'Chromium found at {chromium}: starting the browser component (render: "browser")')
+    else:
+        _say(
+            "setup",
+            f"no Chromium at {processes.chromium_path(env)} (SCRAPEJOBS_BROWSER_EXECUTABLE): the browser "
+            'component is not started; jobs with render "browser" wait until one runs',
+        )
+    for i, name in enumerate(names):
         children.append(Child(name, processes.from_env(name, env), _COLORS[i % len(_COLORS)]))
     # Every child is forked before any pump thread exists (preexec_fn and threads do not mix).
     for c in children:

@@ -8,6 +8,7 @@ variable not already set, so ``python manage.py`` in a second terminal reaches t
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 
 import environ
@@ -228,6 +229,19 @@ CELERY_TASK_SEND_SENT_EVENT = SCRAPEJOBS_TASK_EVENTS
 
 # --- The service -------------------------------------------------------------------------
 SCRAPEJOBS_ALLOW_PRIVATE_TARGETS = env.bool("SCRAPEJOBS_ALLOW_PRIVATE_TARGETS", default=False)
+
+
+def _networks(name: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    raw = env.str(name, default="")
+    try:
+        return tuple(ipaddress.ip_network(part.strip()) for part in raw.split(",") if part.strip())
+    except ValueError as e:
+        raise environ.ImproperlyConfigured(f"{name}: {e}") from None
+
+
+# Networks a target may be in although private targets are refused (apps/outbound/addresses.py):
+# comma-separated CIDRs, e.g. an internal site the operator means to scrape. Empty by default.
+SCRAPEJOBS_ALLOWED_TARGET_NETWORKS = _networks("SCRAPEJOBS_ALLOWED_TARGET_NETWORKS")
 # Requests per second per API token (token bucket, burst = 2x); 0 disables the limit.
 SCRAPEJOBS_RATE_LIMIT_PER_SECOND = _bounded_int("SCRAPEJOBS_RATE_LIMIT_PER_SECOND", 50, 0, 100000)
 SCRAPEJOBS_RATE_LIMIT_BURST = _bounded_int("SCRAPEJOBS_RATE_LIMIT_BURST", 100, 1, 1000000)
@@ -271,6 +285,20 @@ SCRAPEJOBS_PUBLISH_BATCH_SIZE = _bounded_int("SCRAPEJOBS_PUBLISH_BATCH_SIZE", 50
 # lost and only beat's 1 s tick refills, small enough that a new high job or a new tenant waits
 # behind at most about a second of work already committed to the broker.
 SCRAPEJOBS_DISPATCH_DEPTH = _bounded_int("SCRAPEJOBS_DISPATCH_DEPTH", 300, 1, 100_000)
+
+# Rendered jobs (FR-30, NFR-31, docs/design/browser.md). Their own free room in the broker (queue
+# jobs.browser): a render takes seconds, so a few messages per page slot keep the browser
+# component busy without committing the order of a long backlog to the broker.
+SCRAPEJOBS_BROWSER_DISPATCH_DEPTH = _bounded_int("SCRAPEJOBS_BROWSER_DISPATCH_DEPTH", 8, 1, 10_000)
+# The Chromium the browser component drives (Debian's package; never downloaded at install time).
+SCRAPEJOBS_BROWSER_EXECUTABLE = env.str("SCRAPEJOBS_BROWSER_EXECUTABLE", default="/usr/bin/chromium")
+# Pages one browser process renders at once (its Celery threads), and how many pages one
+# Chromium renders before it is replaced by a fresh one (memory leaks, fragmentation).
+SCRAPEJOBS_BROWSER_CONCURRENCY = _bounded_int("SCRAPEJOBS_BROWSER_CONCURRENCY", 2, 1, 64)
+SCRAPEJOBS_BROWSER_PAGES_PER_BROWSER = _bounded_int("SCRAPEJOBS_BROWSER_PAGES_PER_BROWSER", 100, 1, 100_000)
+# Chromium's own sandbox. On in production (the image runs it as a non-root user); Chromium
+# refuses to start sandboxed as root, so root development machines and the tests turn it off.
+SCRAPEJOBS_BROWSER_SANDBOX = env.bool("SCRAPEJOBS_BROWSER_SANDBOX", default=True)
 
 
 def _priority_weights(name: str, default: str) -> dict[str, int]:

@@ -22,6 +22,8 @@ os.environ.setdefault("SCRAPEJOBS_DOMAIN_DEFAULT_BURST", "1000000")
 os.environ.setdefault("SCRAPEJOBS_DOMAIN_DEFAULT_CONCURRENCY", "1000000")
 os.environ.setdefault("SCRAPEJOBS_DOMAIN_ADAPTIVE", "false")
 os.environ.setdefault("SCRAPEJOBS_ROBOTS_OBEY", "false")
+# The tests run as root, where Chromium cannot sandbox itself (docs/design/browser.md).
+os.environ.setdefault("SCRAPEJOBS_BROWSER_SANDBOX", "false")
 
 from settings.base import *  # noqa: E402,F403
 

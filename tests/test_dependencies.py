@@ -36,6 +36,7 @@ USED_AS = {
     "publicsuffixlist": "publicsuffixlist",
     "pyarrow": "pyarrow",
     "prometheus-client": "prometheus_client",
+    "playwright": "playwright",
 }
 LOADED_BY_ANOTHER_PACKAGE = {"hiredis", "uvloop"}
 DEV_ONLY = {

@@ -20,7 +20,9 @@ from scrapejobs import processes
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKER = ROOT / "docker"
-OUR_SERVICES = ("migrate", "web", "worker", "writer", "beat", "flower")
+OUR_SERVICES = ("migrate", "web", "worker", "browser", "writer", "beat", "flower")
+# Our images: the app image, and the browser component's (the app image plus chromium).
+OUR_IMAGES = ("scrapejobs:latest", "scrapejobs-browser:latest")
 
 
 def compose() -> dict[str, Any]:
@@ -53,9 +55,7 @@ def start_components() -> set[str]:
 
 
 def our_services() -> dict[str, dict[str, Any]]:
-    return {
-        name: svc for name, svc in compose()["services"].items() if svc.get("image") == "scrapejobs:latest"
-    }
+    return {name: svc for name, svc in compose()["services"].items() if svc.get("image") in OUR_IMAGES}
 
 
 def test_the_project_reads_variables_the_way_these_checks_expect() -> None:
@@ -142,7 +142,7 @@ def test_compose_runs_the_whole_stack_with_healthchecks() -> None:
     assert services["postgres"]["image"].startswith("postgres:16")
     assert services["redis"]["image"].startswith("redis:7")
     assert "--appendonly" in services["redis"]["command"] and "yes" in services["redis"]["command"]
-    for name in ("postgres", "redis", "minio", "web", "worker", "writer", "flower"):
+    for name in ("postgres", "redis", "minio", "web", "worker", "browser", "writer", "flower"):
         assert "healthcheck" in services[name], name
     assert "mc mb" in " ".join(services["createbucket"]["command"])
 
@@ -183,7 +183,7 @@ def test_every_variable_set_for_our_containers_is_read_by_the_project() -> None:
 
 def test_the_celery_healthchecks_name_workers_the_way_processes_py_names_them() -> None:
     services = compose()["services"]
-    for component in ("worker", "writer"):
+    for component in ("worker", "browser", "writer"):
         check = " ".join(services[component]["healthcheck"]["test"])
         argv = getattr(processes, component)()
         hostname = argv[argv.index("--hostname") + 1]
@@ -205,3 +205,24 @@ def test_every_flower_variable_is_an_option_flower_knows() -> None:
     assert {"FLOWER_ADDRESS", "FLOWER_PORT", "FLOWER_BASIC_AUTH"} <= used
     unknown = {v for v in used if v.removeprefix("FLOWER_").lower() not in known}
     assert not unknown, unknown
+
+
+def test_the_browser_image_adds_debians_chromium_and_runs_it_as_the_non_root_user_sandboxed() -> None:
+    """FR-30, NFR-31: the browser component's image is the app image plus Debian's chromium
+    (no browser downloaded by Playwright), its last user is not root, and compose runs it with
+    Chromium's sandbox on and the shared memory it needs."""
+    text = dockerfile()
+    stage = text[text.index("FROM app AS browser") :]
+    assert re.search(r"apt-get install [^\n]*\bchromium\b", stage)
+    assert "playwright install" not in text
+    users = re.findall(r"^USER (\S+)", stage, re.M)
+    assert users and users[-1] not in ("root", "0")
+    assert re.search(r'^CMD \["browser"\]', stage, re.M)
+    browser = compose()["services"]["browser"]
+    assert browser["build"]["target"] == "browser" and browser["command"] == ["browser"]
+    assert browser["environment"]["SCRAPEJOBS_BROWSER_SANDBOX"] == "true"
+    assert browser["shm_size"]
+    # Every other service of ours runs the app image, without chromium.
+    assert {svc["image"] for name, svc in our_services().items() if name != "browser"} == {
+        "scrapejobs:latest"
+    }

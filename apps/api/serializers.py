@@ -18,7 +18,7 @@ from django.utils import timezone
 from rest_framework import serializers
 from rest_framework.request import Request
 
-from apps.jobs.models import Attempt, AttemptOutcome, Job, JobStatus, Method, Priority, WaitingFor
+from apps.jobs.models import Attempt, AttemptOutcome, Job, JobStatus, Method, Priority, Render, WaitingFor
 from apps.jobs.selectors import job_waiting_for
 
 API_PREFIX = "/api/v1"
@@ -46,6 +46,7 @@ def job_representation(job: Job, *, base: str) -> dict[str, Any]:
         "method": job.method,
         "status": job.status,
         "priority": job.priority,
+        "render": job.render,
         "attempts": job.attempts,
         "max_attempts": job.max_attempts,
         "last_error": None
@@ -78,6 +79,9 @@ def attempt_representation(a: Attempt, *, own_jobs: Collection[uuid.UUID] = ()) 
         "error_class": a.error_class,
         "error": a.error,
         "duration_ms": a.duration_ms,
+        "subrequests": None
+        if a.subrequests_made is None
+        else {"made": a.subrequests_made, "blocked": a.subrequests_blocked or 0},
         "served_from": _served_from(a, own_jobs),
     }
 
@@ -117,6 +121,9 @@ class JobOutput(serializers.Serializer):
     method = serializers.ChoiceField(choices=Method.choices)
     status = serializers.ChoiceField(choices=JobStatus.choices)
     priority = serializers.ChoiceField(choices=Priority.choices)
+    render = serializers.ChoiceField(
+        choices=Render.choices, help_text='"browser": rendered in headless Chromium; "none": a plain fetch.'
+    )
     attempts = serializers.IntegerField(help_text="Attempts started so far.")
     max_attempts = serializers.IntegerField()
     last_error = LastErrorOutput(allow_null=True)
@@ -150,6 +157,14 @@ class ServedFromOutput(serializers.Serializer):
     )
 
 
+class SubrequestsOutput(serializers.Serializer):
+    made = serializers.IntegerField(help_text="Requests the page made besides its document.")
+    blocked = serializers.IntegerField(
+        help_text="Of those, how many were not let through: a refused address, the domain's rate, a "
+        "blocked resource type, a websocket."
+    )
+
+
 class AttemptOutput(serializers.Serializer):
     number = serializers.IntegerField()
     started_at = serializers.DateTimeField()
@@ -159,6 +174,10 @@ class AttemptOutput(serializers.Serializer):
     error_class = serializers.CharField(allow_null=True)
     error = serializers.CharField(allow_null=True)
     duration_ms = serializers.IntegerField(allow_null=True)
+    subrequests = SubrequestsOutput(
+        allow_null=True,
+        help_text='A rendered attempt\'s subresource requests (render "browser"); null otherwise.',
+    )
     served_from = ServedFromOutput(
         allow_null=True,
         help_text="Set when this attempt did not fetch: an identical request's attempt (single-flight "

@@ -39,7 +39,7 @@ from apps.intake.serializers import (
     JobCreateInput,
 )
 from apps.jobs.ids import uuid7
-from apps.jobs.models import Method, Priority
+from apps.jobs.models import Method, Priority, Render
 
 _FIELDS = frozenset(JobCreateInput().fields)
 # Version 7 in the high nibble of byte 6, variant 0b10 in the top bits of byte 8 (RFC 9562).
@@ -130,7 +130,8 @@ def plain_rows(batch: pa.RecordBatch) -> tuple[pa.Array, pa.Array]:
         column = batch.column(name)
         if name == "url":
             continue
-        if name not in _FIELDS or name == "body":
+        # A rendered row (render, browser) is decided row by row, as a body is.
+        if name not in _FIELDS or name in ("body", "render", "browser"):
             checks.append(pc.is_null(column))
         elif name == "method":
             checks.append(_choice_ok(column, METHODS))
@@ -183,6 +184,8 @@ def plain_table(batch: pa.RecordBatch, domain: pa.Array, numbers: pa.Array) -> p
         "priority": _text_or(batch, "priority", Priority.NORMAL),
         "callback_url": _text_or(batch, "callback_url", None),
         **{name: _int_or(batch, name) for name in INT_BOUNDS},
+        "render": pa.repeat(pa.scalar(Render.NONE.value, pa.string()), count),
+        "browser_options": pa.nulls(count, pa.string()),
     }
     return pa.Table.from_pydict(columns, schema=PART_SCHEMA)
 
@@ -194,8 +197,11 @@ def rows_table(good: Iterable[tuple[int, dict[str, Any]]]) -> pa.Table:
         columns["id"].append(uuid7().bytes)
         columns["batch_row"].append(number)
         columns["headers"].append(_json_dumps(data["headers"]))
+        columns["render"].append(data.get("render", Render.NONE))
+        options = data.get("browser_options")
+        columns["browser_options"].append(None if options is None else json.dumps(options))
         for name in PART_SCHEMA.names[2:]:
-            if name != "headers":
+            if name not in ("headers", "render", "browser_options"):
                 columns[name].append(data[name])
     return pa.Table.from_pydict(columns, schema=PART_SCHEMA)
 

@@ -37,6 +37,9 @@ FORMATS = ("json", "jsonl", "csv", "parquet")
 # Rows checked together: a chunk's columns and its part rows stay a few MB.
 CHUNK_ROWS = 65_536
 _INT_FIELDS = ("max_attempts", "timeout_s", "max_age_s")
+# Object fields, written in a CSV cell or a Parquet string as JSON: the headers, a rendered job's
+# browser options (FR-30).
+_JSON_FIELDS = ("headers", "browser")
 # Content types that name a format; multipart uploads may name it by the file's extension.
 CONTENT_TYPES = {
     "application/json": "json",
@@ -184,7 +187,7 @@ def _csv_cell(name: str, value: str) -> Any:
     for headers; anything that does not convert stays a string and is refused by the rules."""
     if name in _INT_FIELDS and value.strip().lstrip("-").isdigit():
         return int(value)
-    if name == "headers":
+    if name in _JSON_FIELDS:
         try:
             return json.loads(value)
         except ValueError:
@@ -217,7 +220,7 @@ def _csv_rows(fh: IO[bytes]) -> RowSource:
 
 
 def _parquet_value(name: str, value: Any) -> Any:
-    if name == "headers" and isinstance(value, str):
+    if name in _JSON_FIELDS and isinstance(value, str):
         try:
             return json.loads(value)
         except ValueError:

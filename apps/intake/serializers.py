@@ -18,8 +18,8 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from rest_framework import serializers
 
-from apps.jobs.models import Method, Priority
-from apps.outbound.addresses import is_public_address
+from apps.jobs.models import Method, Priority, Render
+from apps.outbound.addresses import is_allowed_address
 
 MAX_URL_LENGTH = 8192
 MAX_HOSTNAME = 253  # DNS limit; jobs.domain holds it
@@ -31,6 +31,13 @@ MAX_IDEMPOTENCY_KEY = 255
 # (lowest, highest, default) of each integer field: JobCreateInput's fields, the lean path and the
 # batches' column checks all read them here.
 INT_BOUNDS = {"max_attempts": (1, 20, 5), "timeout_s": (1, 300, 30), "max_age_s": (0, 2_592_000, 0)}
+
+# Browser options (FR-30, docs/design/browser.md): what a rendered job may ask of the page.
+WAIT_UNTIL = ("load", "domcontentloaded", "networkidle")
+BLOCKABLE = ("images", "media", "fonts")
+MAX_SELECTOR_BYTES = 1024
+# (lowest, highest, default) of the viewport's sides in CSS pixels: a phone's to a 4K screen's.
+VIEWPORT_BOUNDS = {"width": (320, 3840, 1280), "height": (240, 2160, 800)}
 
 # RFC 9110 token characters: what a header name may be made of.
 _HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
@@ -81,7 +88,7 @@ def host_is_refused(host: str) -> bool:
         ip = ipaddress.ip_address(host)
     except ValueError:
         return False
-    return not is_public_address(ip)
+    return not is_allowed_address(ip)
 
 
 def hostname_of(url: str) -> str:
@@ -108,6 +115,87 @@ class StrictIntegerField(serializers.IntegerField):
         if isinstance(data, bool) or not isinstance(data, int):
             self.fail("invalid")
         return super().to_internal_value(data)
+
+
+class StrictBooleanField(serializers.BooleanField):
+    """A JSON boolean, and only a boolean (DRF's BooleanField would take "yes", 1 and "on")."""
+
+    default_error_messages = {"invalid": "Must be true or false."}
+
+    def to_internal_value(self, data: Any) -> bool:
+        if not isinstance(data, bool):
+            self.fail("invalid")
+        return data
+
+
+# A JSON object whose unknown fields are refused, each by name. (Comments, not docstrings, on
+# the input serializers: a docstring becomes the schema's description of the object.)
+class StrictObjectInput(serializers.Serializer):
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        if not isinstance(data, Mapping):
+            raise serializers.ValidationError(
+                {"non_field_errors": [f"Expected a JSON object, got {type(data).__name__}."]}
+            )
+        unknown = sorted(set(data) - set(self.fields))
+        if unknown:
+            raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
+        return super().to_internal_value(data)
+
+
+class ViewportInput(StrictObjectInput):
+    width = StrictIntegerField(
+        min_value=VIEWPORT_BOUNDS["width"][0],
+        max_value=VIEWPORT_BOUNDS["width"][1],
+        default=VIEWPORT_BOUNDS["width"][2],
+    )
+    height = StrictIntegerField(
+        min_value=VIEWPORT_BOUNDS["height"][0],
+        max_value=VIEWPORT_BOUNDS["height"][1],
+        default=VIEWPORT_BOUNDS["height"][2],
+    )
+
+
+# The ``browser`` object of a rendered job (FR-30); every option bounded.
+class BrowserOptionsInput(StrictObjectInput):
+    wait_until = serializers.ChoiceField(
+        choices=WAIT_UNTIL, default="load", help_text="The page event the render waits for."
+    )
+    wait_for_selector = StrictCharField(
+        required=False,
+        allow_null=True,
+        trim_whitespace=False,
+        help_text=f"A CSS selector the render then waits for (at most {MAX_SELECTOR_BYTES} bytes); "
+        "the attempt times out if it never appears within timeout_s.",
+    )
+    screenshot = StrictBooleanField(
+        default=False, help_text="Also store a full-page PNG, linked from /result as `screenshot`."
+    )
+    viewport = ViewportInput(required=False, help_text="The page's size in CSS pixels.")
+    block = serializers.ListField(
+        child=serializers.ChoiceField(choices=BLOCKABLE),
+        default=list,
+        max_length=len(BLOCKABLE),
+        help_text="Resource types the page does not load.",
+    )
+
+    def validate_wait_for_selector(self, value: str | None) -> str | None:
+        if value is not None and not 1 <= len(value.encode()) <= MAX_SELECTOR_BYTES:
+            raise serializers.ValidationError(f"Must be 1 to {MAX_SELECTOR_BYTES} bytes.")
+        return value
+
+
+def browser_options_complete(options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The browser options with every default filled in, in one canonical form (the stored
+    ``Job.browser_options``, and part of the single-flight fetch key)."""
+    options = options or {}
+    viewport = options.get("viewport") or {}
+    return {
+        "wait_until": options.get("wait_until", "load"),
+        "wait_for_selector": options.get("wait_for_selector"),
+        "screenshot": bool(options.get("screenshot", False)),
+        "viewport": {side: viewport.get(side, bounds[2]) for side, bounds in VIEWPORT_BOUNDS.items()},
+        "block": sorted(set(options.get("block") or ())),
+    }
 
 
 def _http_url(value: str, *, what: str) -> str:
@@ -148,7 +236,7 @@ def _headers_check(value: dict[str, str]) -> dict[str, str]:
     return value
 
 
-class JobCreateInput(serializers.Serializer):
+class JobCreateInput(StrictObjectInput):
     url = StrictCharField(max_length=MAX_URL_LENGTH, trim_whitespace=False)
     method = serializers.ChoiceField(choices=Method.choices, default=Method.GET)
     headers = serializers.DictField(
@@ -180,16 +268,13 @@ class JobCreateInput(serializers.Serializer):
         default=INT_BOUNDS["max_age_s"][2],
         help_text="Reuse an identical fetch finished at most this many seconds ago; 0: never.",
     )
-
-    def to_internal_value(self, data: Any) -> dict[str, Any]:
-        if not isinstance(data, Mapping):
-            raise serializers.ValidationError(
-                {"non_field_errors": [f"Expected a JSON object, got {type(data).__name__}."]}
-            )
-        unknown = sorted(set(data) - set(self.fields))
-        if unknown:
-            raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
-        return super().to_internal_value(data)
+    render = serializers.ChoiceField(
+        choices=Render.choices,
+        default=Render.NONE,
+        help_text='"browser": load the page in headless Chromium and store its HTML after its scripts '
+        "ran (GET only; timeout_s bounds the whole render). Default: the plain HTTP fetch.",
+    )
+    browser = BrowserOptionsInput(required=False, help_text='Options of render "browser"; refused otherwise.')
 
     def validate_url(self, value: str) -> str:
         return _http_url(value, what="url")
@@ -203,6 +288,19 @@ class JobCreateInput(serializers.Serializer):
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs.get("body") is not None and attrs["method"] != Method.POST:
             raise serializers.ValidationError({"body": ["A body is only allowed with method POST."]})
+        # A plain job's validated data has neither field: its idempotency fingerprint and the lean
+        # path's answer stay what they were before rendering existed.
+        render = attrs.pop("render", Render.NONE)
+        browser = attrs.pop("browser", None)
+        if render == Render.BROWSER:
+            if attrs["method"] != Method.GET:
+                raise serializers.ValidationError(
+                    {"render": ['render "browser" is only allowed with method GET.']}
+                )
+            attrs["render"] = Render.BROWSER
+            attrs["browser_options"] = browser_options_complete(browser)
+        elif browser is not None:
+            raise serializers.ValidationError({"browser": ['Only allowed with render "browser".']})
         attrs.setdefault("body", None)
         attrs.setdefault("callback_url", None)
         return attrs

@@ -47,6 +47,8 @@ STAGE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("max_attempts", "int4"),
     ("timeout_s", "int4"),
     ("max_age_s", "int4"),
+    ("render", "text"),
+    ("browser_options", "text"),
 )
 
 # jobs_job column -> the SQL that fills it from the staging row ``s``; every NOT NULL column of a
@@ -67,6 +69,8 @@ MERGE_VALUES: dict[str, str] = {
     "attempt_budget": "s.max_attempts",
     "timeout_s": "s.timeout_s",
     "max_age_s": "s.max_age_s",
+    "render": "s.render",
+    "browser_options": "s.browser_options::jsonb",
     "status": "'queued'",
     "attempts": "0",
     "created_at": "now()",

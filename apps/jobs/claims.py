@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import psycopg
 from django.conf import settings
@@ -31,6 +32,8 @@ class ClaimedJob:
     lease_expires_at: datetime
     result_key: str | None = None
     tenant_id: uuid.UUID | None = None  # robots.txt rules (issue 11) and the attempt's log lines
+    render: str = "none"  # FR-30: "browser" is rendered by the browser component
+    browser_options: dict[str, Any] | None = None
 
 
 def job_claim(*, job_id: uuid.UUID | str, worker: str, fetch_key: str | None = None) -> ClaimedJob | None:
@@ -74,7 +77,7 @@ def job_claim(*, job_id: uuid.UUID | str, worker: str, fetch_key: str | None = N
                    AND (not_before IS NULL OR not_before <= t.now)
                    AND cancel_requested_at IS NULL AND fetch_parked_at IS NULL
              RETURNING id, attempts, method, url, headers, body, timeout_s, max_attempts,
-                       lease_expires_at, tenant_id
+                       lease_expires_at, tenant_id, render, browser_options
             ), attempt AS (
                 INSERT INTO jobs_attempt (job_id, number, worker, started_at)
                 SELECT id, attempts, %(worker)s, t.now FROM claimed, t
@@ -87,7 +90,7 @@ def job_claim(*, job_id: uuid.UUID | str, worker: str, fetch_key: str | None = N
                    AND not_before > t.now AND cancel_requested_at IS NULL AND fetch_parked_at IS NULL
             )
             SELECT attempts, method, url, headers, body, timeout_s, max_attempts, lease_expires_at,
-                   tenant_id
+                   tenant_id, render, browser_options
               FROM claimed
             """,
             {
@@ -101,11 +104,13 @@ def job_claim(*, job_id: uuid.UUID | str, worker: str, fetch_key: str | None = N
         row = cur.fetchone()
     if row is None:
         return None
-    attempt, method, url, headers, body, timeout_s, max_attempts, lease_expires_at, tenant_id = row
-    if isinstance(headers, str):  # raw cursor: psycopg may hand jsonb back decoded or not
-        import json  # noqa: PLC0415
+    (attempt, method, url, headers, body, timeout_s, max_attempts, lease_expires_at, tenant_id, render,
+     browser_options) = row  # fmt: skip
+    if isinstance(headers, str) or isinstance(browser_options, str):
+        import json  # noqa: PLC0415 - raw cursor: psycopg may hand jsonb back decoded or not
 
-        headers = json.loads(headers)
+        headers = json.loads(headers) if isinstance(headers, str) else headers
+        browser_options = json.loads(browser_options) if isinstance(browser_options, str) else browser_options
     return ClaimedJob(
         id=job_uuid,
         attempt=attempt,
@@ -117,6 +122,8 @@ def job_claim(*, job_id: uuid.UUID | str, worker: str, fetch_key: str | None = N
         max_attempts=max_attempts,
         lease_expires_at=lease_expires_at,
         tenant_id=tenant_id,
+        render=render,
+        browser_options=browser_options,
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
@@ -36,6 +37,8 @@ def job_create(
     max_attempts: int = 5,
     timeout_s: int = 30,
     max_age_s: int = 0,
+    render: str = "none",
+    browser_options: dict[str, Any] | None = None,
     idempotency_key: str | None = None,
     idempotency_fingerprint: str | None = None,
 ) -> tuple[Job, bool]:
@@ -66,6 +69,8 @@ def job_create(
         attempt_budget=max_attempts,
         timeout_s=timeout_s,
         max_age_s=max_age_s,
+        render=render,
+        browser_options=browser_options,
         idempotency_key=idempotency_key,
         idempotency_fingerprint=idempotency_fingerprint,
         created_at=timezone.now(),

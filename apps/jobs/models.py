@@ -31,6 +31,15 @@ class Method(models.TextChoices):
     POST = "POST"
 
 
+class Render(models.TextChoices):
+    """How a job's URL is fetched (FR-30): ``none`` is the plain HTTP fetch; ``browser`` loads
+    the page in headless Chromium and stores the HTML after its scripts ran
+    (docs/design/browser.md)."""
+
+    NONE = "none"
+    BROWSER = "browser"
+
+
 class AttemptOutcome(models.TextChoices):
     SUCCEEDED = "succeeded"
     # A failure another attempt may cure (timeout, connection error, 429, 5xx...).
@@ -71,6 +80,14 @@ class Job(models.Model):
     callback_url = models.TextField(null=True, blank=True)
     timeout_s = models.PositiveIntegerField(default=30)
     max_age_s = models.PositiveIntegerField(default=0)
+    # Rendering (FR-30, docs/design/browser.md): ``browser`` jobs go to their own queue and
+    # component; ``browser_options`` holds their validated options with defaults filled in (null
+    # for plain jobs). db_default: rows written without the column (bulk loads of older parts)
+    # are plain jobs, and adding the column rewrites nothing.
+    render = models.CharField(
+        max_length=8, choices=Render.choices, default=Render.NONE, db_default=Render.NONE
+    )
+    browser_options = models.JSONField(null=True, blank=True)
     # The attempt limit. A requeue from the dead letters raises it by `attempt_budget` (what the
     # caller asked for), so attempt numbers keep growing and history stays unique.
     max_attempts = models.PositiveSmallIntegerField(default=5)
@@ -238,6 +255,11 @@ class Attempt(models.Model):
     error_class = models.CharField(max_length=64, null=True, blank=True)
     error = models.TextField(null=True, blank=True)
     duration_ms = models.PositiveIntegerField(null=True, blank=True)
+    # A rendered attempt (FR-32): how many requests the page made besides its document, and how
+    # many of them were blocked (address guard, politeness, resource type, websockets). Null for
+    # a plain fetch.
+    subrequests_made = models.IntegerField(null=True, blank=True)
+    subrequests_blocked = models.IntegerField(null=True, blank=True)
     # Retention (issue 13, item 6): when the retention task deleted a body this attempt stored
     # that is not its job's result (an orphan), or its job's result when that expired.
     body_deleted_at = models.DateTimeField(null=True, blank=True)

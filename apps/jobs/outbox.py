@@ -21,15 +21,19 @@ from django.db.models.functions import Now
 
 from apps.jobs.models import Job, JobStatus, WaitingFor
 
-# The queries below use the partial index jobs_outbox_fair (priority, tenant_id, created_at) WHERE
-# status = 'queued' AND published_at IS NULL (apps/publishing/migrations/0001): each is a handful
-# of index probes per priority or tenant, however large the backlog (see that migration).
+# The queries below use the partial index jobs_outbox_fair (render, priority, tenant_id,
+# created_at) WHERE status = 'queued' AND published_at IS NULL (apps/publishing/migrations/0001,
+# 0003): each is a handful of index probes per priority or tenant, however large the backlog (see
+# that migration). Each asks about one ``render`` (FR-30): plain and rendered jobs are dispatched
+# apart, to their own queues (NFR-31).
 
-# Which priorities have unpublished rows: one probe each.
+# Which (render, priority) pairs have unpublished rows: one probe each (a LATERAL ... LIMIT 1,
+# which the planner keeps as a probe per pair; an EXISTS over two lists became a hash semi-join).
 _SELECT_PRIORITIES = """
-    SELECT p FROM unnest(%s::text[]) AS p
-     WHERE EXISTS (SELECT 1 FROM jobs_job
-                    WHERE status = 'queued' AND published_at IS NULL AND priority = p)
+    SELECT r, p FROM unnest(%s::text[]) AS r CROSS JOIN unnest(%s::text[]) AS p
+     CROSS JOIN LATERAL (SELECT 1 FROM jobs_job
+                          WHERE status = 'queued' AND published_at IS NULL AND render = r AND priority = p
+                          LIMIT 1) AS found
 """
 
 # The next tenants with DUE unpublished rows (``not_before`` passed) in one priority, in tenant id
@@ -42,15 +46,16 @@ _SELECT_TENANTS = """
     WITH RECURSIVE tenants (tenant_id, due, n) AS (
         (SELECT tenant_id, due, due::int FROM (
             SELECT tenant_id, (not_before IS NULL OR not_before <= now()) AS due FROM jobs_job
-             WHERE status = 'queued' AND published_at IS NULL AND priority = %(priority)s {after}
+             WHERE status = 'queued' AND published_at IS NULL AND render = %(render)s
+               AND priority = %(priority)s {after}
              ORDER BY tenant_id, not_before NULLS FIRST LIMIT 1) first)
         UNION ALL
         SELECT nxt.tenant_id, nxt.due, t.n + nxt.due::int
           FROM tenants t
          CROSS JOIN LATERAL (
                SELECT tenant_id, (not_before IS NULL OR not_before <= now()) AS due FROM jobs_job
-                WHERE status = 'queued' AND published_at IS NULL AND priority = %(priority)s
-                  AND tenant_id > t.tenant_id
+                WHERE status = 'queued' AND published_at IS NULL AND render = %(render)s
+                  AND priority = %(priority)s AND tenant_id > t.tenant_id
                 ORDER BY tenant_id, not_before NULLS FIRST LIMIT 1) nxt
          WHERE t.n < %(limit)s
     )
@@ -65,7 +70,7 @@ _SELECT_OLDEST = """
       FROM unnest(%s::text[], %s::uuid[], %s::int[]) AS w (priority, tenant_id, n)
      CROSS JOIN LATERAL (
            SELECT id, created_at, domain, timeout_s FROM jobs_job
-            WHERE status = 'queued' AND published_at IS NULL
+            WHERE status = 'queued' AND published_at IS NULL AND render = %s
               AND priority = w.priority AND tenant_id = w.tenant_id
               AND (not_before IS NULL OR not_before <= now())
               AND NOT (id = ANY(%s::uuid[]))
@@ -75,20 +80,24 @@ _SELECT_OLDEST = """
 """
 
 
-def outbox_priorities_pending(*, priorities: Sequence[str]) -> set[str]:
-    """Which of ``priorities`` have unpublished rows."""
+def outbox_priorities_pending(*, renders: Sequence[str], priorities: Sequence[str]) -> dict[str, set[str]]:
+    """Which of ``priorities`` have unpublished rows, for each of ``renders`` that has any; one
+    statement for all of them."""
+    pending: dict[str, set[str]] = defaultdict(set)
     with connection.cursor() as cur:
-        cur.execute(_SELECT_PRIORITIES, [list(priorities)])
-        return {row[0] for row in cur.fetchall()}
+        cur.execute(_SELECT_PRIORITIES, [list(renders), list(priorities)])
+        for render, priority in cur.fetchall():
+            pending[render].add(priority)
+    return dict(pending)
 
 
 def outbox_tenants_due_after(
-    *, priority: str, after: str | None, limit: int, inclusive: bool = False
+    *, render: str, priority: str, after: str | None, limit: int, inclusive: bool = False
 ) -> list[str]:
-    """Up to ``limit`` tenants with due unpublished rows in ``priority``, in round-robin order:
-    the ones after ``after`` (from ``after`` itself when ``inclusive``) first, then from the first
-    tenant again (wrapping)."""
-    params: dict[str, Any] = {"priority": priority, "limit": limit, "after": after}
+    """Up to ``limit`` tenants with due unpublished rows of ``render`` in ``priority``, in
+    round-robin order: the ones after ``after`` (from ``after`` itself when ``inclusive``) first,
+    then from the first tenant again (wrapping)."""
+    params: dict[str, Any] = {"render": render, "priority": priority, "limit": limit, "after": after}
     start = ("AND tenant_id >= %(after)s" if inclusive else "AND tenant_id > %(after)s") if after else ""
     with connection.cursor() as cur:
         cur.execute(_SELECT_TENANTS.format(after=start), params)
@@ -100,18 +109,24 @@ def outbox_tenants_due_after(
 
 
 def outbox_oldest_lock(
-    *, wanted: Mapping[tuple[str, str], int], skip: Sequence[str]
+    *, render: str, wanted: Mapping[tuple[str, str], int], skip: Sequence[str]
 ) -> dict[tuple[str, str], list[tuple[str, str, int]]]:
-    """Lock the oldest due rows (``not_before`` passed) each (priority, tenant) of ``wanted``
-    needs, at most its count, leaving out the ids in ``skip``; (id, domain, timeout) oldest first.
-    Rows locked by someone else are skipped (SKIP LOCKED)."""
+    """Lock the oldest due rows (``not_before`` passed) of ``render`` each (priority, tenant) of
+    ``wanted`` needs, at most its count, leaving out the ids in ``skip``; (id, domain, timeout)
+    oldest first. Rows locked by someone else are skipped (SKIP LOCKED)."""
     if not wanted:
         return {}
     pairs = list(wanted)
     with connection.cursor() as cur:
         cur.execute(
             _SELECT_OLDEST,
-            [[p for p, _ in pairs], [t for _, t in pairs], [wanted[pair] for pair in pairs], list(skip)],
+            [
+                [p for p, _ in pairs],
+                [t for _, t in pairs],
+                [wanted[pair] for pair in pairs],
+                render,
+                list(skip),
+            ],
         )
         found: dict[tuple[str, str], list[tuple[datetime, str, str, int]]] = defaultdict(list)
         for priority, tenant, job_id, created_at, domain, timeout_s in cur.fetchall():

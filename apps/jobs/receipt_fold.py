@@ -110,15 +110,18 @@ WITH v AS (
     SELECT *
       FROM unnest(%b::uuid[], %b::int[], %b::timestamptz[], %b::text[], %b::int[], %b::text[],
                   %b::text[], %b::bigint[], %b::text[], %b::float8[], %b::text[], %b::text[],
-                  %b::text[], %b::text[], %b::bigint[], %b::text[], %b::text[], %b::int[])
+                  %b::text[], %b::text[], %b::bigint[], %b::text[], %b::text[], %b::int[],
+                  %b::int[], %b::int[])
            AS v(job_id, attempt, finished_at, outcome, http_status, error_class, error,
                 duration_ms, go, go_delay_s, last, cancel, last_error, result_key, result_size,
-                result_sha256, result_content_type, result_http_status)
+                result_sha256, result_content_type, result_http_status, subrequests_made,
+                subrequests_blocked)
 ), closed AS (
     UPDATE jobs_attempt AS a
        SET finished_at = v.finished_at, outcome = v.outcome, http_status = v.http_status,
            error_class = v.error_class, error = left(v.error, 2000),
-           duration_ms = v.duration_ms
+           duration_ms = v.duration_ms, subrequests_made = v.subrequests_made,
+           subrequests_blocked = v.subrequests_blocked
       FROM v
      WHERE a.job_id = v.job_id AND a.number = v.attempt AND a.finished_at IS NULL
 ), locked AS (
@@ -173,10 +176,10 @@ def _apply_params(batch: Sequence[AttemptFinished]) -> list[Any]:
     and the statement picks one: ``go`` (neither), ``last``, ``cancel``. Only ``go`` may be a
     retry, so only its delay is sent (the statement adds it to the database's clock)."""
     base, cap = settings.SCRAPEJOBS_RETRY_BASE_S, settings.SCRAPEJOBS_RETRY_CAP_S
-    cols: list[list[Any]] = [[] for _ in range(18)]
+    cols: list[list[Any]] = [[] for _ in range(20)]
     (job_id, attempt, finished_at, outcome, http_status, error_class, error, duration_ms, go,
      go_delay_s, last, cancel, last_error, result_key, result_size, result_sha256,
-     result_content_type, result_http_status) = cols  # fmt: skip
+     result_content_type, result_http_status, subrequests_made, subrequests_blocked) = cols  # fmt: skip
     for r in batch:
         finished = _ts(r.finished_at)
         plan = functools.partial(
@@ -216,6 +219,8 @@ def _apply_params(batch: Sequence[AttemptFinished]) -> list[Any]:
         result_sha256.append(None if res is None else res.sha256)
         result_content_type.append(None if res is None else res.content_type)
         result_http_status.append(None if res is None else res.http_status)
+        subrequests_made.append(r.subrequests_made)
+        subrequests_blocked.append(r.subrequests_blocked)
     return [*cols, JOB_FINAL_CHANNEL]
 
 

@@ -57,6 +57,10 @@ class AttemptFinished:
     # The URL that gave the answer (after a redirect, maybe another host's): the worker feeds
     # that host's adaptive rate with it. The worker's own: never sent (receipt_encode leaves it).
     answered_url: str | None = field(default=None, compare=False)
+    # A rendered attempt's subresource requests (FR-32): made, and of those blocked. None for a
+    # plain fetch, whose receipt then has the first layout's fields only.
+    subrequests_made: int | None = None
+    subrequests_blocked: int | None = None
 
     kind = "attempt_finished"
 
@@ -86,6 +90,9 @@ def receipt_encode(r: AttemptFinished) -> bytes:
     """The receipt as the compact JSON array (version first; the result, if any, as a nested
     array), as UTF-8 bytes."""
     res = r.result
+    # Appended after the first layout's fields (see V1_FIELDS), and only when there is something
+    # to say: a plain attempt's receipt is byte for byte what it was.
+    tail = [] if r.subrequests_made is None else [r.subrequests_made, r.subrequests_blocked]
     return orjson.dumps(
         [
             COMPACT_V1,
@@ -100,6 +107,7 @@ def receipt_encode(r: AttemptFinished) -> bytes:
             r.error,
             r.retry_after_s,
             None if res is None else [res.key, res.size, res.sha256, res.content_type, res.http_status],
+            *tail,
         ]
     )
 
@@ -118,6 +126,7 @@ def receipt_decode(raw: str | bytes) -> AttemptFinished:
     ]
     if type(job_id) is not str or type(attempt) is not int:
         raise TypeError(f"bad natural key: {job_id!r}, {attempt!r}")
+    made, blocked = (d[V1_FIELDS : V1_FIELDS + 2] + [None, None])[:2]
     return AttemptFinished(
         job_id,
         attempt,
@@ -130,4 +139,6 @@ def receipt_decode(raw: str | bytes) -> AttemptFinished:
         err,
         wait,
         None if res is None else ResultStored(*res[:RESULT_FIELDS]),
+        subrequests_made=made if type(made) is int else None,
+        subrequests_blocked=blocked if type(blocked) is int else None,
     )

@@ -73,16 +73,22 @@ def normalised_url(url: str) -> str:
     return urlunsplit((scheme, netloc, parts.path or "/", parts.query, ""))
 
 
-def request_fingerprint(*, method: str, url: str, headers: dict[str, str], body: str | None) -> str:
+def request_fingerprint(
+    *, method: str, url: str, headers: dict[str, str], body: str | None, render: dict[str, Any] | None = None
+) -> str:
     """SHA-256 of what decides the target's answer: the method, the normalised URL, every header
     the caller set (names lower-cased, values stripped, sorted: any header may change the answer,
-    so none is left out) and the SHA-256 of the body (none and empty are the same request)."""
-    canonical = {
+    so none is left out) and the SHA-256 of the body (none and empty are the same request).
+    ``render``: a rendered job's browser options (FR-30), which change what is stored; a plain
+    job has none, and its fingerprint is what it always was."""
+    canonical: dict[str, Any] = {
         "method": method.upper(),
         "url": normalised_url(url),
         "headers": sorted((str(k).lower(), str(v).strip()) for k, v in (headers or {}).items()),
         "body": hashlib.sha256((body or "").encode()).hexdigest(),
     }
+    if render is not None:
+        canonical["render"] = render
     return hashlib.sha256(json.dumps(canonical, separators=(",", ":")).encode()).hexdigest()
 
 
@@ -117,7 +123,11 @@ def job_fetch_decide(*, job_id: uuid.UUID | str) -> FetchDecision:
         return FetchDecision("fetch")
     key = fetch_key(
         fingerprint=request_fingerprint(
-            method=job["method"], url=job["url"], headers=job["headers"], body=job["body"]
+            method=job["method"],
+            url=job["url"],
+            headers=job["headers"],
+            body=job["body"],
+            render=_render_of(job),
         ),
         tenant_id=job["tenant_id"],
         shared=job["share_fetches"],
@@ -168,7 +178,7 @@ def _decidable_job(job_id: uuid.UUID) -> dict[str, Any] | None:
         cur.execute(
             """
             SELECT j.id, j.method, j.url, j.headers, j.body, j.max_age_s, j.attempts, j.tenant_id,
-                   t.share_fetches
+                   t.share_fetches, j.render, j.browser_options
               FROM jobs_job AS j JOIN tenants_tenant AS t ON t.id = j.tenant_id
              WHERE j.id = %s AND j.status = 'queued' AND j.cancel_requested_at IS NULL
                AND j.attempts < j.max_attempts
@@ -181,9 +191,16 @@ def _decidable_job(job_id: uuid.UUID) -> dict[str, Any] | None:
             return None
         names = [c.name for c in cur.description]
     job = dict(zip(names, row, strict=True))
-    if isinstance(job["headers"], str):
-        job["headers"] = json.loads(job["headers"])
+    for name in ("headers", "browser_options"):
+        if isinstance(job[name], str):
+            job[name] = json.loads(job[name])
     return job
+
+
+def _render_of(job: dict[str, Any]) -> dict[str, Any] | None:
+    if job["render"] == "none":
+        return None
+    return {"render": job["render"], "options": job["browser_options"]}
 
 
 # What a served job copies: the source job, the attempt it fetched in, and the outcome.

@@ -7,7 +7,9 @@ resolves the name itself, checks each candidate here, connects to an allowed one
 socket's peer, so a DNS answer that changes between a check and the connect (rebinding) cannot get
 through. Intake also uses ``is_public_address`` to refuse literal private addresses up front.
 
-``SCRAPEJOBS_ALLOW_PRIVATE_TARGETS=true`` (development and tests) turns the rule off.
+``SCRAPEJOBS_ALLOW_PRIVATE_TARGETS=true`` (development and tests) turns the rule off;
+``SCRAPEJOBS_ALLOWED_TARGET_NETWORKS`` lets named networks through while it stays on (an internal
+site an operator means to scrape, or a test's own loopback target beside a refused one).
 
 Resolution can be bounded (``timeout_s``): ``socket.getaddrinfo`` has no timeout of its own, and a
 stuck resolver would otherwise hold a worker past its job's deadline. The lookup runs on a shared
@@ -87,7 +89,13 @@ def private_targets_allowed() -> bool:
 
 
 def is_allowed_address(ip: str | IPAddress) -> bool:
-    return private_targets_allowed() or is_public_address(ip)
+    if private_targets_allowed() or is_public_address(ip):
+        return True
+    networks = settings.SCRAPEJOBS_ALLOWED_TARGET_NETWORKS
+    if not networks:
+        return False
+    addr = ipaddress.ip_address(ip) if isinstance(ip, str) else ip
+    return any(addr.version == net.version and addr in net for net in networks)
 
 
 def system_resolve(host: str, port: int) -> list[AddrInfo]:

@@ -77,6 +77,7 @@ UNAVAILABLE_DEFER_S = 5.0
 _LUA = Path(__file__).resolve().parent / "lua"
 _ACQUIRE = (_LUA / "permit_acquire.lua").read_text(encoding="utf-8")
 _RECORD = (_LUA / "outcome_record.lua").read_text(encoding="utf-8")
+_TOKEN_TRY = (_LUA / "token_try.lua").read_text(encoding="utf-8")
 
 _scripts: dict[str, Any] = {}
 
@@ -125,6 +126,18 @@ def domain_permit_acquire(
     return DomainDecision(
         granted=bool(int(granted)), wait_s=int(wait_ms) / 1000.0, reason=str(reason), group=limits.group
     )
+
+
+def domain_token_try(*, domain: str) -> bool:
+    """Take one token of host ``domain``'s group now, or be refused at once (no wait, no place
+    booked in its line): a rendered page's subresource of the page's own registrable domain
+    (NFR-32, docs/design/browser.md), which is loaded now or not at all."""
+    limits = domain_limits_get(domain=domain)
+    keys = domain_keys(limits.group)
+    granted = _script("token_try", _TOKEN_TRY)(
+        keys=[keys.state, keys.adapt], args=[limits.requests_per_second, limits.burst]
+    )
+    return bool(int(granted))
 
 
 def domain_permit_release(*, domain: str, holder: str) -> None:

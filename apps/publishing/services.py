@@ -26,6 +26,13 @@ on purpose: it is the one piece of network I/O that must be covered by the row l
 between the send and the commit leaves the rows unstamped and they are sent again next round; the
 duplicate message is harmless because ``job_claim`` is a conditional update.
 
+Rendered jobs (``render = "browser"``, FR-30) are dispatched apart (NFR-31): to one queue of their
+own, ``jobs.browser``, served by the ``browser`` component, with their own free room
+(``SCRAPEJOBS_BROWSER_DISPATCH_DEPTH`` messages), priority credits and tenant cursors, and the
+same 6:3:1 weights inside it. A plain backlog never waits behind rendered jobs nor the reverse,
+and with no rendered job in the outbox a batch costs what it did before (the one existence
+statement answers for both).
+
 This module chooses and sends; its reads and writes of the ledger (which priorities and tenants
 have backlog, the oldest due rows, the stamp) are ``apps.jobs.outbox``'s.
 """
@@ -51,39 +58,57 @@ from apps.tenants.selectors import tenant_weights_get
 
 SCRAPE_TASK = "apps.scraping.tasks.scrape_job"
 PRIORITIES = ("high", "normal", "low")
+# Job.render values (apps.jobs.models.Render), in the order their batches are sent.
+RENDERS = ("none", "browser")
+BROWSER_QUEUE = "jobs.browser"
 
 # pg_advisory_xact_lock key of the dispatcher (any constant unique within this database).
 _DISPATCH_LOCK_ID = 0x5C4A_D15B
-_CREDIT_KEY = "sj:dispatch:credit"  # hash priority -> smooth weighted round-robin credit
-_CURSOR_KEY = "sj:dispatch:cursor:{priority}"  # the tenant served last in that priority
+# Per render: hash priority -> smooth weighted round-robin credit; the tenant served last in a
+# priority. The plain jobs' keys are the names they had before rendering existed.
+_CREDIT_KEYS = {"none": "sj:dispatch:credit", "browser": "sj:dispatch:browser:credit"}
+_CURSOR_KEYS = {"none": "sj:dispatch:cursor:{priority}", "browser": "sj:dispatch:browser:cursor:{priority}"}
 # A batch whose rows come back short (a tenant had fewer due rows than its slots: retry waits,
 # rows locked by an older publisher) offers the remainder again, at most this many times.
 _ROUNDS = 3
 
 
-def scrape_queue(priority: str) -> str:
-    return f"jobs.{priority}"
+def scrape_queue(priority: str, render: str = "none") -> str:
+    return BROWSER_QUEUE if render == "browser" else f"jobs.{priority}"
 
 
-def broker_depth(channel: Any) -> int:
-    """Scrape messages waiting in the broker. kombu's Redis transport keeps one list per queue
-    and priority step, named ``<queue>`` for priority 0 (ours) and ``<queue><sep><step>``
-    otherwise; messages already reserved by a worker are no longer in them."""
-    keys = [channel._q_for_pri(scrape_queue(p), step) for p in PRIORITIES for step in channel.priority_steps]
+def broker_depths(channel: Any) -> dict[str, int]:
+    """Scrape messages waiting in the broker, per render, in one round trip. kombu's Redis
+    transport keeps one list per queue and priority step, named ``<queue>`` for priority 0 (ours)
+    and ``<queue><sep><step>`` otherwise; messages already reserved by a worker are no longer in
+    them."""
+    keys = [
+        (render, channel._q_for_pri(queue, step))
+        for render in RENDERS
+        for queue in sorted({scrape_queue(p, render) for p in PRIORITIES})
+        for step in channel.priority_steps
+    ]
     with channel.client.pipeline(transaction=False) as pipe:
-        for key in keys:
+        for _, key in keys:
             pipe.llen(key)
-        return sum(pipe.execute())
+        lengths = pipe.execute()
+    depths = dict.fromkeys(RENDERS, 0)
+    for (render, _), length in zip(keys, lengths, strict=True):
+        depths[render] += length
+    return depths
 
 
-def outbox_publish_batch(*, limit: int, depth: int | None = None) -> int:
-    """Send up to ``limit`` unpublished jobs whose retry time (``not_before``) has come, in
-    weighted-fair order, over one producer connection; stamp them. With ``depth``, send no more
-    than keeps at most ``depth`` scrape messages waiting in the broker. Returns how many were
-    sent."""
+def outbox_publish_batch(*, limit: int, depth: int | None = None, browser_depth: int | None = None) -> int:
+    """Send up to ``limit`` unpublished jobs of each render whose retry time (``not_before``)
+    has come, in weighted-fair order, over one producer connection; stamp them. With ``depth``,
+    send no more plain jobs than keeps at most ``depth`` scrape messages waiting in the broker;
+    rendered jobs likewise within ``browser_depth`` (default: the setting) on their own queue.
+    Returns how many were sent."""
+    if browser_depth is None:
+        browser_depth = settings.SCRAPEJOBS_BROWSER_DISPATCH_DEPTH
     # The process's Celery app (scrapejobs/celery.py makes it current at start-up); apps import
     # nothing of the project package, so it is looked up, not imported.
-    app = current_app._get_current_object()
+    app = current_app._get_current_object()  # type: ignore[attr-defined]  # a Proxy, typed as the app
 
     with transaction.atomic(), connection.cursor() as cur:
         # One dispatcher at a time (released at commit): the free room below stays true while we
@@ -94,35 +119,50 @@ def outbox_publish_batch(*, limit: int, depth: int | None = None) -> int:
         if not cur.fetchone()[0]:
             return 0
         with app.producer_or_acquire() as producer:
-            if depth is not None:
-                limit = min(limit, depth - broker_depth(producer.channel))
-            if limit <= 0:
+            # The free room of both renders in one round trip, then which priorities of the
+            # renders with room have backlog in one statement: what a plain batch cost before.
+            rooms = dict.fromkeys(RENDERS, limit)
+            if depth is not None or browser_depth is not None:
+                waiting = broker_depths(producer.channel)
+                for render, bound in (("none", depth), ("browser", browser_depth)):
+                    if bound is not None:
+                        rooms[render] = min(limit, bound - waiting[render])
+            open_renders = [render for render in RENDERS if rooms[render] > 0]
+            if not open_renders:
                 return 0
-            picked = _dispatch_pick(limit=limit)
+            pending = outbox_priorities_pending(renders=open_renders, priorities=PRIORITIES)
+            picked: list[Pick] = []
+            for render in open_renders:
+                if render not in pending:
+                    continue
+                lane = _dispatch_pick(limit=rooms[render], render=render, active=pending[render])
+                for pick in lane:
+                    # The domain and timeout ride along: the worker's politeness gate needs them
+                    # before the claim, and would otherwise read the row for them.
+                    app.send_task(
+                        SCRAPE_TASK,
+                        args=[pick.job_id],
+                        kwargs={"domain": pick.domain, "timeout_s": pick.timeout_s},
+                        queue=scrape_queue(pick.priority, render),
+                        producer=producer,
+                    )
+                picked += lane
             if not picked:
                 return 0
-            for pick in picked:
-                # The domain and timeout ride along: the worker's politeness gate needs them
-                # before the claim, and would otherwise read the row for them.
-                app.send_task(
-                    SCRAPE_TASK,
-                    args=[pick.job_id],
-                    kwargs={"domain": pick.domain, "timeout_s": pick.timeout_s},
-                    queue=scrape_queue(pick.priority),
-                    producer=producer,
-                )
         outbox_published_stamp(job_ids=[pick.job_id for pick in picked])
     return len(picked)
 
 
-def outbox_publish(*, batch_size: int, budget_s: float, depth: int | None = None) -> int:
+def outbox_publish(
+    *, batch_size: int, budget_s: float, depth: int | None = None, browser_depth: int | None = None
+) -> int:
     """Publish batch after batch while full batches keep coming (and, with ``depth``, while the
     broker has room), for at most about ``budget_s`` (then the next beat tick or nudge carries
     on). Returns how many jobs were sent."""
     deadline = time.monotonic() + budget_s
     total = 0
     while True:
-        sent = outbox_publish_batch(limit=batch_size, depth=depth)
+        sent = outbox_publish_batch(limit=batch_size, depth=depth, browser_depth=browser_depth)
         total += sent
         if sent < batch_size or time.monotonic() >= deadline:
             return total
@@ -162,15 +202,18 @@ class TenantPlan(NamedTuple):
     turn: Turn
 
 
-def _dispatch_pick(*, limit: int) -> list[Pick]:
-    """Choose and lock up to ``limit`` rows in weighted-fair order; returns them in the order to
-    send them. Runs under the dispatcher lock."""
+def _dispatch_pick(*, limit: int, render: str = "none", active: set[str] | None = None) -> list[Pick]:
+    """Choose and lock up to ``limit`` rows of ``render`` in weighted-fair order; returns them in
+    the order to send them. ``active``: its priorities with unpublished rows, when the caller
+    asked already. Runs under the dispatcher lock."""
     weights: dict[str, int] = settings.SCRAPEJOBS_PRIORITY_WEIGHTS
     r = state_redis()
-    active = outbox_priorities_pending(priorities=PRIORITIES)
-    stored = r.hgetall(_CREDIT_KEY)
+    if active is None:
+        active = outbox_priorities_pending(renders=[render], priorities=PRIORITIES).get(render, set())
+    credit_key, cursor_key = _CREDIT_KEYS[render], _CURSOR_KEYS[render]
+    stored = r.hgetall(credit_key)
     credit = {p: int(stored.get(p, 0)) if p in active else 0 for p in PRIORITIES}
-    turns = {p: Turn.parse(r.get(_CURSOR_KEY.format(priority=p))) for p in PRIORITIES}
+    turns = {p: Turn.parse(r.get(cursor_key.format(priority=p))) for p in PRIORITIES}
 
     picked: list[Pick] = []
     exhausted: set[tuple[str, str]] = set()  # (priority, tenant) with no more due rows this batch
@@ -181,7 +224,10 @@ def _dispatch_pick(*, limit: int) -> list[Pick]:
         # Only tenants with due rows are planned, and a priority without any drops out before
         # the slots are shared: a tenant whose rows all wait (deferred by its domain, backing off
         # a retry) can no longer be planned, find nothing and cost the others the round (issue 11).
-        due = {p: _tenants_due(priority=p, turn=turns[p], exhausted=exhausted, limit=want) for p in active}
+        due = {
+            p: _tenants_due(render=render, priority=p, turn=turns[p], exhausted=exhausted, limit=want)
+            for p in active
+        }
         active = {p for p in active if due[p]}
         if not active:
             break
@@ -192,7 +238,7 @@ def _dispatch_pick(*, limit: int) -> list[Pick]:
             for p, n in slots.items()
         }
         wanted = Counter((p, tenant) for p, plan in plans.items() for tenant in plan.order)
-        rows = outbox_oldest_lock(wanted=wanted, skip=[pick.job_id for pick in picked])
+        rows = outbox_oldest_lock(render=render, wanted=wanted, skip=[pick.job_id for pick in picked])
         for p, plan in plans.items():
             for tenant in plan.order:
                 queue = rows.get((p, tenant))
@@ -208,18 +254,20 @@ def _dispatch_pick(*, limit: int) -> list[Pick]:
 
     with r.pipeline(transaction=False) as pipe:
         for p in PRIORITIES:
-            pipe.hset(_CREDIT_KEY, p, credit[p])
+            pipe.hset(credit_key, p, credit[p])
             if turns[p].tenant is not None:
-                pipe.set(_CURSOR_KEY.format(priority=p), str(turns[p]))
+                pipe.set(cursor_key.format(priority=p), str(turns[p]))
         pipe.execute()
     return picked
 
 
-def _tenants_due(*, priority: str, turn: Turn, exhausted: set[tuple[str, str]], limit: int) -> list[str]:
-    """The tenants with due rows in ``priority``, in round-robin order from ``turn``: its tenant
-    first while its turn has slots left, else the ones after it."""
+def _tenants_due(
+    *, render: str, priority: str, turn: Turn, exhausted: set[tuple[str, str]], limit: int
+) -> list[str]:
+    """The tenants with due rows of ``render`` in ``priority``, in round-robin order from
+    ``turn``: its tenant first while its turn has slots left, else the ones after it."""
     tenants = outbox_tenants_due_after(
-        priority=priority, after=turn.tenant, limit=limit, inclusive=turn.left > 0
+        render=render, priority=priority, after=turn.tenant, limit=limit, inclusive=turn.left > 0
     )
     return [t for t in tenants if (priority, t) not in exhausted]
 

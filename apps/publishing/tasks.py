@@ -23,4 +23,5 @@ def outbox_publish() -> int:
         batch_size=settings.SCRAPEJOBS_PUBLISH_BATCH_SIZE,
         budget_s=_BUDGET_S,
         depth=settings.SCRAPEJOBS_DISPATCH_DEPTH,
+        browser_depth=settings.SCRAPEJOBS_BROWSER_DISPATCH_DEPTH,
     )

@@ -27,6 +27,7 @@ JOB_COLUMNS = (
     "started_at",
     "finished_at",
     "result_deleted_at",  # result_expired (retention, issue 13 item 6)
+    "render",  # FR-30
 ) + JOB_WAITING_COLUMNS
 # Result columns, for GET /jobs/{id}/result.
 RESULT_COLUMNS = (
@@ -36,6 +37,7 @@ RESULT_COLUMNS = (
     "result_content_type",
     "result_http_status",
     "result_stored_at",
+    "browser_options",  # the screenshot's link (FR-31)
 )
 
 

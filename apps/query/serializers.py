@@ -17,6 +17,12 @@ class AttemptPageOutput(serializers.Serializer):
     items = AttemptOutput(many=True)
 
 
+class ScreenshotOutput(serializers.Serializer):
+    url = serializers.URLField(help_text="Signed, expiring link to the full-page PNG; no token needed.")
+    expires_at = serializers.DateTimeField()
+    content_type = serializers.CharField()
+
+
 class ResultOutput(serializers.Serializer):
     url = serializers.URLField(help_text="Signed, expiring link to the stored body; no token needed.")
     expires_at = serializers.DateTimeField()
@@ -24,3 +30,7 @@ class ResultOutput(serializers.Serializer):
     sha256 = serializers.CharField()
     content_type = serializers.CharField(allow_null=True)
     http_status = serializers.IntegerField(help_text="The target's HTTP status.")
+    screenshot = ScreenshotOutput(
+        allow_null=True,
+        help_text='The page\'s screenshot, for render "browser" with browser.screenshot; null otherwise.',
+    )

@@ -30,7 +30,7 @@ from apps.jobs.models import JobStatus, Priority
 from apps.query import cache, selectors
 from apps.query.serializers import AttemptPageOutput, JobPageOutput, ResultOutput
 from apps.query.waiting import final_hub
-from apps.results.selectors import ResultGone, result_link
+from apps.results.selectors import ResultGone, result_link, screenshot_link
 
 _ERR = OpenApiResponse(ErrorOutput)
 _COMMON_ERRORS = {401: _ERR, 404: _ERR, 429: _ERR}
@@ -242,8 +242,23 @@ class JobResultView(APIView):
                 "sha256": job.result_sha256,
                 "content_type": job.result_content_type,
                 "http_status": job.result_http_status,
+                "screenshot": _screenshot_link(job=job, request=request),
             }
         )
+
+
+def _screenshot_link(*, job: Any, request: Request) -> dict[str, Any] | None:
+    try:
+        link = screenshot_link(job=job, request=request)
+    except ResultGone:
+        return None
+    if link is None:
+        return None
+    return {
+        "url": link.url,
+        "expires_at": link.expires_at.isoformat().replace("+00:00", "Z"),
+        "content_type": "image/png",
+    }
 
 
 def _result_link(*, job: Any, request: Request) -> dict[str, Any] | None:

@@ -13,7 +13,7 @@ from django.urls import reverse
 
 from apps.jobs.models import Job
 from apps.results.links import link_token_make
-from apps.results.storage import results_storage
+from apps.results.storage import results_storage, screenshot_key
 
 # Contract: result links expire, by default after 1 h, at most after 7 days.
 MAX_LINK_TTL_S = 7 * 86400
@@ -39,22 +39,45 @@ def result_link(*, job: Job, request: HttpRequest | None = None, ttl_s: int | No
         raise ResultGone(f"job {job.id} has no stored result")
     if job.result_deleted_at is not None:  # retention deleted it (apps/results/retention.py)
         raise ResultGone(f"the result of job {job.id} expired")
+    return _object_link(
+        key=job.result_key, content_type=job.result_content_type, request=request, ttl_s=ttl_s, job=job
+    )
+
+
+def screenshot_link(
+    *, job: Job, request: HttpRequest | None = None, ttl_s: int | None = None
+) -> ResultLink | None:
+    """The signed link to a rendered job's screenshot (FR-31), or None when it asked for none;
+    raises ``ResultGone`` as ``result_link`` does."""
+    options = job.browser_options or {}
+    if not options.get("screenshot") or not job.result_key:
+        return None
+    if job.result_deleted_at is not None:
+        raise ResultGone(f"the result of job {job.id} expired")
+    return _object_link(
+        key=screenshot_key(job.result_key), content_type="image/png", request=request, ttl_s=ttl_s, job=job
+    )
+
+
+def _object_link(
+    *, key: str, content_type: str | None, request: HttpRequest | None, ttl_s: int | None, job: Job
+) -> ResultLink:
     ttl = min(max(int(ttl_s or settings.SCRAPEJOBS_RESULT_LINK_TTL_S), 1), MAX_LINK_TTL_S)
     storage = results_storage()
     # One cheap existence check (a stat, or a HEAD to S3) so a removed body answers 410, not a
     # link that fails later.
-    if not storage.exists(job.result_key):
+    if not storage.exists(key):
         raise ResultGone(f"the result of job {job.id} was removed")
     expires = time.time() + ttl
     if isinstance(storage, FileSystemStorage):
-        token = link_token_make(key=job.result_key, content_type=job.result_content_type, expires_at=expires)
+        token = link_token_make(key=key, content_type=content_type, expires_at=expires)
         url = _absolute(reverse("results:download", kwargs={"token": token}), request)
     else:
         # django-storages' S3Storage.url(name, parameters=None, expire=None, http_method=None).
         # The presigned GET asks S3 to answer `Content-Disposition: attachment`, as the local
         # links do: the target's HTML must not render inline under the bucket's origin.
         url = storage.url(  # type: ignore[call-arg]
-            job.result_key, parameters={"ResponseContentDisposition": "attachment"}, expire=ttl
+            key, parameters={"ResponseContentDisposition": "attachment"}, expire=ttl
         )
     return ResultLink(url=url, expires_at=datetime.fromtimestamp(int(expires), tz=UTC))
 

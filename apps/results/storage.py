@@ -50,6 +50,12 @@ def result_key(*, job_id: uuid.UUID | str, attempt: int) -> str:
     return f"{prefix}/{created:%Y/%m/%d}/{job_uuid}/{attempt}"
 
 
+def screenshot_key(body_key: str) -> str:
+    """Where a rendered attempt's screenshot lives (FR-31): beside its body, under the body's key,
+    so that a job served the body by single-flight is served the screenshot too."""
+    return f"{body_key}.screenshot.png"
+
+
 class _SpoolFile(File):
     """A finished spool file. ``temporary_file_path`` lets FileSystemStorage move it into place
     instead of copying it."""
@@ -68,14 +74,16 @@ def result_store(
     content_type: str | None = None,
     http_status: int = 200,
     deadline: float | None = None,
+    key: str | None = None,
 ) -> ResultStored:
     """Store a body given as chunks; returns what the ledger records about it.
 
     Any exception out of ``chunks`` (a stopped or failed fetch) propagates, and nothing is
     stored: the spool file is removed either way. An upload to a remote storage still running
-    at ``deadline`` (``time.monotonic()``) is given up: ``ResultStoreFailed``."""
+    at ``deadline`` (``time.monotonic()``) is given up: ``ResultStoreFailed``. ``key``: another
+    object of the attempt than its body (a rendered page's screenshot, ``screenshot_key``)."""
     storage = results_storage()
-    key = result_key(job_id=job_id, attempt=attempt)
+    key = key or result_key(job_id=job_id, attempt=attempt)
     digest = hashlib.sha256()
     size = 0
     try:

@@ -122,6 +122,7 @@ class Fetched:
         self._interrupt = interrupt
         self.url = url
         self.status = response.status
+        self.headers = response.headers
         self.content_type: str | None = (response.headers.get("Content-Type") or "")[:255] or None
         self.complete = False
 

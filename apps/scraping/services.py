@@ -24,7 +24,7 @@ from django.db import connection
 
 from apps.jobs.claims import ClaimedJob, job_claim
 from apps.jobs.db_failures import database_failure
-from apps.jobs.models import AttemptOutcome
+from apps.jobs.models import AttemptOutcome, Render
 from apps.jobs.receipts import AttemptFinished
 from apps.jobs.redis import cancel_flag_key, state_redis
 from apps.jobs.singleflight import job_fetch_decide
@@ -36,6 +36,7 @@ from apps.runtime.logs import job_attempt_failure_log, job_log_context_claimed
 from apps.scraping.errors import FetchError
 from apps.scraping.fetch import FetchRequest, fetch_open
 from apps.scraping.leases import LeaseHandle, lease_keeper
+from apps.scraping.render import render_and_store
 from apps.writer.submit import receipt_submit
 
 logger = logging.getLogger(__name__)
@@ -200,6 +201,22 @@ def attempt_run(*, claimed: ClaimedJob, worker: str, obey_robots: bool | None = 
             job_id=claimed.id, attempt=claimed.attempt, worker=worker, renew_until=deadline
         ) as lease:
             check = _stop_check(job_id=str(claimed.id), attempt=claimed.attempt, lease=lease)
+            if claimed.render == Render.BROWSER:  # FR-30: apps/scraping/render.py
+                rendered = render_and_store(
+                    claimed=claimed,
+                    request=request,
+                    check=check,
+                    interrupt=lease.interrupt,
+                    store_deadline=deadline,
+                )
+                return finished(
+                    AttemptOutcome.SUCCEEDED,
+                    http_status=rendered.stored.http_status,
+                    result=rendered.stored,
+                    answered_url=rendered.answered_url,
+                    subrequests_made=rendered.subrequests_made,
+                    subrequests_blocked=rendered.subrequests_blocked,
+                )
             with fetch_open(request=request, check=check, interrupt=lease.interrupt) as fetched:
                 answered_url = fetched.url
                 stored = result_store(

@@ -67,6 +67,8 @@ def test_the_submit_body_in_the_schema_is_exactly_the_accepted_fields(schema):
         "max_attempts",
         "timeout_s",
         "max_age_s",
+        "render",
+        "browser",
     }
     assert body["required"] == ["url"]
     assert (body["properties"]["max_attempts"]["minimum"], body["properties"]["max_attempts"]["maximum"]) == (
@@ -118,3 +120,19 @@ def test_the_schema_matches_the_committed_snapshot():
     out = io.StringIO()
     call_command("spectacular", "--format", "openapi-json", stdout=out)
     assert json.loads(out.getvalue()) == json.loads(SNAPSHOT.read_text()), "run `make schema`"
+
+
+def test_the_schema_lists_the_render_fields_with_their_bounds(schema):
+    """FR-30: render and its browser options, in the submit body, the job and /result."""
+    schemas = schema["components"]["schemas"]
+    body = schemas["JobCreateInput"]["properties"]
+    assert body["render"]["default"] == "none"
+    options = schemas["BrowserOptionsInput"]["properties"]
+    assert set(options) == {"wait_until", "wait_for_selector", "screenshot", "viewport", "block"}
+    assert set(schemas["WaitUntilEnum"]["enum"]) == {"load", "domcontentloaded", "networkidle"}
+    viewport = schemas["ViewportInput"]["properties"]
+    assert (viewport["width"]["minimum"], viewport["width"]["maximum"]) == (320, 3840)
+    assert (viewport["height"]["minimum"], viewport["height"]["maximum"]) == (240, 2160)
+    assert "render" in schemas["JobOutput"]["properties"]
+    assert "screenshot" in schemas["ResultOutput"]["properties"]
+    assert "subrequests" in schemas["AttemptOutput"]["properties"]

@@ -1,5 +1,6 @@
 """The address guard's rule, address by address, and name resolution through it."""
 
+import ipaddress
 import socket
 
 import pytest
@@ -80,3 +81,15 @@ def test_private_addresses_pass_when_the_operator_allows_them():
 def test_a_name_that_does_not_resolve_raises_a_resolution_error():
     with pytest.raises(socket.gaierror):
         resolve_allowed("nowhere.test", 80, resolver=_stub({}))
+
+
+@override_settings(
+    SCRAPEJOBS_ALLOW_PRIVATE_TARGETS=False,
+    SCRAPEJOBS_ALLOWED_TARGET_NETWORKS=(ipaddress.ip_network("127.0.0.2/32"),),
+)
+def test_an_allowed_network_passes_while_every_other_private_address_is_refused():
+    """SCRAPEJOBS_ALLOWED_TARGET_NETWORKS: the operator's exceptions, and nothing more."""
+    got = resolve_allowed("both.test", 80, resolver=_stub({"both.test": ["127.0.0.1", "127.0.0.2", "::1"]}))
+    assert [sockaddr[0] for _family, sockaddr in got] == ["127.0.0.2"]
+    with pytest.raises(AddressRefused):
+        resolve_allowed("other.test", 80, resolver=_stub({"other.test": ["127.0.0.1", "::1"]}))

@@ -214,12 +214,16 @@ def test_the_dispatch_queries_are_index_probes_even_with_a_large_backlog(make_te
         cur.execute("ANALYZE jobs_job")
         plans = {}
         for name, sql, params in (
-            ("priorities", _SELECT_PRIORITIES, [["high", "normal", "low"]]),
-            ("tenants", _SELECT_TENANTS.format(after=""), {"priority": "normal", "limit": 10}),
+            ("priorities", _SELECT_PRIORITIES, [["none", "browser"], ["high", "normal", "low"]]),
+            (
+                "tenants",
+                _SELECT_TENANTS.format(after=""),
+                {"render": "none", "priority": "normal", "limit": 10},
+            ),
             (
                 "oldest",
                 _SELECT_OLDEST,
-                [["normal", "low"], [str(tenants[0].id), str(tenants[1].id)], [6, 3], []],
+                [["normal", "low"], [str(tenants[0].id), str(tenants[1].id)], [6, 3], "none", []],
             ),
         ):
             cur.execute("EXPLAIN " + sql, params)

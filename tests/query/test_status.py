@@ -30,6 +30,7 @@ def test_a_new_job_reads_back_queued_with_every_contract_field(make_tenant):
         "method": "GET",
         "status": "queued",
         "priority": "low",
+        "render": "none",
         "attempts": 0,
         "max_attempts": 3,
         "last_error": None,
@@ -125,6 +126,7 @@ def test_attempts_list_every_try_in_order(make_tenant):
         "error_class",
         "error",
         "duration_ms",
+        "subrequests",
         "served_from",
     }
     assert items[0]["served_from"] is None  # fetched, not served from another job's fetch
@@ -254,7 +256,16 @@ def test_a_succeeded_job_gives_a_signed_link_that_works_without_the_token(make_t
         r = api.get(f"{JOBS}/{job.id}/result")
         assert r.status_code == 200, r.content
         body = r.json()
-        assert set(body) == {"url", "expires_at", "size", "sha256", "content_type", "http_status"}
+        assert set(body) == {
+            "url",
+            "expires_at",
+            "size",
+            "sha256",
+            "content_type",
+            "http_status",
+            "screenshot",
+        }
+        assert body["screenshot"] is None  # a plain job
         assert (body["size"], body["sha256"], body["content_type"], body["http_status"]) == (
             5,
             "ab" * 32,

@@ -35,12 +35,38 @@ ODD = 'quote " backslash \\ tab \t newline \n unicode é ✓ 🙂 and a NUL-free
             duration_ms=7,
             result=ResultStored(key="k", size=0, sha256="0" * 64, content_type=None, http_status=204),
         ),
+        AttemptFinished(  # a rendered attempt (FR-32): its subrequest counts appended
+            job_id=new_id(),
+            attempt=1,
+            outcome="succeeded",
+            finished_at=1.5,
+            duration_ms=900,
+            subrequests_made=12,
+            subrequests_blocked=3,
+        ),
     ],
 )
 def test_both_wire_formats_decode_to_the_same_receipt(r: AttemptFinished) -> None:
     assert receipt_decode(receipt_encode(r)) == r
     assert receipt_decode(json.dumps(r.to_dict())) == r  # the object form, as before issue #7
     assert len(receipt_encode(r)) < len(json.dumps(r.to_dict(), separators=(",", ":")))
+
+
+def test_a_plain_receipt_has_the_first_layouts_fields_only() -> None:
+    """A plain attempt's receipt is byte for byte what it was before rendered attempts existed:
+    a writer of the previous release reads it, and the per-job bytes are unchanged."""
+    plain = receipt_encode(receipt(new_id(), 1))
+    assert len(json.loads(plain)) == 12
+    rendered = AttemptFinished(
+        job_id=new_id(),
+        attempt=1,
+        outcome="succeeded",
+        finished_at=1.0,
+        duration_ms=1,
+        subrequests_made=2,
+        subrequests_blocked=1,
+    )
+    assert json.loads(receipt_encode(rendered))[12:] == [2, 1]
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,238 @@
+"""A rendered attempt (FR-30..FR-32, NFR-32; docs/design/browser.md): the document, fetched as a
+plain fetch would fetch it, then loaded in Chromium with every request of the page answered by
+the same guarded fetcher, then the HTML (and a screenshot) stored.
+
+1. **The document** is fetched by ``fetch_open`` in the worker's thread: the address guard on the
+   connected address, robots.txt (for the document), every redirect hop judged by the guard and
+   charged to its domain, the job's headers, ``timeout_s``, the size limit. Its status is the
+   attempt's (a 404 fails the job exactly as a plain fetch does); its domain's permit is the
+   one the worker's gate took before the claim.
+2. **The page** is rendered by the process's Chromium (``apps.scraping.browser``), which is given
+   the document as the answer to its navigation and never touches the network itself. Every
+   other request the page makes (scripts, styles, XHR and fetch, frames) comes to
+   ``PageRequests``, which decides it on a fetch thread:
+
+   - over ``MAX_SUBREQUESTS``, a method other than GET, HEAD or POST, a scheme other than http(s),
+     or a resource type the job blocks (``browser.block``): blocked;
+   - a host of the page's registrable domain takes one token of that domain's bucket now
+     (``domain_token_try``) or is blocked: a page's assets never wait and book no place in the
+     domain's line;
+   - then it is fetched by ``fetch_open`` (guarded connect, every redirect hop guarded, at most
+     ``SUBRESOURCE_MAX_BYTES``, at most ``SUBRESOURCE_TIMEOUT_S``), and the page gets its answer;
+     an address the guard refuses (on the first hop or after a redirect) is blocked;
+   - websockets are blocked by the browser module.
+
+   The attempt records how many requests the page made and how many were blocked.
+3. **The result** is the HTML after the scripts ran (``page.content()``), UTF-8, at most
+   ``SCRAPEJOBS_FETCH_MAX_BYTES``, stored with its SHA-256 as ``text/html; charset=utf-8``; a
+   screenshot is stored first, beside it (``screenshot_key``), so a body is never recorded
+   without the screenshot it was asked with.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import redis
+
+from apps.jobs.claims import ClaimedJob
+from apps.jobs.receipts import ResultStored
+from apps.outbound.interrupt import FetchInterrupt
+from apps.politeness.selectors import registrable_domain
+from apps.politeness.services import domain_token_try
+from apps.results.storage import result_key, result_store, screenshot_key
+from apps.scraping.browser import RenderSpec, SubAnswer, browser_pool
+from apps.scraping.errors import FetchError
+from apps.scraping.fetch import FetchLimits, FetchRequest, fetch_open
+
+logger = logging.getLogger(__name__)
+
+# What one page may ask for: requests besides its document, bytes per answer, seconds per request.
+MAX_SUBREQUESTS = 500
+SUBRESOURCE_MAX_BYTES = 10 * 1024 * 1024
+SUBRESOURCE_TIMEOUT_S = 30.0
+HTML_CONTENT_TYPE = "text/html; charset=utf-8"
+# browser.block's names -> Playwright's resource types.
+_BLOCKABLE_TYPES = {"images": "image", "media": "media", "fonts": "font"}
+_METHODS = frozenset({"GET", "HEAD", "POST"})
+# Answer headers passed on to the page; the body is already decoded (no Content-Encoding), and
+# cookies stay out of a job's page (each job's browser context starts empty anyway).
+_PASSED_HEADERS = frozenset(
+    {
+        "content-type",
+        "content-language",
+        "cache-control",
+        "last-modified",
+        "etag",
+        "access-control-allow-origin",
+        "access-control-allow-credentials",
+        "access-control-allow-headers",
+        "access-control-allow-methods",
+        "access-control-expose-headers",
+        "timing-allow-origin",
+    }
+)
+# Headers Chromium sets that are the fetcher's to set (framing, connection, the origin's cookies).
+_DROPPED_REQUEST_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection", "cookie"})
+
+
+@dataclass(frozen=True)
+class RenderedAttempt:
+    stored: ResultStored
+    answered_url: str
+    subrequests_made: int
+    subrequests_blocked: int
+
+
+@dataclass(frozen=True)
+class Document:
+    url: str
+    status: int
+    content_type: str | None
+    body: bytes
+
+
+class PageRequests:
+    """Every request of one page (``browser.Answer``): the document from what the worker fetched,
+    the rest as the module docstring says. Called from several fetch threads at once."""
+
+    def __init__(self, *, document: Document, options: dict, deadline: float, limits: FetchLimits):
+        self.document = document
+        self.blocked_types = {
+            _BLOCKABLE_TYPES[name] for name in options.get("block") or () if name in _BLOCKABLE_TYPES
+        }
+        self.deadline = deadline
+        self.limits = limits
+        self.page_domain = registrable_domain(_host(document.url))
+        self.asked = 0
+
+    def __call__(
+        self,
+        url: str,
+        method: str,
+        headers: dict[str, str],
+        body: bytes | None,
+        resource_type: str,
+        is_document: bool,
+    ) -> SubAnswer:
+        if is_document:
+            return SubAnswer(
+                "fulfill",
+                status=self.document.status,
+                headers={"content-type": self.document.content_type or "text/html"},
+                body=self.document.body,
+            )
+        self.asked += 1  # an approximate count across threads is enough for a cap
+        if self.asked > MAX_SUBREQUESTS:
+            return SubAnswer("block", reason="too many requests")
+        if resource_type in self.blocked_types:
+            return SubAnswer("block", reason=f"{resource_type} blocked by the job")
+        if method.upper() not in _METHODS:
+            return SubAnswer("block", reason=f"method {method}")
+        host = _host(url)
+        if urlsplit(url).scheme.lower() not in ("http", "https") or not host:
+            return SubAnswer("block", reason="not an http(s) URL")
+        if registrable_domain(host) == self.page_domain:
+            try:
+                if not domain_token_try(domain=host):
+                    return SubAnswer("block", reason=f"no token of {host} now")
+            except redis.RedisError:
+                return SubAnswer("block", reason="politeness state unavailable")
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            return SubAnswer("fail", reason="the job's timeout passed")
+        request = FetchRequest(
+            method=method.upper(),
+            url=url,
+            headers={k: v for k, v in headers.items() if k.lower() not in _DROPPED_REQUEST_HEADERS},
+            body=body.decode("utf-8", "replace") if body else None,
+            timeout_s=min(SUBRESOURCE_TIMEOUT_S, left),
+        )
+        try:
+            with fetch_open(request=request, limits=self.limits) as fetched:
+                data = b"".join(fetched.chunks())
+                passed = {k.lower(): v for k, v in fetched.headers.items() if k.lower() in _PASSED_HEADERS}
+                return SubAnswer("fulfill", status=fetched.status, headers=passed, body=data)
+        except FetchError as e:
+            if e.error_class == "address_refused":
+                logger.info("page request to %s blocked: %s", url, e.message)
+                return SubAnswer("block", reason=e.message)
+            if e.http_status is not None:
+                return SubAnswer("fulfill", status=e.http_status)
+            return SubAnswer("fail", reason=e.message)
+
+
+def render_and_store(
+    *,
+    claimed: ClaimedJob,
+    request: FetchRequest,
+    check: Callable[[], None],
+    interrupt: FetchInterrupt | None,
+    store_deadline: float,
+) -> RenderedAttempt:
+    """One rendered attempt of ``claimed`` (see the module docstring). Raises ``FetchError``,
+    what ``check`` raises, or ``ResultStoreFailed``, as the plain fetch does."""
+    deadline = time.monotonic() + claimed.timeout_s  # timeout_s bounds the whole render
+    limits = FetchLimits.from_settings()
+    with fetch_open(request=request, limits=limits, check=check, interrupt=interrupt) as fetched:
+        document = Document(
+            url=fetched.url,
+            status=fetched.status,
+            content_type=fetched.content_type,
+            body=b"".join(fetched.chunks()),
+        )
+    options = claimed.browser_options or {}
+    user_agent = next((v for k, v in claimed.headers.items() if k.lower() == "user-agent"), limits.user_agent)
+    page_limits = FetchLimits(
+        connect_timeout_s=limits.connect_timeout_s,
+        max_bytes=min(limits.max_bytes, SUBRESOURCE_MAX_BYTES),
+        max_redirects=limits.max_redirects,
+        user_agent=user_agent,
+    )
+    answers = PageRequests(document=document, options=options, deadline=deadline, limits=page_limits)
+    spec = RenderSpec(
+        url=document.url, options=options, user_agent=user_agent, deadline=deadline, answer=answers
+    )
+    rendered = browser_pool().render(spec, check=check)
+    html = rendered.html.encode("utf-8")
+    if len(html) > limits.max_bytes:
+        raise FetchError(
+            "body_too_large", f"rendered page larger than {limits.max_bytes} bytes", permanent=True
+        )
+    check()
+    if rendered.screenshot is not None:
+        body_key = result_key(job_id=claimed.id, attempt=claimed.attempt)
+        result_store(
+            job_id=claimed.id,
+            attempt=claimed.attempt,
+            chunks=[rendered.screenshot],
+            content_type="image/png",
+            http_status=document.status,
+            deadline=store_deadline,
+            key=screenshot_key(body_key),
+        )
+    stored = result_store(
+        job_id=claimed.id,
+        attempt=claimed.attempt,
+        chunks=[html],
+        content_type=HTML_CONTENT_TYPE,
+        http_status=document.status,
+        deadline=store_deadline,
+    )
+    return RenderedAttempt(
+        stored=stored,
+        answered_url=document.url,
+        subrequests_made=rendered.made,
+        subrequests_blocked=rendered.blocked,
+    )
+
+
+def _host(url: str) -> str:
+    try:
+        return (urlsplit(url).hostname or "").lower()
+    except ValueError:
+        return ""
