@@ -49,6 +49,10 @@ class QueueDepth:
     # age counts from when they became due (the later of intake and ``not_before``).
     dispatchable: int = 0
     oldest_dispatchable_age_s: float = 0.0
+    # Of the dispatchable jobs, those to render in a browser (FR-30): the browser component's own
+    # scaling signal; the plain workers' is the rest.
+    browser_dispatchable: int = 0
+    oldest_browser_dispatchable_age_s: float = 0.0
 
 
 @dataclass
@@ -78,6 +82,17 @@ class QueueSnapshot:
         for d in self.depths:
             by_priority[d.priority] = by_priority.get(d.priority, 0) + d.dispatchable
         return by_priority
+
+    @property
+    def browser_dispatchable(self) -> int:
+        return sum(d.browser_dispatchable for d in self.depths)
+
+    @property
+    def oldest_browser_dispatchable_age_s(self) -> float:
+        """The browser component's scaling signal (FR-30, docs/kubernetes.md)."""
+        return max(
+            (d.oldest_browser_dispatchable_age_s for d in self.depths if d.browser_dispatchable), default=0.0
+        )
 
 
 # The highest attempt id up to which every attempt has ended, at most `limit` ids past the first
@@ -156,7 +171,11 @@ _QUEUED_SQL = """
 SELECT tenant_id, priority, count(*), EXTRACT(EPOCH FROM statement_timestamp() - min(created_at)),
        count(*) FILTER (WHERE {dispatchable}),
        COALESCE(EXTRACT(EPOCH FROM statement_timestamp()
-                        - min(GREATEST(created_at, not_before)) FILTER (WHERE {dispatchable})), 0)
+                        - min(GREATEST(created_at, not_before)) FILTER (WHERE {dispatchable})), 0),
+       count(*) FILTER (WHERE {dispatchable} AND render = 'browser'),
+       COALESCE(EXTRACT(EPOCH FROM statement_timestamp()
+                        - min(GREATEST(created_at, not_before))
+                          FILTER (WHERE {dispatchable} AND render = 'browser')), 0)
   FROM jobs_job
  WHERE status = 'queued'
  GROUP BY 1, 2
@@ -185,8 +204,10 @@ def queue_snapshot() -> QueueSnapshot:
                 oldest_age_s=max(float(age), 0.0),
                 dispatchable=due,
                 oldest_dispatchable_age_s=max(float(due_age), 0.0),
+                browser_dispatchable=browser,
+                oldest_browser_dispatchable_age_s=max(float(browser_age), 0.0),
             )
-            for t, p, n, age, due, due_age in cur.fetchall()
+            for t, p, n, age, due, due_age, browser, browser_age in cur.fetchall()
         ]
         cur.execute(_RUNNING_SQL)
         snapshot.running, snapshot.running_past_lease = cur.fetchone()

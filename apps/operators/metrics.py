@@ -74,6 +74,17 @@ class ScrapejobsCollector(Collector):
         for priority in Priority.values:
             dispatchable.add_metric([priority], by_priority.get(priority, 0))
         yield dispatchable
+        # Of them, the jobs to render (FR-30): the browser component scales on these.
+        yield GaugeMetricFamily(
+            "scrapejobs_oldest_dispatchable_browser_job_age_seconds",
+            "Age of the oldest dispatchable job to render in a browser (0 when none).",
+            value=snap.oldest_browser_dispatchable_age_s,
+        )
+        yield GaugeMetricFamily(
+            "scrapejobs_dispatchable_browser_jobs",
+            "Dispatchable jobs to render in a browser (render: browser).",
+            value=snap.browser_dispatchable,
+        )
         yield GaugeMetricFamily(
             "scrapejobs_jobs_running_past_lease",
             "Running jobs whose lease has expired (their worker is gone; the sweeper requeues them).",

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 KUBE = ROOT / "deploy" / "kubernetes"
 KEDA_CRD = Path(__file__).resolve().parent / "schemas" / "keda.sh_scaledobjects.yaml"
 K8S_VERSION = "1.33.0"
-DEPLOYMENTS = {"web", "worker", "writer", "beat", "flower"}
+DEPLOYMENTS = {"web", "worker", "writer", "browser", "beat", "flower"}
 
 
 def documents(path: Path) -> list[dict[str, Any]]:
@@ -73,6 +73,11 @@ def config() -> dict[str, str]:
 
 def scaled_object() -> dict[str, Any]:
     (so,) = documents(KUBE / "keda" / "scaledobject.yaml")
+    return so
+
+
+def browser_scaled_object() -> dict[str, Any]:
+    (so,) = documents(KUBE / "keda" / "browser-scaledobject.yaml")
     return so
 
 
@@ -162,6 +167,19 @@ def test_the_scaled_object_validates_against_kedas_crd_schema() -> None:
     assert [t["metadata"]["query"] for t in patch["spec"]["triggers"]] == [
         t["metadata"]["query"] for t in so["spec"]["triggers"]
     ]
+
+
+def test_the_browser_component_scales_on_its_own_queue_not_on_the_workers() -> None:
+    so = browser_scaled_object()
+    jsonschema.validate(so, keda_schema())
+    assert so["spec"]["scaleTargetRef"]["name"] == deployment("browser")["metadata"]["name"]
+    queries = " ".join(t["metadata"]["query"] for t in so["spec"]["triggers"])
+    assert "browser" in queries and "scrapejobs_dispatchable_jobs" not in queries
+    slots = {t["name"]: t for t in so["spec"]["triggers"]}["renders-in-system"]["metadata"]["threshold"]
+    argv = processes.browser()
+    assert float(slots) == float(argv[argv.index("--concurrency") + 1])  # one pod per page slots
+    (main,) = pod("browser")["containers"]
+    assert main["image"] == "scrapejobs-browser:latest"  # docker/Dockerfile's browser target
 
 
 def test_the_keda_schema_check_refuses_a_broken_scaled_object() -> None:
@@ -315,8 +333,10 @@ def test_every_container_runs_as_non_root_on_a_read_only_root_with_sized_resourc
         assert spec["securityContext"]["runAsNonRoot"] is True
         assert spec["securityContext"]["runAsUser"] == 10001  # docker/Dockerfile's app user
         assert spec["automountServiceAccountToken"] is False
-        mounts_needed = {"/tmp", "/app/.run"}
         for container in spec["containers"] + spec.get("initContainers", []):
+            mounts_needed = {"/tmp", "/app/.run"}
+            if component == "browser" and container["name"] == "browser":
+                mounts_needed.add("/dev/shm")  # Chromium's shared memory
             sc = container["securityContext"]
             assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
             assert sc["capabilities"]["drop"] == ["ALL"]
@@ -336,6 +356,7 @@ def test_each_disruption_budget_and_service_selects_its_deployment() -> None:
         "scrapejobs-web",
         "scrapejobs-worker",
         "scrapejobs-writer",
+        "scrapejobs-browser",
     }
     for b in budgets:
         assert b["spec"]["selector"]["matchLabels"].items() <= labels[b["metadata"]["name"]].items()
@@ -383,7 +404,11 @@ def _selectors(node: Any) -> list[Any]:
 
 def queries() -> list[tuple[str, str]]:
     """(where, expression) of every PromQL expression under deploy/kubernetes/."""
-    found = [(f"keda {t['name']}", t["metadata"]["query"]) for t in scaled_object()["spec"]["triggers"]]
+    found = [
+        (f"keda {t['name']}", t["metadata"]["query"])
+        for so in (scaled_object(), browser_scaled_object())
+        for t in so["spec"]["triggers"]
+    ]
     (adapter,) = documents(KUBE / "hpa" / "prometheus-adapter-rules.yaml")
     found += [
         (f"adapter {r['name']['as']}", r["metricsQuery"])
@@ -424,6 +449,8 @@ def test_every_query_parses_and_names_only_metrics_and_labels_a_live_scrape_has(
         "scrapejobs_jobs_running_past_lease",
         "scrapejobs_dead_letters_total",
         "scrapejobs_time_to_first_attempt_seconds_bucket",
+        "scrapejobs_dispatchable_browser_jobs",
+        "scrapejobs_oldest_dispatchable_browser_job_age_seconds",
     } <= names_used
 
 

@@ -125,12 +125,35 @@ def test_the_dispatchable_figures_leave_out_retries_in_backoff_deferrals_and_par
 
 
 @pytest.mark.django_db
+def test_jobs_to_render_have_their_own_dispatchable_figures_for_the_browser_component(make_tenant):
+    """The browser component scales on its own queue (FR-30): the rendered jobs a browser could
+    start now, and the oldest of them; a plain job does not count there."""
+    from tests.support.factories import job_make
+
+    tenant, _, _ = make_tenant()
+    plain = job_make(tenant, "http://a.example/plain")
+    rendered = job_make(tenant, "http://a.example/page", render="browser", browser_options={})
+    Job.objects.filter(id=plain.id).update(created_at=timezone.now() - timedelta(seconds=300))
+    Job.objects.filter(id=rendered.id).update(created_at=timezone.now() - timedelta(seconds=50))
+    later = job_make(tenant, "http://a.example/later", render="browser", browser_options={})
+    Job.objects.filter(id=later.id).update(not_before=timezone.now() + timedelta(seconds=600))
+
+    samples = scrape()
+
+    assert value(samples, "scrapejobs_dispatchable_browser_jobs") == 1
+    assert 49 < value(samples, "scrapejobs_oldest_dispatchable_browser_job_age_seconds") < 80
+    assert value(samples, "scrapejobs_oldest_dispatchable_job_age_seconds") > 299  # every kind
+
+
+@pytest.mark.django_db
 def test_an_empty_ledger_scrapes_as_zeros():
     samples = scrape()
     assert value(samples, "scrapejobs_jobs", status="queued") == 0
     assert value(samples, "scrapejobs_oldest_queued_job_age_seconds") == 0
     assert value(samples, "scrapejobs_oldest_dispatchable_job_age_seconds") == 0
     assert value(samples, "scrapejobs_dispatchable_jobs", priority="normal") == 0
+    assert value(samples, "scrapejobs_dispatchable_browser_jobs") == 0
+    assert value(samples, "scrapejobs_oldest_dispatchable_browser_job_age_seconds") == 0
     assert value(samples, "scrapejobs_jobs_running_past_lease") == 0
     assert value(samples, "scrapejobs_time_to_first_attempt_seconds_count") == 0
 
