@@ -8,7 +8,9 @@ against one transaction per receipt), politeness (limits not binding against lim
 (rows/s of the batch handoff against bulk_create and the COPY floor), metrics (a /metrics scrape
 at 10 and at 1,000,000 jobs), singleflight (1,000 identical jobs: requests at the target,
 time to drain), read (GET /jobs/{id} with the read cache against without it, and the ?wait=
-wake-up latency), admin (list pages and filters at a million jobs against ten thousand), each ``bench/<name>.py:run()``.
+wake-up latency), admin (list pages and filters at a million jobs against ten thousand), budget (what one job costs,
+counted: statements, row versions, index entries, WAL, Redis commands, broker messages, beside a
+bare Celery task's Redis commands), each ``bench/<name>.py:run()``.
 """
 
 from __future__ import annotations
@@ -18,7 +20,18 @@ import sys
 import time
 from pathlib import Path
 
-ORDER = ("intake", "e2e", "writer", "politeness", "bulk", "metrics", "singleflight", "read", "admin")
+ORDER = (
+    "intake",
+    "e2e",
+    "budget",
+    "writer",
+    "politeness",
+    "bulk",
+    "metrics",
+    "singleflight",
+    "read",
+    "admin",
+)
 
 
 def available() -> list[str]:
