@@ -44,6 +44,9 @@ JOBS = int(os.environ.get("BENCH_E2E_JOBS", "2000"))
 CONCURRENCY = int(os.environ.get("BENCH_E2E_CONCURRENCY", "100"))  # the worker's default
 BODY_BYTES = 4096
 TIMEOUT_S = 600
+# The processes whose CPU a job costs, like for like (bench/cpu.py kinds, the submitter excluded).
+SERVICE_KINDS = ("worker", "writer", "beat", "postgres", "redis", "target")
+NAIVE_KINDS = ("naive_worker", "redis", "target")
 LATENCIES_MS = [int(x) for x in os.environ.get("BENCH_E2E_LATENCIES_MS", "0,500").split(",") if x.strip()]
 
 
@@ -199,6 +202,14 @@ def run() -> None:
                 for kind, seconds in sorted(cpu.items()):
                     figure(f"{tag}_{side}_cpu_ms_per_job_{kind}", seconds * 1000 / JOBS)
                 figure(f"{tag}_{side}_cpu_ms_per_job_total", sum(cpu.values()) * 1000 / JOBS)
+            # Like for like (NFR-11): the processes each side needs to run a job, the submitting
+            # one left out on both. Only the naive side's own kinds count for it: another
+            # checkout's benchmark running on the machine meanwhile may match the service's kinds.
+            ours_service = sum(ours_cpu.get(k, 0.0) for k in SERVICE_KINDS) * 1000 / JOBS
+            naive_service = sum(naive_cpu.get(k, 0.0) for k in NAIVE_KINDS) * 1000 / JOBS
+            figure(f"{tag}_scrapejobs_cpu_ms_per_job_service", ours_service)
+            figure(f"{tag}_naive_cpu_ms_per_job_service", naive_service)
+            figure(f"{tag}_cpu_per_job_to_naive_ratio", ours_service / naive_service)
 
 
 def _submit(tenant_id: str, target: str, n: int, latency_ms: int) -> None:
