@@ -56,6 +56,7 @@ from typing import Any
 from bench.common import (
     ROOT,
     Proc,
+    celery_ready,
     create_tenant,
     figure,
     free_port,
@@ -429,12 +430,6 @@ def _post(base: str, token: str, url: str) -> None:
         assert response.status == 202, response.status
 
 
-def _ready(proc: Proc) -> bool:
-    if proc.p.poll() is not None:
-        raise RuntimeError(f"{proc.name} exited:\n{proc.output()[-3000:]}")
-    return " ready." in proc.output()
-
-
 def measure(
     *,
     jobs: int = JOBS,
@@ -555,7 +550,7 @@ def bare_task_redis(*, jobs: int, target: str) -> dict[str, float]:
         before = Meter._redis(r)
         worker = Proc("bare-worker", argv, env)
         try:
-            wait_until(lambda: _ready(worker), 60, "the bare worker")
+            wait_until(lambda: celery_ready(worker), 60, "the bare worker")
             os.environ["NAIVE_BROKER_URL"] = url
             from bench.naive_app import app, fetch
 

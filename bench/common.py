@@ -199,6 +199,13 @@ def running(*procs: Proc) -> Iterator[tuple[Proc, ...]]:
             p.stop()
 
 
+def celery_ready(proc: Proc) -> bool:
+    """Whether a Celery worker process has said it is ready; raises, with its log, if it exited."""
+    if proc.p.poll() is not None:
+        raise RuntimeError(f"{proc.name} exited:\n{proc.output()[-3000:]}")
+    return " ready." in proc.output()
+
+
 def wait_until(pred: Callable[[], bool], timeout: float, what: str, interval: float = 0.05) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from bench.common import (
     Proc,
+    celery_ready,
     create_tenant,
     figure,
     flush_redis,
@@ -78,12 +79,6 @@ def _classify(pid: int, cmdline: str, environ: dict[str, str]) -> str | None:
     return None
 
 
-def _ready(proc: Proc) -> bool:
-    if proc.p.poll() is not None:
-        raise RuntimeError(f"{proc.name} exited:\n{proc.output()[-3000:]}")
-    return " ready." in proc.output()
-
-
 def _naive(target: str, latency_ms: int) -> tuple[float, dict[str, float]]:
     broker = redis_url_db(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"), 2)
     env = dict(os.environ, NAIVE_BROKER_URL=broker, PYTHONUNBUFFERED="1")
@@ -109,7 +104,7 @@ def _naive(target: str, latency_ms: int) -> tuple[float, dict[str, float]]:
 
     try:
         with running(Proc("naive-worker", argv, env)) as (worker,):
-            wait_until(lambda: _ready(worker), 60, "the naive worker")
+            wait_until(lambda: celery_ready(worker), 60, "the naive worker")
             with CpuMeter(_classify) as meter:
                 started = time.time()
                 for i in range(JOBS):
@@ -141,7 +136,7 @@ def _scrapejobs(target: str, latency_ms: int) -> tuple[float, dict[str, int], di
         )
         try:
             with running(*procs) as (writer, _beat, worker):
-                wait_until(lambda: _ready(writer) and _ready(worker), 60, "writer and worker")
+                wait_until(lambda: celery_ready(writer) and celery_ready(worker), 60, "writer and worker")
                 meter = CpuMeter(_classify).__enter__()
                 submit = Proc(
                     "submit",
