@@ -8,12 +8,13 @@ against one transaction per receipt), politeness (limits not binding against lim
 (rows/s of the batch handoff against bulk_create and the COPY floor), metrics (a /metrics scrape
 at 10 and at 1,000,000 jobs), singleflight (1,000 identical jobs: requests at the target,
 time to drain), read (GET /jobs/{id} with the read cache against without it, and the ?wait=
-wake-up latency), admin (list pages and filters at a million jobs against ten thousand), peak (the
-seed's peak through the API: 28 jobs/s against a 20 s target, six workers), capacity (fetches in
-flight one worker process holds at a 10 s target), scaling (a day of the seed's load through the
-worker autoscaling rule, with one worker's measured capacity), browser (a page a script fills,
-rendered at 1, 2 and 4 pages per process, against a plain fetch of it), each
-``bench/<name>.py:run()``.
+wake-up latency), admin (list pages and filters at a million jobs against ten thousand), budget
+(what one job costs, counted: statements, row versions, index entries, WAL, Redis commands, broker
+messages, beside a bare Celery task's Redis commands), peak (the seed's peak through the API: 28
+jobs/s against a 20 s target, six workers), capacity (fetches in flight one worker process holds
+at a 10 s target), scaling (a day of the seed's load through the worker autoscaling rule, with one
+worker's measured capacity), browser (a page a script fills, rendered at 1, 2 and 4 pages per
+process, against a plain fetch of it), each ``bench/<name>.py:run()``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pathlib import Path
 ORDER = (
     "intake",
     "e2e",
+    "budget",
     "writer",
     "politeness",
     "bulk",
@@ -33,10 +35,13 @@ ORDER = (
     "singleflight",
     "read",
     "admin",
-    "peak",
-    "capacity",
-    "scaling",
-    "browser",
+wake-up latency), admin (list pages and filters at a million jobs against ten thousand), budget
+(what one job costs, counted: statements, row versions, index entries, WAL, Redis commands, broker
+messages, beside a bare Celery task's Redis commands), peak (the seed's peak through the API: 28
+jobs/s against a 20 s target, six workers), capacity (fetches in flight one worker process holds
+at a 10 s target), scaling (a day of the seed's load through the worker autoscaling rule, with one
+worker's measured capacity), browser (a page a script fills, rendered at 1, 2 and 4 pages per
+process, against a plain fetch of it), each ``bench/<name>.py:run()``.
 )
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from bench.common import (
     Proc,
+    celery_ready,
     create_tenant,
     figure,
     flush_redis,
@@ -44,6 +45,9 @@ JOBS = int(os.environ.get("BENCH_E2E_JOBS", "2000"))
 CONCURRENCY = int(os.environ.get("BENCH_E2E_CONCURRENCY", "100"))  # the worker's default
 BODY_BYTES = 4096
 TIMEOUT_S = 600
+# The processes whose CPU a job costs, like for like (bench/cpu.py kinds, the submitter excluded).
+SERVICE_KINDS = ("worker", "writer", "beat", "postgres", "redis", "target")
+NAIVE_KINDS = ("naive_worker", "redis", "target")
 LATENCIES_MS = [int(x) for x in os.environ.get("BENCH_E2E_LATENCIES_MS", "0,500").split(",") if x.strip()]
 
 
@@ -75,12 +79,6 @@ def _classify(pid: int, cmdline: str, environ: dict[str, str]) -> str | None:
     return None
 
 
-def _ready(proc: Proc) -> bool:
-    if proc.p.poll() is not None:
-        raise RuntimeError(f"{proc.name} exited:\n{proc.output()[-3000:]}")
-    return " ready." in proc.output()
-
-
 def _naive(target: str, latency_ms: int) -> tuple[float, dict[str, float]]:
     broker = redis_url_db(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"), 2)
     env = dict(os.environ, NAIVE_BROKER_URL=broker, PYTHONUNBUFFERED="1")
@@ -106,7 +104,7 @@ def _naive(target: str, latency_ms: int) -> tuple[float, dict[str, float]]:
 
     try:
         with running(Proc("naive-worker", argv, env)) as (worker,):
-            wait_until(lambda: _ready(worker), 60, "the naive worker")
+            wait_until(lambda: celery_ready(worker), 60, "the naive worker")
             with CpuMeter(_classify) as meter:
                 started = time.time()
                 for i in range(JOBS):
@@ -139,7 +137,7 @@ def _scrapejobs(target: str, latency_ms: int, *, jobs: int = JOBS) -> tuple[floa
         )
         try:
             with running(*procs) as (writer, _beat, worker):
-                wait_until(lambda: _ready(writer) and _ready(worker), 60, "writer and worker")
+                wait_until(lambda: celery_ready(writer) and celery_ready(worker), 60, "writer and worker")
                 meter = CpuMeter(_classify).__enter__()
                 submit = Proc(
                     "submit",
@@ -201,6 +199,14 @@ def run() -> None:
                 for kind, seconds in sorted(cpu.items()):
                     figure(f"{tag}_{side}_cpu_ms_per_job_{kind}", seconds * 1000 / JOBS)
                 figure(f"{tag}_{side}_cpu_ms_per_job_total", sum(cpu.values()) * 1000 / JOBS)
+            # Like for like (NFR-11): the processes each side needs to run a job, the submitting
+            # one left out on both. Only the naive side's own kinds count for it: another
+            # checkout's benchmark running on the machine meanwhile may match the service's kinds.
+            ours_service = sum(ours_cpu.get(k, 0.0) for k in SERVICE_KINDS) * 1000 / JOBS
+            naive_service = sum(naive_cpu.get(k, 0.0) for k in NAIVE_KINDS) * 1000 / JOBS
+            figure(f"{tag}_scrapejobs_cpu_ms_per_job_service", ours_service)
+            figure(f"{tag}_naive_cpu_ms_per_job_service", naive_service)
+            figure(f"{tag}_cpu_per_job_to_naive_ratio", ours_service / naive_service)
 
 
 def _submit(tenant_id: str, target: str, n: int, latency_ms: int) -> None:

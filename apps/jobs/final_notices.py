@@ -4,10 +4,12 @@
   that made the jobs final, so it is heard only once that commits. A requeue (a final job made
   queued again) sends the same notice, so the web processes' read cache drops the final copy;
   ``jobs_final_among`` is the listeners' re-check for a notice that was lost;
-- through the end-of-job outbox (seed 002 step 15): whatever makes a job final sets its
-  ``final_published_at`` to NULL in the same write; the webhooks' enqueuer takes such jobs
-  (``jobs_final_unannounced_lock``), turns them into deliveries and stamps them
-  (``jobs_final_announced_stamp``) in one transaction of its own.
+- through the end-of-job outbox: whatever makes a job final sets its ``final_published_at`` to
+  NULL in the same write; the webhooks' enqueuer takes such jobs (``jobs_final_unannounced_lock``),
+  turns them into deliveries and stamps them (``jobs_final_announced_stamp``) in one transaction
+  of its own. The writer's fold (apps/jobs/receipt_fold.py), which ends nearly every job, stamps a
+  job without a ``callback_url`` in its final write instead: there is nothing to announce, and a
+  stamp of its own would cost the row a version and its index entries (NFR-15).
 """
 
 from __future__ import annotations

@@ -157,7 +157,12 @@ WITH v AS (
                                      ELSE j.result_http_status END,
            result_stored_at = CASE WHEN p.has_result THEN p.finished_at ELSE j.result_stored_at END,
            finished_at = CASE WHEN p.final THEN p.finished_at ELSE j.finished_at END,
-           final_published_at = CASE WHEN p.final THEN NULL ELSE j.final_published_at END,
+           -- The end-of-job outbox (apps/jobs/final_notices.py) holds what there is to announce:
+           -- a job without a callback_url has nothing, so it leaves this write announced
+           -- already, and the job's row needs no fifth version (and its index entries) for the
+           -- stamp (NFR-15).
+           final_published_at = CASE WHEN NOT p.final THEN j.final_published_at
+                                     WHEN j.callback_url IS NULL THEN now() END,
            published_at = CASE WHEN p.final THEN j.published_at ELSE NULL END,
            not_before = p.not_before,
            updated_at = now()

@@ -58,7 +58,9 @@ def _system_user(name: str) -> pwd.struct_passwd:
 
 
 class PrivatePostgres:
-    def __init__(self) -> None:
+    def __init__(self, *, server_settings: dict[str, str] | None = None) -> None:
+        # Extra ``-c name=value`` settings of the server (bench/budget.py: the statement log).
+        self.server_settings = dict(server_settings or {})
         # Under /tmp, not pytest's tmp_path: as root the server's user must reach the directory.
         self.dir = Path(tempfile.mkdtemp(prefix="sj-pg-"))
         self.data = self.dir / "data"
@@ -91,6 +93,7 @@ class PrivatePostgres:
         opts = (
             f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.dir} -c fsync=off -c max_connections=300"
         )
+        opts += "".join(f" -c {name}={value}" for name, value in self.server_settings.items())
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", opts, "-w", "start")
 
     def stop(self, mode: str = "fast") -> None:

@@ -23,6 +23,7 @@ class RunningJob:
     cancel_requested: bool = False
     # Earlier attempts whose rows are still open (their worker's receipt never arrived).
     open_earlier: tuple[int, ...] = ()
+    callback_url: str | None = None
 
 
 def running_jobs_create(specs: list[RunningJob]) -> None:
@@ -35,11 +36,12 @@ def running_jobs_create(specs: list[RunningJob]) -> None:
             INSERT INTO jobs_job (id, tenant_id, method, url, headers, domain, priority, timeout_s,
                                   max_age_s, max_attempts, attempt_budget, status, attempts,
                                   created_at, started_at, updated_at, lease_owner, lease_expires_at,
-                                  published_at, cancel_requested_at)
+                                  published_at, cancel_requested_at, callback_url)
             SELECT v.id, %s, 'GET', 'http://target.test/' || v.id, '{}'::jsonb, 'target.test',
                    'normal', 30, 0, v.max_attempts, v.max_attempts, 'running', v.attempt,
-                   %s, %s, %s, 'w', %s, %s, CASE WHEN v.cancel THEN %s::timestamptz END
-              FROM unnest(%s::uuid[], %s::int[], %s::int[], %s::bool[]) AS v(id, attempt, max_attempts, cancel)
+                   %s, %s, %s, 'w', %s, %s, CASE WHEN v.cancel THEN %s::timestamptz END, v.callback_url
+              FROM unnest(%s::uuid[], %s::int[], %s::int[], %s::bool[], %s::text[])
+                   AS v(id, attempt, max_attempts, cancel, callback_url)
             """,
             [
                 str(tenant.id),
@@ -53,6 +55,7 @@ def running_jobs_create(specs: list[RunningJob]) -> None:
                 [s.attempt for s in specs],
                 [s.max_attempts for s in specs],
                 [s.cancel_requested for s in specs],
+                [s.callback_url for s in specs],
             ],
         )
         rows = [

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -207,7 +208,8 @@ def test_one_batch_picks_each_jobs_next_state_from_its_locked_row(settings) -> N
     assert moved.last_error == {"class": "http_5xx", "message": "HTTP 503 on attempt 1", "http_status": 503}
     assert moved.result_key is None and moved.lease_owner is None
     assert (job(last).status, job(last).not_before) == (JobStatus.FAILED, None)
-    assert job(last).finished_at is not None and job(last).final_published_at is None
+    # No callback_url: nothing to announce, so the fold's write leaves it announced already.
+    assert job(last).finished_at is not None and job(last).final_published_at is not None
     assert job(cancel_retry).status == JobStatus.CANCELLED
     assert job(cancel_last).status == JobStatus.CANCELLED  # a cancel wins over the last failure
     won = job(cancel_success)
@@ -224,3 +226,27 @@ def test_one_batch_picks_each_jobs_next_state_from_its_locked_row(settings) -> N
     assert Attempt.objects.get(job_id=final.id, number=1).outcome == "failed_permanent"
     assert Attempt.objects.get(job_id=retry.id, number=1).outcome == "failed_temporary"
     assert heard == sorted([last.id, cancel_retry.id, cancel_success.id, cancel_last.id])
+
+
+def test_the_fold_leaves_a_job_without_a_callback_announced_and_one_with_a_callback_to_the_webhooks() -> None:
+    """A job without a callback_url has nothing in the end-of-job outbox: its final write stamps
+    it (one row version fewer per job, NFR-15); one with a callback_url waits, unstamped, for the
+    webhooks' enqueuer, which gives it its delivery."""
+    from apps.webhooks.models import WebhookDelivery
+    from apps.webhooks.services import webhooks_enqueue_final
+
+    plain = RunningJob(id=new_id(), attempt=1, max_attempts=5)
+    hooked = RunningJob(id=new_id(), attempt=1, max_attempts=5, callback_url="http://127.0.0.1:9/hook")
+    retried = RunningJob(id=new_id(), attempt=1, max_attempts=5)
+    running_jobs_create([plain, hooked, retried])
+    receipt_submit(receipt(plain.id, 1, "succeeded"))
+    receipt_submit(receipt(hooked.id, 1, "failed_permanent"))
+    receipt_submit(receipt(retried.id, 1, "failed_temporary"))
+    assert writer_flush_once().applied == 3
+
+    announced = dict(Job.objects.values_list("id", "final_published_at"))
+    assert announced[uuid.UUID(plain.id)] is not None
+    assert announced[uuid.UUID(hooked.id)] is None
+    assert announced[uuid.UUID(retried.id)] is None  # not final: not announced either way
+    assert webhooks_enqueue_final() == 1
+    assert WebhookDelivery.objects.get().job_id == uuid.UUID(hooked.id)
