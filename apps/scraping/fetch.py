@@ -303,8 +303,7 @@ def _robots_check(url: str, *, limits: FetchLimits, check: Callable[[], None], d
     host = _host(url)
     if not domain_limits_get(domain=host).obey_robots:
         return
-    scheme = parts.scheme.lower()
-    origin = f"{scheme}://{host}:{parts.port or (443 if scheme == 'https' else 80)}"
+    origin = _robots_origin(parts.scheme.lower(), host, parts.port)
     try:
         rules = robots_rules_get(
             origin=origin,
@@ -319,6 +318,16 @@ def _robots_check(url: str, *, limits: FetchLimits, check: Callable[[], None], d
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     if not rules.allows(target):
         raise FetchError("robots_disallowed", f"robots.txt of {origin} disallows {target}", permanent=True)
+
+
+def _robots_origin(scheme: str, host: str, port: int | None) -> str:
+    """``scheme://host:port``, the origin a robots.txt is about (RFC 9309 2.3): its verdict, its
+    cached copy and any pause it causes hold for this origin only, never for the host's other
+    ports or schemes. An IPv6 literal is bracketed (RFC 3986 3.2.2): unbracketed, the file's URL
+    could not be parsed, which read as "no robots.txt", allow everything."""
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{scheme}://{host}:{port or (443 if scheme == 'https' else 80)}"
 
 
 def _robots_fetch(

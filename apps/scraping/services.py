@@ -39,6 +39,9 @@ from apps.writer.submit import receipt_submit
 
 logger = logging.getLogger(__name__)
 
+# Failures decided by the origin's robots.txt, before any request to the URL.
+ROBOTS_VERDICTS = frozenset({"robots_unavailable", "robots_disallowed"})
+
 
 class ClaimUndecided(Exception):
     """Whether this message's job runs now could not be decided (the database or the politeness
@@ -111,13 +114,16 @@ def job_run_attempt(
             job_attempt_failure_log(logger, error_class=receipt.error_class, error=receipt.error)
         # Every answer moves the adaptive rate of the domain that gave it (429/503 and timeouts
         # lower it: after a redirect, the host redirected to); a Retry-After pauses that domain
-        # for every worker.
-        turn.record(
-            http_status=receipt.http_status,
-            retry_after_s=receipt.retry_after_s,
-            timed_out=receipt.error_class == "timeout",
-            answered_url=receipt.answered_url,
-        )
+        # for every worker. A robots.txt verdict is no answer of the URL's: its pause (a file
+        # that could not be had) is the origin's own, held by the origin's cached copy
+        # (apps.politeness.robots), and must not pause the host's other ports (NFR-5).
+        if receipt.error_class not in ROBOTS_VERDICTS:
+            turn.record(
+                http_status=receipt.http_status,
+                retry_after_s=receipt.retry_after_s,
+                timed_out=receipt.error_class == "timeout",
+                answered_url=receipt.answered_url,
+            )
         # One round trip: the slot goes back, the receipt goes to the writer, and the publisher
         # is asked to refill the broker for the worker slot this frees.
         receipt_submit(receipt, also=turn.release_into, nudge_publisher=True)
