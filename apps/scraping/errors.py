@@ -26,6 +26,8 @@ address_refused        yes        the target resolves only to refused addresses
 invalid_response       yes        malformed answer, undecodable body, unusable 3xx, bad Location
 invalid_url            yes        a URL urllib3 cannot use (intake validates first)
 robots_disallowed      yes        the host's robots.txt disallows the URL; it was not requested
+redirect_deferred      (none)     not a failure: a redirect hop's domain had no turn; the attempt
+                                  is ``deferred`` and not counted (apps.scraping.fetch)
 =====================  =========  ============================================================
 """
 

@@ -33,14 +33,15 @@ from apps.politeness.services import job_domain_turn
 from apps.results.storage import ResultStoreFailed, result_store
 from apps.runtime.logs import job_attempt_failure_log, job_log_context_claimed
 from apps.scraping.errors import FetchError
-from apps.scraping.fetch import FetchRequest, fetch_open
+from apps.scraping.fetch import FetchRequest, RedirectDeferred, fetch_open
 from apps.scraping.leases import LeaseHandle, lease_keeper
 from apps.writer.submit import receipt_submit
 
 logger = logging.getLogger(__name__)
 
-# Failures decided by the origin's robots.txt, before any request to the URL.
-ROBOTS_VERDICTS = frozenset({"robots_unavailable", "robots_disallowed"})
+# Endings that are no answer of the URL's to tell its domain: decided by the origin's robots.txt
+# before any request to it, or a redirect hop deferred before its request.
+NOT_ANSWERS = frozenset({"robots_unavailable", "robots_disallowed", "redirect_deferred"})
 
 
 class ClaimUndecided(Exception):
@@ -117,7 +118,7 @@ def job_run_attempt(
         # for every worker. A robots.txt verdict is no answer of the URL's: its pause (a file
         # that could not be had) is the origin's own, held by the origin's cached copy
         # (apps.politeness.robots), and must not pause the host's other ports (NFR-5).
-        if receipt.error_class not in ROBOTS_VERDICTS:
+        if receipt.error_class not in NOT_ANSWERS:
             turn.record(
                 http_status=receipt.http_status,
                 retry_after_s=receipt.retry_after_s,
@@ -174,15 +175,18 @@ def attempt_run(*, claimed: ClaimedJob, worker: str, obey_robots: bool | None = 
             **kw,
         )
 
-    request = FetchRequest(
-        method=claimed.method,
-        url=claimed.url,
-        headers=dict(claimed.headers),
-        body=claimed.body,
-        timeout_s=float(claimed.timeout_s),
-        obey_robots=obey_robots,
-        charge_redirects=True,
-    )
+    def request_for(obey: bool) -> FetchRequest:
+        return FetchRequest(
+            method=claimed.method,
+            url=claimed.url,
+            headers=dict(claimed.headers),
+            body=claimed.body,
+            timeout_s=float(claimed.timeout_s),
+            obey_robots=obey,
+            charge_redirects=True,
+            ticket=str(claimed.id),
+        )
+
     # The fetch ends by timeout_s; storing the body gets the allowance on top. Past this the
     # upload is given up and the lease no longer renewed (issue 9, item 5).
     deadline = started + claimed.timeout_s + settings.SCRAPEJOBS_STORAGE_ALLOWANCE_S
@@ -190,6 +194,7 @@ def attempt_run(*, claimed: ClaimedJob, worker: str, obey_robots: bool | None = 
         with lease_keeper().hold(
             job_id=claimed.id, attempt=claimed.attempt, worker=worker, renew_until=deadline
         ) as lease:
+            request = request_for(obey_robots)
             check = _stop_check(job_id=str(claimed.id), attempt=claimed.attempt, lease=lease)
             with fetch_open(request=request, check=check, interrupt=lease.interrupt) as fetched:
                 answered_url = fetched.url
@@ -212,6 +217,12 @@ def attempt_run(*, claimed: ClaimedJob, worker: str, obey_robots: bool | None = 
             http_status=e.http_status,
             retry_after_s=e.retry_after_s,
             answered_url=e.url,
+        )
+    except RedirectDeferred as e:
+        # Not a failure and not counted (NFR-24): the fold requeues the job for exactly the hop
+        # domain's wait, and its next attempt starts from its own URL.
+        return finished(
+            AttemptOutcome.DEFERRED, error_class="redirect_deferred", error=str(e), retry_after_s=e.wait_s
         )
     except AttemptStopped as e:
         if e.reason == "cancelled":
