@@ -110,14 +110,22 @@ def job_run_attempt(
             logger.info("job %s not claimable (duplicate message or not queued): skipped", job_id)
             return None
         job_log_context_claimed(tenant_id=claimed.tenant_id, attempt=claimed.attempt, url=claimed.url)
-        receipt = attempt_run(claimed=claimed, worker=worker, obey_robots=_robots_obeyed(claimed))
+        receipt = attempt_run(claimed=claimed, worker=worker)
+        # One round trip: the slot goes back, the receipt goes to the writer, and the publisher
+        # is asked to refill the broker for the worker slot this frees. First, before anything
+        # that may read the database: once the attempt's lease hold has ended no lease mark says
+        # this worker is alive, and only the receipt waiting in the stream keeps the sweeper off
+        # the job. (Recording the answer first read the domain's policy, which waited 30 s for
+        # the connection pool while PostgreSQL was away, or failed at once without it and lost
+        # the receipt: the finished fetch was swept ``lost`` and done again, NFR-3.)
+        receipt_submit(receipt, also=turn.release_into, nudge_publisher=True)
         if receipt.outcome in (AttemptOutcome.PERMANENT, AttemptOutcome.TEMPORARY):
             job_attempt_failure_log(logger, error_class=receipt.error_class, error=receipt.error)
         # Every answer moves the adaptive rate of the domain that gave it (429/503 and timeouts
         # lower it: after a redirect, the host redirected to); a Retry-After pauses that domain
         # for every worker. A robots.txt verdict is no answer of the URL's: its pause (a file
         # that could not be had) is the origin's own, held by the origin's cached copy
-        # (apps.politeness.robots), and must not pause the host's other ports (NFR-5).
+        # (apps.politeness.robots), and must not pause the host's other ports (NFR-23).
         if receipt.error_class not in NOT_ANSWERS:
             turn.record(
                 http_status=receipt.http_status,
@@ -125,9 +133,6 @@ def job_run_attempt(
                 timed_out=receipt.error_class == "timeout",
                 answered_url=receipt.answered_url,
             )
-        # One round trip: the slot goes back, the receipt goes to the writer, and the publisher
-        # is asked to refill the broker for the worker slot this frees.
-        receipt_submit(receipt, also=turn.release_into, nudge_publisher=True)
     return receipt
 
 
@@ -159,9 +164,12 @@ def _robots_obeyed(claimed: ClaimedJob) -> bool:
 
 def attempt_run(*, claimed: ClaimedJob, worker: str, obey_robots: bool | None = None) -> AttemptFinished:
     """Fetch and store; never raises: every outcome, a bug included, becomes the receipt.
-    ``obey_robots`` None: looked up here (``_robots_obeyed``)."""
-    if obey_robots is None:
-        obey_robots = _robots_obeyed(claimed)
+    ``obey_robots`` None: looked up here (``_robots_obeyed``), under the lease.
+
+    Everything after the claim runs under the lease keeper's hold, the database read of the
+    tenant's robots.txt switch included: that read can wait for the connection pool (30 s) when
+    PostgreSQL is away, and before the hold no lease mark says in Redis that this worker is alive
+    (NFR-3, NFR-4)."""
     started = time.monotonic()
 
     def finished(outcome: str, **kw: Any) -> AttemptFinished:
@@ -194,7 +202,7 @@ def attempt_run(*, claimed: ClaimedJob, worker: str, obey_robots: bool | None = 
         with lease_keeper().hold(
             job_id=claimed.id, attempt=claimed.attempt, worker=worker, renew_until=deadline
         ) as lease:
-            request = request_for(obey_robots)
+            request = request_for(_robots_obeyed(claimed) if obey_robots is None else obey_robots)
             check = _stop_check(job_id=str(claimed.id), attempt=claimed.attempt, lease=lease)
             with fetch_open(request=request, check=check, interrupt=lease.interrupt) as fetched:
                 answered_url = fetched.url
