@@ -356,6 +356,11 @@ SCRAPEJOBS_DOMAIN_ADAPTIVE_RECOVERY_S = _positive_float("SCRAPEJOBS_DOMAIN_ADAPT
 SCRAPEJOBS_ROBOTS_OBEY = env.bool("SCRAPEJOBS_ROBOTS_OBEY", default=True)
 SCRAPEJOBS_ROBOTS_TTL_S = _bounded_int("SCRAPEJOBS_ROBOTS_TTL_S", 86400, 1, 86400)
 SCRAPEJOBS_ROBOTS_UNAVAILABLE_S = _bounded_int("SCRAPEJOBS_ROBOTS_UNAVAILABLE_S", 60, 1, 86400)
+# A hostile robots.txt is bounded (NFR-22): at most MAX_RULES allow/disallow lines of our group
+# apply (the rest are ignored), and a rule counts at most MAX_WILDCARDS '*' (a disallow past it is
+# cut there, so it disallows more; an allow past it is dropped). Matching is linear in the path.
+SCRAPEJOBS_ROBOTS_MAX_RULES = _bounded_int("SCRAPEJOBS_ROBOTS_MAX_RULES", 2000, 1, 100_000)
+SCRAPEJOBS_ROBOTS_MAX_WILDCARDS = _bounded_int("SCRAPEJOBS_ROBOTS_MAX_WILDCARDS", 10, 0, 1000)
 
 # Webhooks (contract 2): delays before each retry of a callback answering non-2xx, +-20% jitter.
 # The default is 10 attempts over about 16 hours; after the last one the delivery is failed.

@@ -46,12 +46,18 @@ def plan_after_attempt(
     - a cancel asked for while running wins over any retry;
     - a permanent failure, or a temporary one that used the last attempt, is ``failed``;
     - a temporary failure (or a lost attempt) waits in ``queued`` until ``not_before``: the
-      backoff, but never sooner than the target's own ``Retry-After``.
+      backoff, but never sooner than the target's own ``Retry-After``;
+    - a deferred attempt (a redirect hop's domain said wait) waits ``retry_after_s`` exactly, and
+      is never the last: it does not count.
     """
     if outcome == AttemptOutcome.SUCCEEDED:
         return NextState(JobStatus.SUCCEEDED)
     if cancel_requested or outcome == AttemptOutcome.CANCELLED:
         return NextState(JobStatus.CANCELLED)
+    if outcome == AttemptOutcome.DEFERRED:
+        # Waiting for a domain's turn: exactly its time, no backoff, and no attempt spent (the
+        # fold gives the attempt back), so never the last one.
+        return NextState(JobStatus.QUEUED, now + timedelta(seconds=max(0.0, retry_after_s or 0.0)))
     if outcome == AttemptOutcome.PERMANENT or attempt >= max_attempts:
         return NextState(JobStatus.FAILED)
     delay = backoff_seconds(attempt=attempt, base=base, cap=cap, rng=rng)

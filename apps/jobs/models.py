@@ -49,6 +49,10 @@ class AttemptOutcome(models.TextChoices):
     CANCELLED = "cancelled"
     # The worker vanished (killed, lease expired); recorded by the sweeper.
     LOST = "lost"
+    # Stopped before its fetch ended because a redirect hop's domain had no turn for it (NFR-24):
+    # the job starts again from its own URL when that turn comes. Not counted: the fold raises
+    # max_attempts by one with it, as a requeue raises it by the budget.
+    DEFERRED = "deferred"
 
 
 class WaitingFor(models.TextChoices):

@@ -147,7 +147,14 @@ WITH v AS (
 ), moved AS (
     UPDATE jobs_job AS j
        SET status = p.status, lease_owner = NULL, lease_expires_at = NULL,
-           last_error = p.last_error::jsonb,
+           -- A deferral (NFR-24) gives its attempt back and keeps the last real error; its
+           -- not-before is the domain's, which GET /jobs/{id} reports as domain_rate.
+           max_attempts = j.max_attempts + (p.outcome = 'deferred')::int,
+           last_error = CASE WHEN p.outcome = 'deferred' THEN j.last_error ELSE p.last_error::jsonb END,
+           defer_reason = CASE WHEN p.outcome = 'deferred' AND p.status = 'queued' THEN 'domain_rate'
+                               ELSE j.defer_reason END,
+           deferred_until = CASE WHEN p.outcome = 'deferred' AND p.status = 'queued' THEN p.not_before
+                                 ELSE j.deferred_until END,
            result_key = CASE WHEN p.has_result THEN p.result_key ELSE j.result_key END,
            result_size = CASE WHEN p.has_result THEN p.result_size ELSE j.result_size END,
            result_sha256 = CASE WHEN p.has_result THEN p.result_sha256 ELSE j.result_sha256 END,
@@ -199,9 +206,12 @@ def _apply_params(batch: Sequence[AttemptFinished]) -> list[Any]:
         nxt = plan(max_attempts=r.attempt + 1, cancel_requested=False)
         nxt_last = plan(max_attempts=r.attempt, cancel_requested=False)
         nxt_cancel = plan(max_attempts=r.attempt + 1, cancel_requested=True)
-        if JobStatus.QUEUED in (nxt_last.status, nxt_cancel.status):
-            # The statement sends only `go` back to the queue; a rule that retried a cancelled
-            # job or a last attempt would need its own not_before here.
+        if nxt_cancel.status == JobStatus.QUEUED or (
+            nxt_last.status == JobStatus.QUEUED and r.outcome != AttemptOutcome.DEFERRED
+        ):
+            # The statement sends only `go` back to the queue (and `last` for a deferral, which
+            # is never the last: with the same delay); a rule that retried a cancelled job or a
+            # last attempt would need its own not_before here.
             raise AssertionError(f"unexpected plan for {r.natural_key}: {nxt_last}, {nxt_cancel}")
         res = r.result
         job_id.append(r.job_id)

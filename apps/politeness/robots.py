@@ -4,7 +4,10 @@
 the longest, and knows no ``*`` or ``$``): the group whose user-agent line names our product token
 (case-insensitively), else the ``*`` group, groups of the same agent merged; the longest matching
 ``allow``/``disallow`` path wins, ``allow`` on a tie; ``*`` matches any run of characters, ``$``
-anchors the end; ``/robots.txt`` itself is always allowed. ``Crawl-delay`` (not in the RFC, but
+anchors the end; ``/robots.txt`` itself is always allowed. Matching is linear in the path's length
+(``RobotsRule.matches``: no regular expression), and a file of a hostile target is bounded: at
+most ``SCRAPEJOBS_ROBOTS_MAX_RULES`` rules apply and ``SCRAPEJOBS_ROBOTS_MAX_WILDCARDS`` wildcards
+count in a rule (docs/limits.md). ``Crawl-delay`` (not in the RFC, but
 widely used) is read from the chosen group.
 
 **Caching** (``robots_rules_get``): the file is kept in Redis per origin (scheme, host, port) for
@@ -27,7 +30,7 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 from django.conf import settings
 
@@ -72,8 +75,47 @@ class RobotsUnavailable(Exception):
 
 
 @dataclass(frozen=True)
+class RobotsRule:
+    """One ``allow``/``disallow`` line: its path pattern cut at every ``*`` into literal pieces,
+    and whether a final ``$`` anchors it to the end of the path."""
+
+    length: int  # the pattern's length in octets: the longest matching rule wins (RFC 9309 2.2.2)
+    allow: bool
+    pieces: tuple[str, ...]
+    anchored: bool
+
+    def matches(self, path: str) -> bool:
+        """Whether the pattern matches a prefix of ``path`` (all of it when anchored).
+
+        Linear in the length of the path, whatever the pattern: the first piece must start the
+        path, and every later piece is taken at its leftmost place after the one before
+        (``str.find``, which never backtracks; CPython switches to the two-way search for long
+        needles). The leftmost place is always right: a ``*`` matches any run, so matching a
+        piece earlier leaves more path for the pieces after it. Only an anchored pattern's last
+        piece has a fixed place, the end of the path. A regular expression of ``.*`` runs
+        (``/*a*a*a*a*b`` against ``/aaaa...``) backtracks for seconds to forever instead, holding
+        the GIL: the whole worker froze (docs/design/politeness.md)."""
+        pieces = self.pieces
+        if not path.startswith(pieces[0]):
+            return False
+        pos = len(pieces[0])
+        if len(pieces) == 1:
+            return not self.anchored or pos == len(path)
+        for piece in pieces[1:-1]:
+            found = path.find(piece, pos)
+            if found < 0:
+                return False
+            pos = found + len(piece)
+        last = pieces[-1]
+        if self.anchored:
+            return len(path) - len(last) >= pos and path.endswith(last)
+        return path.find(last, pos) >= 0
+
+
+@dataclass(frozen=True)
 class RobotsRules:
-    rules: tuple[tuple[int, bool, re.Pattern[str]], ...] = ()  # (path length, allow, pattern)
+    # Longest first, allow before disallow on a tie: the first rule that matches decides.
+    rules: tuple[RobotsRule, ...] = ()
     crawl_delay_s: float | None = None
 
     def allows(self, path: str) -> bool:
@@ -81,11 +123,10 @@ class RobotsRules:
         path = _normalise(path or "/")
         if path == "/robots.txt":
             return True
-        best: tuple[int, bool] | None = None
-        for length, allow, pattern in self.rules:
-            if pattern.match(path) and (best is None or (length, allow) > best):
-                best = (length, allow)
-        return best is None or best[1]
+        for rule in self.rules:
+            if rule.matches(path):
+                return rule.allow
+        return True
 
 
 ALLOW_ALL = RobotsRules()
@@ -121,8 +162,11 @@ def robots_parse(text: str, *, product: str) -> RobotsRules:
 
 
 def _rules_of(lines: list[tuple[str, str]]) -> RobotsRules:
-    rules: list[tuple[int, bool, re.Pattern[str]]] = []
+    rules: list[RobotsRule] = []
     crawl_delay: float | None = None
+    max_rules = settings.SCRAPEJOBS_ROBOTS_MAX_RULES
+    max_wildcards = settings.SCRAPEJOBS_ROBOTS_MAX_WILDCARDS
+    ignored = 0
     for field, value in lines:
         if field == "crawl-delay":
             try:
@@ -130,27 +174,55 @@ def _rules_of(lines: list[tuple[str, str]]) -> RobotsRules:
             except ValueError:
                 continue
         elif value:  # an empty disallow allows everything: it matches nothing
-            path = _normalise(value)
-            rules.append((len(path), field == "allow", _pattern(path)))
+            if len(rules) >= max_rules:
+                ignored += 1
+                continue
+            rule = _rule(_normalise(value), allow=field == "allow", max_wildcards=max_wildcards)
+            if rule is None:
+                ignored += 1
+            else:
+                rules.append(rule)
+    if ignored:
+        logger.warning(
+            "robots.txt: %d rules past the caps ignored or narrowed (%d rules, %d wildcards a rule)",
+            ignored,
+            max_rules,
+            max_wildcards,
+        )
+    rules.sort(key=lambda r: (r.length, r.allow), reverse=True)
     return RobotsRules(rules=tuple(rules), crawl_delay_s=crawl_delay)
+
+
+def _rule(path: str, *, allow: bool, max_wildcards: int) -> RobotsRule | None:
+    """The rule of one line's (normalised) path; None for an allow past the wildcard cap.
+
+    Past ``SCRAPEJOBS_ROBOTS_MAX_WILDCARDS``, a rule errs on the side of not fetching: a disallow
+    is cut after its last allowed wildcard (it then matches every path it matched, and more), an
+    allow is dropped (it then allows nothing it did not)."""
+    anchored = path.endswith("$")
+    # A run of ``*`` is one wildcard (``re.sub`` of a single class: no backtracking).
+    pieces = re.sub(r"\*+", "*", path[:-1] if anchored else path).split("*")
+    if len(pieces) - 1 > max_wildcards:
+        if allow:
+            return None
+        pieces, anchored = pieces[: max_wildcards + 1], False
+    return RobotsRule(length=len(path), allow=allow, pieces=tuple(pieces), anchored=anchored)
 
 
 def _normalise(path: str) -> str:
     """Compare paths with their unreserved characters decoded (RFC 9309 2.2.2): ``/%7Efoo`` and
-    ``/~foo`` are one path, while an encoded ``/`` or ``?`` stays encoded."""
-    return re.sub(r"%[0-9A-Fa-f]{2}", _decoded_if_unreserved, path)
+    ``/~foo`` are one path, while an encoded ``/`` or ``?`` stays encoded; and octets outside
+    US-ASCII percent-encoded (a rule's ``/ツ`` is the URL's ``/%E3%83%84``)."""
+    path = re.sub(r"%[0-9A-Fa-f]{2}", _decoded_if_unreserved, path)
+    return path if path.isascii() else quote(path, safe=_ASCII)
+
+
+_ASCII = "".join(chr(i) for i in range(0x20, 0x7F))
 
 
 def _decoded_if_unreserved(match: re.Match[str]) -> str:
     char = unquote(match.group())
     return char if char.isascii() and (char.isalnum() or char in "-._~") else match.group().upper()
-
-
-def _pattern(path: str) -> re.Pattern[str]:
-    anchored = path.endswith("$")
-    body = path[:-1] if anchored else path
-    regex = ".*".join(re.escape(part) for part in body.split("*"))
-    return re.compile(regex + ("$" if anchored else ""))
 
 
 def product_token(user_agent: str) -> str:

@@ -4,6 +4,7 @@ needs before it claims, and the live Redis state an operator sees in the admin."
 from __future__ import annotations
 
 import ipaddress
+import logging
 import time
 import uuid
 from dataclasses import dataclass
@@ -12,11 +13,14 @@ from django.conf import settings
 from django.db.models.functions import Now
 from publicsuffixlist import PublicSuffixList
 
+from apps.jobs.db_failures import database_failure
 from apps.jobs.models import Job, JobStatus
 from apps.jobs.redis import state_redis
 from apps.politeness.keys import domain_keys
 from apps.politeness.models import DomainGrouping, DomainPolicy
 from apps.tenants.models import Tenant
+
+logger = logging.getLogger(__name__)
 
 # How long a worker keeps a domain's limits before asking PostgreSQL again: an admin edit takes
 # effect everywhere within this long, and a worker does not query the database per job.
@@ -76,7 +80,16 @@ def domain_limits_get(*, domain: str) -> DomainLimits:
     hit = _cache.get(domain)
     if hit is not None and hit[0] > now:
         return hit[1]
-    limits = _limits_read(host=domain)
+    try:
+        limits = _limits_read(host=domain)
+    except Exception as e:
+        # PostgreSQL away: the last limits read serve another while (a worker in the middle of
+        # an attempt must not fail it, nor wait for the pool again at every call). With none
+        # read yet, the error stands: the gate then has the message delivered again.
+        if hit is None or database_failure(e) is None:
+            raise
+        logger.warning("domain policy of %s unreadable; the last one read still applies", domain)
+        limits = hit[1]
     if len(_cache) >= _CACHE_MAX_DOMAINS:
         _cache.clear()
     _cache[domain] = (now + POLICY_CACHE_S, limits)
@@ -132,7 +145,12 @@ def tenant_obeys_robots(*, tenant_id: uuid.UUID | str | None) -> bool:
     hit = _tenant_robots.get(tenant_id)
     if hit is not None and hit[0] > now:
         return hit[1]
-    obeys = Tenant.objects.filter(id=tenant_id).values_list("obey_robots", flat=True).first()
+    try:
+        obeys = Tenant.objects.filter(id=tenant_id).values_list("obey_robots", flat=True).first()
+    except Exception as e:
+        if hit is None or database_failure(e) is None:
+            raise
+        obeys = hit[1]  # PostgreSQL away: the last switch read, as for the domain policies
     if len(_tenant_robots) >= _CACHE_MAX_DOMAINS:
         _tenant_robots.clear()
     _tenant_robots[tenant_id] = (now + POLICY_CACHE_S, obeys is not False)

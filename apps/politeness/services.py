@@ -33,9 +33,8 @@ from __future__ import annotations
 
 import logging
 import secrets
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -193,26 +192,6 @@ def domain_crawl_delay_set(*, domain: str, delay_s: float | None, ttl_s: float) 
         pipe.execute()
 
 
-def domain_permit_wait(
-    *, domain: str, holder: str, token_only: bool, deadline: float, check: Callable[[], None]
-) -> DomainDecision:
-    """A redirect hop's permit (issue 11: a hop is charged to the host it goes to): the fetch
-    already runs, so there is no deferring it; it waits here for the hop host's token (and slot,
-    unless ``token_only``), in its place in that domain's line, calling ``check`` between waits.
-    Returns the granted decision, or the last refusal once ``deadline`` (monotonic) has passed:
-    the caller then fails the fetch with a timeout."""
-    slot_ttl_s = max(deadline - time.monotonic(), 0.0) + settings.SCRAPEJOBS_LEASE_SECONDS
-    while True:
-        check()
-        decision = domain_permit_acquire(
-            domain=domain, holder=holder, ticket=holder, slot_ttl_s=slot_ttl_s, token_only=token_only
-        )
-        left = deadline - time.monotonic()
-        if decision.granted or left <= 0:
-            return decision
-        time.sleep(min(decision.wait_s, left))
-
-
 @dataclass(eq=False)
 class DomainTurn:
     """A job's permission to contact its domain now; ``record`` reports how the target answered.
@@ -241,7 +220,9 @@ class DomainTurn:
             domain_outcome_record(
                 domain=domain, http_status=http_status, retry_after_s=retry_after_s, timed_out=timed_out
             )
-        except redis.RedisError:
+        except Exception:  # noqa: BLE001 - Redis, or the policy's read (PostgreSQL away): one answer lost
+            # The attempt is over and its receipt handed in; an answer left out of the adaptive
+            # window costs nothing that matters, an exception here would fail the task.
             logger.warning("recording the answer of %s failed", domain, exc_info=True)
 
     def release_into(self, pipe: Any) -> None:

@@ -17,10 +17,11 @@ that the connection itself is guarded:
 - **Redirects**: 301/302/303/307/308 are followed here, at most ``SCRAPEJOBS_FETCH_MAX_REDIRECTS``
   hops; 303 (and 301/302 after a POST) become GET without a body, as browsers do; credentials
   (Authorization, Cookie) are dropped when the origin changes.
-- **Politeness on every hop** (issue 11): with ``FetchRequest.charge_redirects`` a redirect hop
-  takes a token (and, for another domain, a concurrency slot) of the host it goes to, waiting in
-  that domain's line (``apps.politeness.services.domain_permit_wait``); the first hop's permit is
-  the worker's gate. With ``obey_robots`` every hop's URL is checked against its host's robots.txt
+- **Politeness on every hop**: with ``FetchRequest.charge_redirects`` a redirect hop takes a
+  token (and, for another domain, a concurrency slot) of the host it goes to, or, refused, ends
+  the fetch with ``RedirectDeferred`` (its place booked in that domain's line): the attempt is a
+  deferral and the job starts again from its own URL then, instead of a worker thread waiting
+  for the hop's turn (NFR-24). The first hop's permit is the worker's gate. With ``obey_robots`` every hop's URL is checked against its host's robots.txt
   (``apps.politeness.robots``, fetched once per TTL through this same fetcher): a disallowed URL
   fails with ``robots_disallowed`` before any request to it, an unreadable robots.txt with
   ``robots_unavailable`` (temporary).
@@ -60,12 +61,15 @@ from apps.politeness.robots import (
     robots_rules_get,
 )
 from apps.politeness.selectors import domain_limits_get
-from apps.politeness.services import domain_permit_release, domain_permit_wait
+from apps.politeness.services import domain_permit_acquire, domain_permit_release
 from apps.scraping.errors import FetchError, classify, status_error
 
 logger = logging.getLogger(__name__)
 
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+# A redirect hop within the domain group its fetch already holds may wait this long in the thread
+# for that group's next token; longer, or any wait for another group's permit, is a deferral.
+HOP_WAIT_MAX_S = 2.0
 CHUNK_SIZE = 64 * 1024
 # Headers the fetcher sets itself; a job's own values would break the request framing.
 _DROPPED_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
@@ -82,6 +86,7 @@ class FetchRequest:
     timeout_s: float = 30.0
     obey_robots: bool = False
     charge_redirects: bool = False
+    ticket: str = ""  # with charge_redirects: names the job in a hop domain's line
 
 
 @dataclass(frozen=True)
@@ -174,7 +179,15 @@ def fetch_open(
     limits = limits or FetchLimits.from_settings()
     check = check or _no_check
     deadline = time.monotonic() + request.timeout_s
-    charges = _RedirectCharges(first_url=request.url) if request.charge_redirects else None
+    charges = (
+        _RedirectCharges(
+            first_url=request.url,
+            ticket=request.ticket,
+            slot_ttl_s=request.timeout_s + settings.SCRAPEJOBS_LEASE_SECONDS,
+        )
+        if request.charge_redirects
+        else None
+    )
     try:
         with request_context(interrupt=interrupt, deadline=deadline) as ctx:
             response, url = _open_final(request=request, limits=limits, check=check, ctx=ctx, charges=charges)
@@ -264,32 +277,62 @@ def _open_final(
     raise FetchError("too_many_redirects", f"more than {limits.max_redirects} redirects", permanent=True)
 
 
-class _RedirectCharges:
-    """The permits a fetch's redirect hops take (issue 11): each hop is charged to the domain it
-    goes to. The first URL's domain group is held by the worker's gate; a hop within a group
-    already held takes a token only, a hop to another group a token and a slot, released when
-    the fetch ends (or expiring by themselves if the worker dies)."""
+class RedirectDeferred(Exception):
+    """A redirect hop's domain has no turn for this fetch now (NFR-24): the attempt ends as a
+    deferral, and the job starts again from its own URL after ``wait_s``, when its place in that
+    domain's line comes. Waiting for it here would hold the worker thread (contract section 4:
+    waiting for a domain holds no worker slot)."""
 
-    def __init__(self, *, first_url: str):
+    def __init__(self, *, host: str, wait_s: float, reason: str):
+        super().__init__(f"redirected to {host}, which has no turn for it for {wait_s:.2f}s ({reason})")
+        self.host, self.wait_s, self.reason = host, wait_s, reason
+
+
+class _RedirectCharges:
+    """The permits a fetch's redirect hops take: each hop is charged to the domain it goes to.
+    The first URL's domain group is held by the worker's gate; a hop within a group already held
+    takes a token only, a hop to another group a token and a slot, released when the fetch ends
+    (or expiring by themselves if the worker dies). A hop refused raises ``RedirectDeferred``
+    with its booked place in that domain's line under ``ticket`` (the job's, so that the job's
+    next attempt, coming back at that time, passes the line there)."""
+
+    def __init__(self, *, first_url: str, ticket: str, slot_ttl_s: float):
         self.holder = f"hop:{secrets.token_hex(8)}"
+        self.ticket = f"hop:{ticket}" if ticket else self.holder
+        self.slot_ttl_s = slot_ttl_s
         self.held = {domain_limits_get(domain=_host(first_url)).group}
         self.taken: list[str] = []
 
     def charge(self, *, url: str, deadline: float, check: Callable[[], None]) -> None:
         host = _host(url)
         group = domain_limits_get(domain=host).group
-        try:
-            decision = domain_permit_wait(
-                domain=host, holder=self.holder, token_only=group in self.held, deadline=deadline, check=check
-            )
-        except redis.RedisError:
-            # The gate already failed closed for the job's own domain; a hop is not worth
-            # failing a fetch in flight for.
-            logger.warning("politeness state unavailable for a redirect to %s", host, exc_info=True)
-            return
-        if not decision.granted:
-            raise FetchError("timeout", f"no turn at {host} within the job's timeout", permanent=False)
-        if group not in self.held:
+        token_only = group in self.held
+        # A hop within the group the fetch already holds waits for that group's next token in
+        # the thread, briefly (a chain of redirects within one site is one fetch; deferring it
+        # would make it take that site's line again from the start); any other wait is a
+        # deferral.
+        wait_until = min(time.monotonic() + HOP_WAIT_MAX_S, deadline)
+        while True:
+            try:
+                decision = domain_permit_acquire(
+                    domain=host,
+                    holder=self.holder,
+                    ticket=self.ticket,
+                    slot_ttl_s=self.slot_ttl_s,
+                    token_only=token_only,
+                )
+            except redis.RedisError:
+                # The gate already failed closed for the job's own domain; a hop is not worth
+                # failing a fetch in flight for.
+                logger.warning("politeness state unavailable for a redirect to %s", host, exc_info=True)
+                return
+            if decision.granted:
+                break
+            if not token_only or time.monotonic() + decision.wait_s > wait_until:
+                raise RedirectDeferred(host=host, wait_s=decision.wait_s, reason=decision.reason)
+            time.sleep(decision.wait_s)
+            check()
+        if not token_only:
             self.held.add(group)
             self.taken.append(group)
 
@@ -308,8 +351,7 @@ def _robots_check(url: str, *, limits: FetchLimits, check: Callable[[], None], d
     host = _host(url)
     if not domain_limits_get(domain=host).obey_robots:
         return
-    scheme = parts.scheme.lower()
-    origin = f"{scheme}://{host}:{parts.port or (443 if scheme == 'https' else 80)}"
+    origin = _robots_origin(parts.scheme.lower(), host, parts.port)
     try:
         rules = robots_rules_get(
             origin=origin,
@@ -324,6 +366,16 @@ def _robots_check(url: str, *, limits: FetchLimits, check: Callable[[], None], d
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     if not rules.allows(target):
         raise FetchError("robots_disallowed", f"robots.txt of {origin} disallows {target}", permanent=True)
+
+
+def _robots_origin(scheme: str, host: str, port: int | None) -> str:
+    """``scheme://host:port``, the origin a robots.txt is about (RFC 9309 2.3): its verdict, its
+    cached copy and any pause it causes hold for this origin only, never for the host's other
+    ports or schemes. An IPv6 literal is bracketed (RFC 3986 3.2.2): unbracketed, the file's URL
+    could not be parsed, which read as "no robots.txt", allow everything."""
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{scheme}://{host}:{port or (443 if scheme == 'https' else 80)}"
 
 
 def _robots_fetch(

@@ -34,12 +34,16 @@ from apps.politeness.services import job_domain_turn
 from apps.results.storage import ResultStoreFailed, result_store
 from apps.runtime.logs import job_attempt_failure_log, job_log_context_claimed
 from apps.scraping.errors import FetchError
-from apps.scraping.fetch import FetchRequest, fetch_open
+from apps.scraping.fetch import FetchRequest, RedirectDeferred, fetch_open
 from apps.scraping.leases import LeaseHandle, lease_keeper
 from apps.scraping.render import render_and_store
 from apps.writer.submit import receipt_submit
 
 logger = logging.getLogger(__name__)
+
+# Endings that are no answer of the URL's to tell its domain: decided by the origin's robots.txt
+# before any request to it, or a redirect hop deferred before its request.
+NOT_ANSWERS = frozenset({"robots_unavailable", "robots_disallowed", "redirect_deferred"})
 
 
 class ClaimUndecided(Exception):
@@ -108,14 +112,24 @@ def job_run_attempt(
             logger.info("job %s not claimable (duplicate message or not queued): skipped", job_id)
             return None
         job_log_context_claimed(tenant_id=claimed.tenant_id, attempt=claimed.attempt, url=claimed.url)
-        receipt = attempt_run(claimed=claimed, worker=worker, obey_robots=_robots_obeyed(claimed))
+        receipt = attempt_run(claimed=claimed, worker=worker)
+        # One round trip: the slot goes back, the receipt goes to the writer, and the publisher
+        # is asked to refill the broker for the worker slot this frees. First, before anything
+        # that may read the database: once the attempt's lease hold has ended no lease mark says
+        # this worker is alive, and only the receipt waiting in the stream keeps the sweeper off
+        # the job. (Recording the answer first read the domain's policy, which waited 30 s for
+        # the connection pool while PostgreSQL was away, or failed at once without it and lost
+        # the receipt: the finished fetch was swept ``lost`` and done again, NFR-3.)
+        receipt_submit(receipt, also=turn.release_into, nudge_publisher=True)
         if receipt.outcome in (AttemptOutcome.PERMANENT, AttemptOutcome.TEMPORARY):
             job_attempt_failure_log(logger, error_class=receipt.error_class, error=receipt.error)
         # Every answer moves the adaptive rate of the domain that gave it (429/503 and timeouts
         # lower it: after a redirect, the host redirected to); a Retry-After pauses that domain
-        # for every worker.
-        # The egress proxy's failures say nothing of the target (FR-28): its rate is left alone.
-        if receipt.error_class not in PROXY_ERROR_CLASSES:
+        # for every worker. A robots.txt verdict is no answer of the URL's: its pause (a file
+        # that could not be had) is the origin's own, held by the origin's cached copy
+        # (apps.politeness.robots), and must not pause the host's other ports (NFR-23). The
+        # egress proxy's failures say nothing of the target either (FR-28).
+        if receipt.error_class not in NOT_ANSWERS and receipt.error_class not in PROXY_ERROR_CLASSES:
             turn.record(
                 http_status=receipt.http_status,
                 retry_after_s=receipt.retry_after_s,
@@ -124,9 +138,6 @@ def job_run_attempt(
             )
         if receipt.error_class == "proxy_auth":
             _proxy_auth_failure_record(receipt.error or "")
-        # One round trip: the slot goes back, the receipt goes to the writer, and the publisher
-        # is asked to refill the broker for the worker slot this frees.
-        receipt_submit(receipt, also=turn.release_into, nudge_publisher=True)
     return receipt
 
 
@@ -168,9 +179,12 @@ def _robots_obeyed(claimed: ClaimedJob) -> bool:
 
 def attempt_run(*, claimed: ClaimedJob, worker: str, obey_robots: bool | None = None) -> AttemptFinished:
     """Fetch and store; never raises: every outcome, a bug included, becomes the receipt.
-    ``obey_robots`` None: looked up here (``_robots_obeyed``)."""
-    if obey_robots is None:
-        obey_robots = _robots_obeyed(claimed)
+    ``obey_robots`` None: looked up here (``_robots_obeyed``), under the lease.
+
+    Everything after the claim runs under the lease keeper's hold, the database read of the
+    tenant's robots.txt switch included: that read can wait for the connection pool (30 s) when
+    PostgreSQL is away, and before the hold no lease mark says in Redis that this worker is alive
+    (NFR-3, NFR-4)."""
     started = time.monotonic()
 
     def finished(outcome: str, **kw: Any) -> AttemptFinished:
@@ -184,15 +198,18 @@ def attempt_run(*, claimed: ClaimedJob, worker: str, obey_robots: bool | None = 
             **kw,
         )
 
-    request = FetchRequest(
-        method=claimed.method,
-        url=claimed.url,
-        headers=dict(claimed.headers),
-        body=claimed.body,
-        timeout_s=float(claimed.timeout_s),
-        obey_robots=obey_robots,
-        charge_redirects=True,
-    )
+    def request_for(obey: bool) -> FetchRequest:
+        return FetchRequest(
+            method=claimed.method,
+            url=claimed.url,
+            headers=dict(claimed.headers),
+            body=claimed.body,
+            timeout_s=float(claimed.timeout_s),
+            obey_robots=obey,
+            charge_redirects=True,
+            ticket=str(claimed.id),
+        )
+
     # The fetch ends by timeout_s; storing the body gets the allowance on top. Past this the
     # upload is given up and the lease no longer renewed (issue 9, item 5).
     deadline = started + claimed.timeout_s + settings.SCRAPEJOBS_STORAGE_ALLOWANCE_S
@@ -200,6 +217,7 @@ def attempt_run(*, claimed: ClaimedJob, worker: str, obey_robots: bool | None = 
         with lease_keeper().hold(
             job_id=claimed.id, attempt=claimed.attempt, worker=worker, renew_until=deadline
         ) as lease:
+            request = request_for(_robots_obeyed(claimed) if obey_robots is None else obey_robots)
             check = _stop_check(job_id=str(claimed.id), attempt=claimed.attempt, lease=lease)
             if claimed.render == Render.BROWSER:  # FR-30: apps/scraping/render.py
                 rendered = render_and_store(
@@ -238,6 +256,12 @@ def attempt_run(*, claimed: ClaimedJob, worker: str, obey_robots: bool | None = 
             http_status=e.http_status,
             retry_after_s=e.retry_after_s,
             answered_url=e.url,
+        )
+    except RedirectDeferred as e:
+        # Not a failure and not counted (NFR-24): the fold requeues the job for exactly the hop
+        # domain's wait, and its next attempt starts from its own URL.
+        return finished(
+            AttemptOutcome.DEFERRED, error_class="redirect_deferred", error=str(e), retry_after_s=e.wait_s
         )
     except AttemptStopped as e:
         if e.reason == "cancelled":

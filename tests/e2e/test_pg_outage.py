@@ -23,7 +23,7 @@ import pytest
 import redis
 from django.conf import settings
 
-from tests.support.private_pg import PrivatePostgres
+from tests.support.private_pg import PrivatePostgres, all_final, ledger_read, wait_until
 from tests.support.target import body_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -66,15 +66,6 @@ def _submit(pg: PrivatePostgres, urls: list[str]) -> list[str]:
     return list(json.loads(out.strip().splitlines()[-1]))
 
 
-def _wait(pred, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
 def _run_outage(services, target, tmp_path: Path, pg: PrivatePostgres, outage_s: float, **env: str) -> None:  # type: ignore[no-untyped-def]
     results = tmp_path / "results"
     svc = services(**_env(pg, results, **env))
@@ -93,7 +84,7 @@ def _run_outage(services, target, tmp_path: Path, pg: PrivatePostgres, outage_s:
         row = db.execute("SELECT count(*) FROM jobs_job WHERE attempts >= 1").fetchone()
         return row is not None and row[0] == JOBS
 
-    _wait(claimed, 60, "every job claimed")
+    wait_until(claimed, 60, "every job claimed")
     db.close()
     pg.stop("fast")
     time.sleep(outage_s)
@@ -101,24 +92,10 @@ def _run_outage(services, target, tmp_path: Path, pg: PrivatePostgres, outage_s:
     pg.wait_ready()
     db = pg.connect()
 
-    def final() -> bool:
-        row = db.execute(
-            "SELECT count(*) FROM jobs_job WHERE status IN ('succeeded', 'failed', 'cancelled')"
-        ).fetchone()
-        return row is not None and row[0] == JOBS
-
-    _wait(final, 120, "every job final")
+    wait_until(lambda: all_final(db, JOBS), 120, "every job final")
 
     # The exact final state of every job: succeeded, one attempt, succeeded, its body stored.
-    jobs = {
-        str(i): (status, attempts, key)
-        for i, status, attempts, key in db.execute("SELECT id, status, attempts, result_key FROM jobs_job")
-    }
-    history: dict[str, list[tuple[int, str, str | None]]] = {}
-    for job_id, number, outcome, error_class in db.execute(
-        "SELECT job_id, number, outcome, error_class FROM jobs_attempt ORDER BY job_id, number"
-    ):
-        history.setdefault(str(job_id), []).append((number, outcome, error_class))
+    jobs, history = ledger_read(db)
     db.close()
     wrong = {
         i: (jobs[i], history.get(i))
@@ -129,7 +106,7 @@ def _run_outage(services, target, tmp_path: Path, pg: PrivatePostgres, outage_s:
     assert not wrong, f"{len(wrong)} jobs not succeeded in one attempt ({summary}): {list(wrong.items())[:5]}"
     for i in ids:
         n = int(path_of[i].rsplit("/", 1)[1])
-        assert (results / jobs[i][2]).read_bytes() == body_for(n)
+        assert (results / str(jobs[i][2])).read_bytes() == body_for(n)
     # One request per job: nothing was fetched twice.
     per_path = Counter(r[1] for r in target.requests)
     assert {p: per_path[p] for p in paths} == dict.fromkeys(paths, 1)

@@ -5,9 +5,11 @@ real path."""
 
 from __future__ import annotations
 
+import time
 from urllib.parse import quote
 
 import pytest
+from django.utils import timezone
 
 from apps.jobs.models import Attempt, Job, JobStatus
 from apps.jobs.receipt_fold import attempts_apply_finished
@@ -90,14 +92,29 @@ def published(tenant, url: str) -> Job:
     return job
 
 
-def test_a_redirect_to_another_host_waits_for_that_hosts_token(make_tenant, target) -> None:
+def test_a_redirect_to_another_host_is_charged_there_and_deferred_when_it_has_no_token(
+    make_tenant, target
+) -> None:
     """127.0.0.1 is unlimited; localhost allows one request per 1.5 s. Two jobs whose URLs on
-    127.0.0.1 redirect to localhost reach localhost 1.5 s apart: the hop was charged there."""
+    127.0.0.1 redirect to localhost reach localhost 1.5 s apart: the hop was charged there. The
+    second job's hop found no token: its attempt was deferred (not counted, NFR-24) rather than
+    waiting in the thread, and its next attempt, from its own URL, got through."""
     DomainPolicy.objects.create(domain="localhost", requests_per_second=1 / 1.5, burst=1, max_concurrency=10)
     tenant = make_tenant()[0]
     landing = target.url("/bytes/7").replace("127.0.0.1", "localhost")
-    jobs = [run(published(tenant, target.url(f"/go?to={landing}&n={i}"))) for i in range(2)]
-    assert [j.status for j in jobs] == [JobStatus.SUCCEEDED] * 2
+    first, second = (run(published(tenant, target.url(f"/go?to={landing}&n={i}"))) for i in range(2))
+    assert first.status == JobStatus.SUCCEEDED
+    assert (second.status, second.attempts, second.max_attempts) == (JobStatus.QUEUED, 1, 6)
+    assert second.defer_reason == "domain_rate" and second.deferred_until == second.not_before
+    assert list(Attempt.objects.filter(job=second).values_list("outcome", "error_class")) == [
+        ("deferred", "redirect_deferred")
+    ]
+    # Back at its booked turn, 1.5 s after the first job's request (not by not_before: inside
+    # this test's transaction the fold's now() is the transaction's start).
+    time.sleep(max(0.0, target.requests_for("/bytes/7")[0][0] + 1.5 + SLACK_S - time.time()))
+    Job.objects.filter(id=second.id).update(published_at=timezone.now(), not_before=None)
+    second = run(second)
+    assert (second.status, second.attempts, second.max_attempts) == (JobStatus.SUCCEEDED, 2, 6)
     arrivals = [t for t, *_ in target.requests_for("/bytes/7")]
     assert len(arrivals) == 2
     assert arrivals[1] - arrivals[0] >= 1.5 - SLACK_S

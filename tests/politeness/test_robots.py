@@ -156,18 +156,25 @@ def test_a_robots_file_answering_404_allows_everything(obeying, make_tenant, tar
 
 
 @pytest.mark.django_db
-def test_a_robots_file_answering_503_defers_the_job_and_pauses_the_domain(
+def test_a_robots_file_answering_503_defers_the_job_and_pauses_its_origin_only(
     obeying, make_tenant, target
 ) -> None:
     """RFC 9309 2.3.1.3: a 5xx disallows everything for a while; the job is retried later (a
-    temporary failure with the pause as its Retry-After), not failed, and its domain pauses."""
+    temporary failure with the pause as its Retry-After), not failed. The pause is the origin's
+    (its cached copy): the next job of that origin is not sent, nor is the file asked again, while
+    the host's domain is not paused (NFR-23: its other ports are other origins)."""
     obeying.SCRAPEJOBS_ROBOTS_UNAVAILABLE_S = 30
     target.robots = (503, "down")
-    job = run(published(make_tenant()[0], target.url("/bytes/10")))
+    tenant = make_tenant()[0]
+    job = run(published(tenant, target.url("/bytes/10")))
     assert (job.status, error_class(job)) == (JobStatus.QUEUED, "robots_unavailable")
     assert job.not_before is not None
+    assert (job.not_before - job.updated_at).total_seconds() > 25
+    again = run(published(tenant, target.url("/bytes/11")))
+    assert (again.status, error_class(again)) == (JobStatus.QUEUED, "robots_unavailable")
     assert target.requests_for("/bytes/") == []
-    assert domain_state_get(domain="127.0.0.1").cooldown_s > 25
+    assert len(target.requests_for("/robots.txt")) == 1
+    assert domain_state_get(domain="127.0.0.1").cooldown_s == 0
 
 
 @pytest.mark.django_db

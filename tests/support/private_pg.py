@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psycopg
@@ -150,6 +150,40 @@ class PrivatePostgres:
             except psycopg.OperationalError:
                 time.sleep(0.1)
         raise AssertionError("the private PostgreSQL did not come up")
+
+
+def wait_until(pred: Callable[[], object], timeout: float, what: str) -> None:
+    """Poll ``pred`` (which may read the private server) until it is true."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def all_final(db: psycopg.Connection, count: int) -> bool:
+    row = db.execute(
+        "SELECT count(*) FROM jobs_job WHERE status IN ('succeeded', 'failed', 'cancelled')"
+    ).fetchone()
+    return row is not None and row[0] == count
+
+
+def ledger_read(
+    db: psycopg.Connection,
+) -> tuple[dict[str, tuple[str, int, str | None]], dict[str, list[tuple[int, str, str | None]]]]:
+    """Every job's (status, attempts, result key) and attempt history (number, outcome, error
+    class), by job id: the exact final state an outage test asserts."""
+    jobs = {
+        str(i): (status, attempts, key)
+        for i, status, attempts, key in db.execute("SELECT id, status, attempts, result_key FROM jobs_job")
+    }
+    history: dict[str, list[tuple[int, str, str | None]]] = {}
+    for job_id, number, outcome, error_class in db.execute(
+        "SELECT job_id, number, outcome, error_class FROM jobs_attempt ORDER BY job_id, number"
+    ):
+        history.setdefault(str(job_id), []).append((number, outcome, error_class))
+    return jobs, history
 
 
 @pytest.fixture

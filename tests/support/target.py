@@ -14,13 +14,15 @@ Routes (all deterministic, so results can be compared byte for byte):
 - ``/shed/...[?every=K]`` 503 to every K-th request of the route (``server.shed_every`` unless
                          given; 0: never), else 200 (a target shedding a share of its load, which a
                          test can change mid-run)
-Every request is logged with its arrival time (``requests_for(path_prefix)``).
+A server listens on 127.0.0.1 unless given another loopback address (``TargetServer("127.0.0.7")``,
+``TargetServer("::1")``). Every request is logged with its arrival time (``requests_for(path_prefix)``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import socket
 import threading
 import time
 from collections import defaultdict
@@ -129,8 +131,10 @@ class TargetServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        """``host``: a loopback address only (127.0.0.0/8, or ``::1`` for an IPv6 target)."""
+        self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        super().__init__((host, port), _Handler)
         self._lock = threading.Lock()
         self._counts: dict[str, int] = defaultdict(int)
         self.requests: list[tuple[float, str, str, dict, bytes]] = []
@@ -139,7 +143,8 @@ class TargetServer(ThreadingHTTPServer):
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
+        host = str(self.server_address[0])
+        return f"http://{f'[{host}]' if ':' in host else host}:{self.server_address[1]}"
 
     def url(self, path: str) -> str:
         return self.base_url + path
