@@ -107,8 +107,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # Request count and latency by route, method and status for /metrics (apps/operators).
     "apps.operators.request_metrics.RequestMetricsMiddleware",
-    # A body over SCRAPEJOBS_MAX_REQUEST_BYTES under /api/ is a 413 before anything else runs;
-    # chunked bodies are read up to the limit (scrapejobs/middleware.py).
+    # Under WSGI, a body over SCRAPEJOBS_MAX_REQUEST_BYTES under /api/ is a 413 before anything
+    # else runs (scrapejobs/middleware.py); under ASGI scrapejobs/asgi.py bounds every body first.
     "scrapejobs.middleware.RequestBodyLimitMiddleware",
     # Django's security, common and X-Frame-Options middleware, their hooks run on the event loop
     # under ASGI rather than in a thread each (scrapejobs/middleware.py).
