@@ -115,11 +115,10 @@ async def application(scope: Scope, receive: Receive, send: Send) -> None:
         # Refused unread: the connection is closed after the answer, so nothing more is taken.
         await _send_django_response(send, too_large_response(path=path, limit=body_limit(path)), close=True)
         return
-    if declared is None and not _has_header(scope, b"transfer-encoding"):
-        cached = answer_from_cache(scope)
-        if cached is not None:
-            await _send_django_response(send, cached)
-            return
+    cached = answer_from_cache(scope)
+    if cached is not None:
+        await _send_django_response(send, cached)
+        return
     if path == BATCHES_PATH and scope["method"] == "POST" and not await _token_valid(scope):
         # A batch may be hundreds of MB: a caller without a valid token gets its 401 (DRF's,
         # from the view) before any of it is read.

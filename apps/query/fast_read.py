@@ -19,7 +19,9 @@ loop with the same parts Django would use:
 
 Anything else goes to Django, which answers it as before: a token not remembered (its first use
 in this process), a job not in the cache or another tenant's, a refusal of any kind (no or bad
-token, rate limit, a middleware's redirect or refusal), ``?wait=``. tests/query/test_fast_read.py
+token, rate limit, a middleware's redirect or refusal), ``?wait=``, an ``Accept`` other than
+JSON or ``*/*`` (DRF's 406, its ``indent``), a path Django would not match (a trailing newline),
+a request with a body. tests/query/test_fast_read.py
 holds the two paths' answers side by side.
 
 The Redis calls (cache entry, rate limit) are the synchronous ones Django's path makes, run on the
@@ -50,11 +52,15 @@ from apps.tenants.authentication import TenantPrincipal
 from apps.tenants.services import token_cached
 from apps.tenants.throttling import token_rate_take
 
+# Matched whole (fullmatch): a "$" would also match before a trailing newline ("%0A"), a path
+# Django answers 404.
 JOB_PATH = re.compile(
-    "^"
-    + re.escape(API_PREFIX)
-    + r"/jobs/([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})$"
+    re.escape(API_PREFIX)
+    + r"/jobs/([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})"
 )
+# The Accept values the DRF view answers with its plain JSON: any other (text/html is a 406,
+# "application/json; indent=4" is indented JSON, a list is negotiated) is Django's to answer.
+PLAIN_ACCEPT = frozenset({b"", b"*/*", b"application/json"})
 # What the DRF view of this URL sets on its answers (an APIView with only the JSON renderer).
 VIEW_HEADERS = {"Allow": "GET, HEAD, OPTIONS"}
 _renderer = JSONRenderer()
@@ -79,12 +85,24 @@ def _chain() -> tuple[list[Any], str]:
     return middleware, route
 
 
+def _plain_headers(headers: list[tuple[bytes, bytes]]) -> bool:
+    """No body (a GET's body is still bounded and read by Django's path: a body over the limit is
+    its 413) and an Accept the view answers with plain JSON."""
+    accept = b""
+    for name, value in headers:
+        if name == b"accept":
+            accept = value.strip()
+        elif name == b"transfer-encoding" or (name == b"content-length" and value.strip() != b"0"):
+            return False
+    return accept in PLAIN_ACCEPT
+
+
 def answer_from_cache(scope: dict[str, Any]) -> HttpResponse | None:
     """The answer to a plain cached read, or None for Django to answer the request."""
     if scope["method"] != "GET" or scope["query_string"]:
         return None
-    match = JOB_PATH.match(scope["path"])
-    if match is None:
+    match = JOB_PATH.fullmatch(scope["path"])
+    if match is None or not _plain_headers(scope["headers"]):
         return None
     started = time.perf_counter()
     request = ASGIRequest(scope, io.BytesIO())
