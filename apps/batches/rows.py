@@ -179,17 +179,38 @@ class _Unparsed:
     reason: str
 
 
+class _TooDeep(Exception):
+    """A cell's JSON nests deeper than the decoder's recursion limit (``"[" * 5000``)."""
+
+
+_TOO_DEEP = "headers: the JSON in this cell is nested too deeply to read"
+
+
+def _headers_cell(value: str) -> Any:
+    """A ``headers`` cell's JSON; text that is not JSON stays a string (refused by the rules)."""
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+    except RecursionError:
+        raise _TooDeep() from None
+
+
 def _csv_cell(name: str, value: str) -> Any:
     """A CSV cell as the JSON value POST /jobs would get: numbers for the integer fields, an object
     for headers; anything that does not convert stays a string and is refused by the rules."""
     if name in _INT_FIELDS and value.strip().lstrip("-").isdigit():
         return int(value)
     if name == "headers":
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
+        return _headers_cell(value)
     return value
+
+
+def _csv_record(record: dict[str, str]) -> Any:
+    try:
+        return {k: _csv_cell(k, v) for k, v in record.items() if v != "" and v is not None}
+    except _TooDeep:
+        return _Unparsed(_TOO_DEEP)
 
 
 def _csv_rows(fh: IO[bytes]) -> RowSource:
@@ -209,7 +230,7 @@ def _csv_rows(fh: IO[bytes]) -> RowSource:
                 if None in record:  # more cells than the header names
                     yield _Unparsed("more cells than the header line has names")
                     continue
-                yield {k: _csv_cell(k, v) for k, v in record.items() if v != "" and v is not None}
+                yield _csv_record(record)
         except (UnicodeDecodeError, csv.Error) as e:
             yield _Unparsed(f"unreadable CSV: {e}")
 
@@ -218,10 +239,7 @@ def _csv_rows(fh: IO[bytes]) -> RowSource:
 
 def _parquet_value(name: str, value: Any) -> Any:
     if name == "headers" and isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
+        return _headers_cell(value)
     if name == "headers" and isinstance(value, list):  # a Parquet map reads as (key, value) pairs
         return dict(value)
     return value
@@ -258,12 +276,16 @@ def _parquet_checked(batch: pa.RecordBatch, *, first: int) -> Checked:
     others = pc.indices_nonzero(pc.invert(plain))
     if len(others) == 0:
         return Checked(table=table, rows=batch.num_rows)
-    rows = (
-        {n: _parquet_value(n, v) for n, v in row.items() if v is not None}
-        for row in batch.take(others).to_pylist()
-    )
+    rows = (_parquet_record(row) for row in batch.take(others).to_pylist())
     rest = _validated_one_by_one(zip(pc.add(others, first).to_pylist(), rows, strict=True))
     return Checked(table=pa.concat_tables([table, rest.table]), rows=batch.num_rows, rejected=rest.rejected)
+
+
+def _parquet_record(row: dict[str, Any]) -> Any:
+    try:
+        return {n: _parquet_value(n, v) for n, v in row.items() if v is not None}
+    except _TooDeep:
+        return _Unparsed(_TOO_DEEP)
 
 
 _READERS = {"json": _json_rows, "jsonl": _jsonl_rows, "csv": _csv_rows, "parquet": _parquet_rows}

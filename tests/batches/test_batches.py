@@ -310,3 +310,39 @@ def test_parts_and_manifest_live_under_the_configured_prefix(api, local_results)
     names = sorted(p.name for p in (local_results / "bulk-in" / batch_id).iterdir())
     assert names == ["manifest.json", "part-00000.parquet"]
     assert batch_load(batch_id=uuid.UUID(batch_id)) == "loaded"
+
+
+def test_a_deeply_nested_headers_cell_is_a_rejected_row_in_csv_and_parquet(api):
+    """``"[" * 5000`` makes json.loads raise RecursionError, not ValueError: the row is rejected
+    with its number and reason, the others become jobs (NFR-20)."""
+    deep = "[" * 5000
+    text = io.StringIO()
+    writer = csv.writer(text)
+    writer.writerow(["url", "headers"])
+    writer.writerow(["http://t.example/1", '{"X-A": "1"}'])
+    writer.writerow(["http://t.example/2", deep])
+    writer.writerow(["http://t.example/3", ""])
+    out = io.BytesIO()
+    pq.write_table(
+        pa.table(
+            {
+                "url": ["http://t.example/1", "http://t.example/2", "http://t.example/3"],
+                "headers": ['{"X-A": "1"}', deep, None],
+            }
+        ),
+        out,
+    )
+    for body, content_type in (
+        (text.getvalue().encode(), "text/csv"),
+        (out.getvalue(), "application/vnd.apache.parquet"),
+    ):
+        receipt = accepted(api, body, content_type=content_type)
+        assert (receipt["total"], receipt["accepted"], receipt["rejected"]) == (3, 2, 1), content_type
+        assert receipt["rejected_rows"] == [
+            {
+                "row": 2,
+                "errors": {
+                    "non_field_errors": ["headers: the JSON in this cell is nested too deeply to read"]
+                },
+            }
+        ]
