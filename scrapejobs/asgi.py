@@ -34,7 +34,7 @@ from apps.tenants.services import token_authenticate  # noqa: E402
 from scrapejobs.middleware import BATCHES_PATH, too_large_response  # noqa: E402
 
 Scope = dict[str, Any]
-Message = dict[str, Any]
+Message = Mapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Mapping[str, Any]], Awaitable[None]]
 
@@ -81,14 +81,14 @@ class BoundedBodyHandler(ASGIHandler):
                 send, too_large_response(path=refused.path, limit=refused.limit), close=True
             )
 
-    def create_request(self, scope: Scope, body_file: Any) -> Any:
+    def create_request(self, scope: Mapping[str, Any], body_file: Any) -> Any:
         # A chunked body comes without a Content-Length, which Django and DRF read as no body:
         # now that it is read (and bounded), it has a length.
         if not _has_length(scope):
             size = body_file.seek(0, os.SEEK_END)
             body_file.seek(0)
             if size:
-                scope = _with_length(scope, size)
+                scope = _with_length(dict(scope), size)
         return super().create_request(scope, body_file)
 
 
@@ -115,7 +115,7 @@ async def application(scope: Scope, receive: Receive, send: Send) -> None:
         # Refused unread: the connection is closed after the answer, so nothing more is taken.
         await _send_django_response(send, too_large_response(path=path, limit=body_limit(path)), close=True)
         return
-    cached = answer_from_cache(scope)
+    cached = await answer_from_cache(scope)
     if cached is not None:
         await _send_django_response(send, cached)
         return
@@ -147,11 +147,11 @@ def _header(scope: Scope, name: bytes) -> bytes:
     return next((v for n, v in scope["headers"] if n == name), b"")
 
 
-def _has_header(scope: Scope, name: bytes) -> bool:
+def _has_header(scope: Mapping[str, Any], name: bytes) -> bool:
     return any(n == name for n, _ in scope["headers"])
 
 
-def _has_length(scope: Scope) -> bool:
+def _has_length(scope: Mapping[str, Any]) -> bool:
     return _has_header(scope, b"content-length")
 
 

@@ -11,9 +11,9 @@ loop with the same parts Django would use:
   proxy settings, headers;
 - the middleware that runs on the loop (``hooks_on_the_loop`` in scrapejobs/middleware.py: security, common,
   X-Frame-Options), request side and response side, in the configured order;
-- the token cache (``token_cached``), the per-token rate limit (``token_rate_take``, spent once:
+- the token cache (``token_cached``), the per-token rate limit (``token_rate_take_async``, spent once:
   after the cache answered, so a miss that goes on to Django is charged there only), the cache
-  entry (``job_cached``) and the representation (``job_representation``), rendered by DRF's
+  entry (``job_cached_async``) and the representation (``job_representation``), rendered by DRF's
   JSON renderer with the headers the DRF view sets;
 - the request metrics (``recorder``), under the route Django would have matched.
 
@@ -24,9 +24,10 @@ JSON or ``*/*`` (DRF's 406, its ``indent``), a path Django would not match (a tr
 a request with a body. tests/query/test_fast_read.py
 holds the two paths' answers side by side.
 
-The Redis calls (cache entry, rate limit) are the synchronous ones Django's path makes, run on the
-loop: a round trip of well under a millisecond, bounded by the fail-open client's short timeout
-when Redis hangs, after which both skip Redis for a second.
+The Redis calls (cache entry, rate limit) are those Django's path makes, through redis.asyncio
+and awaited (NFR-21): a slow Redis holds up the read that waits for it, never the other
+connections of the process; a Redis that hangs costs the fail-open client's short timeout, after
+which both skip Redis for a second.
 """
 
 from __future__ import annotations
@@ -47,10 +48,10 @@ from rest_framework.renderers import JSONRenderer
 
 from apps.api.serializers import API_PREFIX, base_url, job_representation
 from apps.operators.request_metrics import recorder
-from apps.query.cache import job_cached
+from apps.query.cache import job_cached_async
 from apps.tenants.authentication import TenantPrincipal
 from apps.tenants.services import token_cached
-from apps.tenants.throttling import token_rate_take
+from apps.tenants.throttling import token_rate_take_async
 
 # Matched whole (fullmatch): a "$" would also match before a trailing newline ("%0A"), a path
 # Django answers 404.
@@ -97,7 +98,7 @@ def _plain_headers(headers: list[tuple[bytes, bytes]]) -> bool:
     return accept in PLAIN_ACCEPT
 
 
-def answer_from_cache(scope: dict[str, Any]) -> HttpResponse | None:
+async def answer_from_cache(scope: dict[str, Any]) -> HttpResponse | None:
     """The answer to a plain cached read, or None for Django to answer the request."""
     if scope["method"] != "GET" or scope["query_string"]:
         return None
@@ -113,7 +114,7 @@ def answer_from_cache(scope: dict[str, Any]) -> HttpResponse | None:
     if found is None:
         return None
     tenant, token = found
-    job = job_cached(tenant_id=tenant.id, job_id=uuid.UUID(match[1]))
+    job = await job_cached_async(tenant_id=tenant.id, job_id=uuid.UUID(match[1]))
     if job is None:
         return None
     middleware, route = _chain()
@@ -125,7 +126,7 @@ def answer_from_cache(scope: dict[str, Any]) -> HttpResponse | None:
         base = base_url(request)
     except Exception:  # noqa: BLE001 - DisallowedHost, a refusal: Django answers whatever it was
         return None
-    allowed, _ = token_rate_take(TenantPrincipal(tenant, token))
+    allowed, _ = await token_rate_take_async(TenantPrincipal(tenant, token))
     if not allowed:
         return None  # Django refuses it with its 429 (a refusal spends nothing)
     response = HttpResponse(

@@ -159,7 +159,7 @@ _read_for_waiter = sync_to_async(_read_and_release, thread_sensitive=False)
 
 
 @sync_to_async(thread_sensitive=False)
-def _reread(response: Response) -> bool:
+def _reread(response: HttpResponse) -> bool:
     """A waiter's read after a wake-up: the job through the cache, into the answer the view made
     (not rendered yet), with no second authentication or rate-limit charge (FR-16). False when the
     job is gone (pruned meanwhile): the caller asks the view again."""
@@ -171,7 +171,7 @@ def _reread(response: Response) -> bool:
             connection.close()
     if job is None:
         return False
-    response.data = job_representation(job, base=base)
+    response.data = job_representation(job, base=base)  # type: ignore[attr-defined]
     if job.is_final:
         response.wait_s = 0  # type: ignore[attr-defined]
     return True

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import redis
+import redis.asyncio
 from django.conf import settings
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -229,6 +230,12 @@ def test_with_redis_gone_reads_go_to_django_and_the_database(make_tenant, monkey
     assert _django(path, token=token)[0] == 200
     dead = redis.Redis(host="127.0.0.1", port=1, socket_timeout=0.1, socket_connect_timeout=0.1)
     monkeypatch.setattr(cache, "fail_open_redis", lambda: dead)
+    # The fast path's client (redis.asyncio, on the loop) is as dead.
+    monkeypatch.setattr(
+        cache,
+        "fail_open_redis_async",
+        lambda: redis.asyncio.Redis(host="127.0.0.1", port=1, socket_timeout=0.1, socket_connect_timeout=0.1),
+    )
     monkeypatch.setattr(cache, "_redis_paused_until", 0.0)
     status, _, body = _app(path, token=token)
     assert status == 200 and json.loads(body)["status"] == "succeeded"
