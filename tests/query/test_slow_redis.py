@@ -70,14 +70,19 @@ def _healthz_latencies(base: str, *, count: int = 20) -> list[float]:
     return took
 
 
-def _meanwhile(
-    work: Callable[[threading.Event], None], threads: int
-) -> tuple[list[threading.Thread], threading.Event]:
+def _healthz_meanwhile(base: str, work: Callable[[threading.Event], None], *, threads: int) -> list[float]:
+    """/healthz latencies while ``threads`` threads run ``work(stop)``, stopped afterwards."""
     stop = threading.Event()
     started = [threading.Thread(target=work, args=(stop,), daemon=True) for _ in range(threads)]
     for t in started:
         t.start()
-    return started, stop
+    try:
+        time.sleep(0.5)
+        return _healthz_latencies(base)
+    finally:
+        stop.set()
+        for t in started:
+            t.join(30)
 
 
 def test_cached_reads_waiting_on_a_slow_redis_do_not_hold_up_other_requests(slow_redis_web):
@@ -93,14 +98,7 @@ def test_cached_reads_waiting_on_a_slow_redis_do_not_hold_up_other_requests(slow
             statuses.append(requests.get(url, headers=auth, timeout=30).status_code)
 
     baseline = statistics.median(_healthz_latencies(base))
-    readers, stop = _meanwhile(read, threads=6)
-    try:
-        time.sleep(0.5)
-        took = _healthz_latencies(base)
-    finally:
-        stop.set()
-        for t in readers:
-            t.join(30)
+    took = _healthz_meanwhile(base, read, threads=6)
     assert statuses and set(statuses) == {200}, statuses
     # Each read waits at least two Redis replies (the cache entry, the rate limit), 180 ms; with
     # those waits on the loop, six readers held every other request for most of the time
@@ -136,18 +134,10 @@ def test_job_final_notices_on_a_slow_redis_do_not_hold_up_other_requests(slow_re
         finally:
             connection.close()
 
-    notifiers, stop = _meanwhile(notify, threads=1)
-    try:
-        time.sleep(0.5)
-        took = _healthz_latencies(base)
-    finally:
-        stop.set()
-        for t in notifiers:
-            t.join(30)
-    # 1,000 notices a second, one DEL each on the loop at 50 ms a reply, stalled the process
-    # for good
-    # (gunicorn killed the stalled worker). Side by side with the same process idle: less than
-    # one reply more.
+    took = _healthz_meanwhile(base, notify, threads=1)
+    # 1,000 notices a second, one DEL each on the loop at 50 ms a reply, stalled the process for
+    # good (gunicorn killed the stalled worker). Side by side with the same process idle: less
+    # than one reply more.
     assert statistics.median(took) < baseline + 0.05, (baseline, took)
     helpers.finish(waited)
     waiter.join(30)
