@@ -38,10 +38,15 @@ def _is_api(request: HttpRequest) -> bool:
 
 
 class RequestBodyLimitMiddleware:
-    """Every request body under /api/ is at most SCRAPEJOBS_MAX_REQUEST_BYTES, or answered 413
-    with the API's error body before any view runs (contract 2: never a 500, nothing created).
+    """Under WSGI (scrapejobs/wsgi.py, and Django's test client): every request body under /api/
+    is at most SCRAPEJOBS_MAX_REQUEST_BYTES, or answered 413 with the API's error body before any
+    view runs (contract 2: never a 500, nothing created).
 
-    A body with a Content-Length over the limit is refused unread. Django would refuse it too
+    The web process serves ASGI, where Django reads a whole body before any middleware runs:
+    there scrapejobs/asgi.py bounds every body, on every path, as it is read (NFR-19), and this
+    middleware finds nothing left to refuse.
+
+    Under WSGI, a body with a Content-Length over the limit is refused unread. Django would refuse it too
     (DATA_UPLOAD_MAX_MEMORY_SIZE is the same number), but by raising RequestDataTooBig from
     ``request.body``, which DRF reads before it calls a JSON parser: that was a 500 (issue 9). And
     a view that never reads its body (cancel) would act on the request and let the body go.

@@ -129,8 +129,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # Request count and latency by route, method and status for /metrics (apps/operators).
     "apps.operators.request_metrics.RequestMetricsMiddleware",
-    # A body over SCRAPEJOBS_MAX_REQUEST_BYTES under /api/ is a 413 before anything else runs;
-    # chunked bodies are read up to the limit (scrapejobs/middleware.py).
+    # Under WSGI, a body over SCRAPEJOBS_MAX_REQUEST_BYTES under /api/ is a 413 before anything
+    # else runs (scrapejobs/middleware.py); under ASGI scrapejobs/asgi.py bounds every body first.
     "scrapejobs.middleware.RequestBodyLimitMiddleware",
     # Django's security, common and X-Frame-Options middleware, their hooks run on the event loop
     # under ASGI rather than in a thread each (scrapejobs/middleware.py).
@@ -470,6 +470,9 @@ STATIC_ROOT = BASE_DIR / ".run" / "static"
 # and hold this many rows; above either, 413 and nothing is created.
 SCRAPEJOBS_BATCH_MAX_BYTES = _bounded_int("SCRAPEJOBS_BATCH_MAX_BYTES", 256 * 1024 * 1024, 1024, 1 << 34)
 SCRAPEJOBS_BATCH_MAX_ROWS = _bounded_int("SCRAPEJOBS_BATCH_MAX_ROWS", 1_000_000, 1, 100_000_000)
+# Columns of a CSV or Parquet batch (fields of a JSON row); a job has about ten, and a file of
+# thousands of columns would be rows of thousands of values each (docs/limits.md).
+SCRAPEJOBS_BATCH_MAX_COLUMNS = _bounded_int("SCRAPEJOBS_BATCH_MAX_COLUMNS", 64, 1, 10_000)
 # Good rows per Parquet part: the unit of one loader transaction (and of what a killed loader redoes).
 SCRAPEJOBS_BATCH_PART_ROWS = _bounded_int("SCRAPEJOBS_BATCH_PART_ROWS", 100_000, 1, 10_000_000)
 # The loader's lease on a batch lapses this long after its last renewal (renewed every third).

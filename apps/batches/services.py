@@ -27,17 +27,11 @@ from django.utils import timezone
 
 from apps.batches.models import Batch, BatchStatus
 from apps.batches.parts import PartInfo, batch_objects_remove, manifest_write, orphan_batches, part_write
-from apps.batches.rows import RowSource, UnreadableFile
+from apps.batches.rows import RowSource, TooManyColumns, TooManyRows, UnreadableFile
 
 
 class BatchIdempotencyConflict(Exception):
     """The Idempotency-Key was used before for another batch body."""
-
-
-class TooManyRows(Exception):
-    def __init__(self, count: int):
-        super().__init__(f"{count} rows; at most {settings.SCRAPEJOBS_BATCH_MAX_ROWS} per batch")
-        self.count = count
 
 
 def batch_submit(
@@ -52,14 +46,14 @@ def batch_submit(
     """Take a batch; returns ``(batch, created)``. A replayed key returns the batch it made
     (``created`` False); a key used for another body raises ``BatchIdempotencyConflict``.
     ``on_accepted(batch_id)`` runs once the batch is recorded as accepted (after commit)."""
-    if source.count > settings.SCRAPEJOBS_BATCH_MAX_ROWS:
+    if source.count is not None and source.count > settings.SCRAPEJOBS_BATCH_MAX_ROWS:
         raise TooManyRows(source.count)
     try:
         with transaction.atomic():  # a savepoint when the caller holds a transaction
             batch = Batch.objects.create(
                 tenant_id=tenant_id,
                 format=format,
-                total=source.count,
+                total=source.count or 0,
                 idempotency_key=idempotency_key,
                 idempotency_fingerprint=fingerprint if idempotency_key else None,
             )
@@ -81,9 +75,10 @@ def batch_submit(
     except BaseException as e:
         # Nothing was published: the parts written so far go now rather than after the grace.
         batch_objects_remove(batch_id=batch.id)
-        if isinstance(e, UnreadableFile):
-            # The client's file, damaged past what could be checked up front: a 400, and bad
-            # input changes nothing, so the batch row goes too (its key may be used again).
+        if isinstance(e, UnreadableFile | TooManyRows | TooManyColumns):
+            # The client's file, damaged or over a limit past what could be checked up front
+            # (a JSON list is counted as it is read): a 400 or 413, and bad input changes
+            # nothing, so the batch row goes too (its key may be used again).
             Batch.objects.filter(id=batch.id).delete()
         else:
             Batch.objects.filter(id=batch.id).update(

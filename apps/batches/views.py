@@ -17,9 +17,16 @@ from rest_framework.views import APIView
 from apps.api.errors import ApiError, not_found
 from apps.api.serializers import ErrorOutput, base_url
 from apps.batches import selectors
-from apps.batches.rows import CONTENT_TYPES, EXTENSIONS, UnreadableFile, rows_open
+from apps.batches.rows import (
+    CONTENT_TYPES,
+    EXTENSIONS,
+    TooManyColumns,
+    TooManyRows,
+    UnreadableFile,
+    rows_open,
+)
 from apps.batches.serializers import BatchOutput, batch_representation
-from apps.batches.services import BatchIdempotencyConflict, TooManyRows, batch_fingerprint_of, batch_submit
+from apps.batches.services import BatchIdempotencyConflict, batch_fingerprint_of, batch_submit
 from apps.batches.tasks import batch_load_enqueue
 from apps.intake.serializers import idempotency_key_validate
 
@@ -115,7 +122,8 @@ class BatchCreateView(APIView):
             400: OpenApiResponse(ErrorOutput, description="The file cannot be read in its format."),
             401: _ERR,
             413: OpenApiResponse(
-                ErrorOutput, description="Over SCRAPEJOBS_BATCH_MAX_BYTES or SCRAPEJOBS_BATCH_MAX_ROWS."
+                ErrorOutput,
+                description="Over SCRAPEJOBS_BATCH_MAX_BYTES, SCRAPEJOBS_BATCH_MAX_ROWS or SCRAPEJOBS_BATCH_MAX_COLUMNS.",
             ),
             415: _ERR,
             422: OpenApiResponse(ErrorOutput, description="Idempotency-Key reused with another file."),
@@ -141,7 +149,7 @@ class BatchCreateView(APIView):
                 raise ApiError(
                     status_code=400, type="invalid_request", code="parse_error", detail=str(e)
                 ) from None
-            except TooManyRows as e:
+            except (TooManyRows, TooManyColumns) as e:
                 raise _too_large(f"The batch has {e}.") from None
             except BatchIdempotencyConflict:
                 raise ApiError(

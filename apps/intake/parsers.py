@@ -11,8 +11,8 @@ class BoundedJSONParser(JSONParser):
 
     The size bound is not here: DRF reads ``request.body`` before it calls a JSON parser, so a
     check in ``parse`` came after Django had read the body (or raised RequestDataTooBig, a 500).
-    scrapejobs/middleware.py refuses a body over SCRAPEJOBS_MAX_REQUEST_BYTES with a 413 before
-    any view runs."""
+    scrapejobs/asgi.py (and under WSGI scrapejobs/middleware.py) refuses a body over
+    SCRAPEJOBS_MAX_REQUEST_BYTES with a 413 before any view runs."""
 
     def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
         try:

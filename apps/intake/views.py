@@ -92,7 +92,7 @@ class JobCreateView(APIView):
             length = int(meta.get("CONTENT_LENGTH") or 0)
         except ValueError:
             return None
-        # A body over SCRAPEJOBS_MAX_REQUEST_BYTES never gets here (scrapejobs/middleware.py);
+        # A body over SCRAPEJOBS_MAX_REQUEST_BYTES never gets here (scrapejobs/asgi.py, middleware.py);
         # Django's own bound, the same number in settings, is the one request.body raises on.
         if not 0 < length <= (settings.DATA_UPLOAD_MAX_MEMORY_SIZE or length):
             return None

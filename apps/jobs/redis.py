@@ -8,13 +8,17 @@ cancel flags, rate-limit buckets, the writer lease) and the Celery broker uses
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import threading
 import time
+import weakref
 
 import redis
+import redis.asyncio
 from django.conf import settings
+from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -62,6 +66,28 @@ def _fail_open_client(url: str) -> redis.Redis:
         socket_connect_timeout=FAIL_OPEN_TIMEOUT_S,
         retry=Retry(NoBackoff(), 0),
     )
+
+
+_async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, redis.asyncio.Redis] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def fail_open_redis_async() -> redis.asyncio.Redis:
+    """``fail_open_redis`` for code on the web process's event loop (apps/query/fast_read.py,
+    apps/query/waiting.py): a slow Redis makes that request wait, never every connection of the
+    process (NFR-21). One client per event loop: its connections belong to the loop."""
+    loop = asyncio.get_running_loop()
+    client = _async_clients.get(loop)
+    if client is None:
+        client = _async_clients[loop] = redis.asyncio.Redis.from_url(
+            settings.REDIS_URL,
+            decode_responses=True,
+            socket_timeout=FAIL_OPEN_TIMEOUT_S,
+            socket_connect_timeout=FAIL_OPEN_TIMEOUT_S,
+            retry=AsyncRetry(NoBackoff(), 0),
+        )
+    return client
 
 
 class WarnEvery:

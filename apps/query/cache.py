@@ -36,7 +36,7 @@ from django.db.models import Field
 
 from apps.api.selectors import parse_job_id
 from apps.jobs.models import Job
-from apps.jobs.redis import WarnEvery, fail_open_redis, job_read_cache_key
+from apps.jobs.redis import WarnEvery, fail_open_redis, fail_open_redis_async, job_read_cache_key
 from apps.query.selectors import JOB_COLUMNS, job_get
 
 logger = logging.getLogger(__name__)
@@ -81,10 +81,29 @@ def job_cached(*, tenant_id: uuid.UUID, job_id: uuid.UUID) -> Job | None:
     return _cached(job_read_cache_key(job_id), tenant_id)
 
 
+async def job_cached_async(*, tenant_id: uuid.UUID, job_id: uuid.UUID) -> Job | None:
+    """``job_cached`` for the event loop (apps/query/fast_read.py): the round trip is awaited."""
+    if settings.SCRAPEJOBS_READ_CACHE_TTL_S == 0:
+        return None
+    key = job_read_cache_key(job_id)
+    return _entry_job(await _redis_call_async(lambda r: r.get(key)), tenant_id)
+
+
 def job_cache_forget(job_ids: list[str]) -> None:
     """Drop these jobs' keys (they became final, or left a final state)."""
     if job_ids:
         _redis_call(lambda r: r.delete(*[job_read_cache_key(i) for i in job_ids]))
+
+
+# Keys dropped by one DEL: a burst of notices costs a few round trips, none of them huge.
+FORGET_BATCH = 1000
+
+
+async def job_cache_forget_async(job_ids: list[str]) -> None:
+    """``job_cache_forget`` for the event loop (apps/query/waiting.py), FORGET_BATCH keys a DEL."""
+    for i in range(0, len(job_ids), FORGET_BATCH):
+        keys = [job_read_cache_key(j) for j in job_ids[i : i + FORGET_BATCH]]
+        await _redis_call_async(lambda r, keys=keys: r.delete(*keys))
 
 
 def _key_lock(key: str) -> threading.Lock:
@@ -96,7 +115,10 @@ def _key_lock(key: str) -> threading.Lock:
 
 
 def _cached(key: str, tenant_id: uuid.UUID) -> Job | None:
-    raw = _redis_call(lambda r: r.get(key))
+    return _entry_job(_redis_call(lambda r: r.get(key)), tenant_id)
+
+
+def _entry_job(raw: str | None, tenant_id: uuid.UUID) -> Job | None:
     if not raw:
         return None
     entry = json.loads(raw)
@@ -126,6 +148,19 @@ def _json_value(value: object) -> str:
     if isinstance(value, uuid.UUID):
         return str(value)
     raise TypeError(f"{type(value).__name__} in a cached job row")
+
+
+async def _redis_call_async(call: Any) -> Any:
+    """``await call(client)`` on the loop's client, or None as ``_redis_call``."""
+    global _redis_paused_until  # noqa: PLW0603 - one flag per process, shared by its requests
+    if time.monotonic() < _redis_paused_until:
+        return None
+    try:
+        return await call(fail_open_redis_async())
+    except redis.RedisError:
+        _redis_paused_until = time.monotonic() + REDIS_PAUSE_S
+        _warn("read cache: Redis did not answer; reading jobs from the database")
+        return None
 
 
 def _redis_call(call: Any) -> Any:

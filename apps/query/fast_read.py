@@ -11,20 +11,23 @@ loop with the same parts Django would use:
   proxy settings, headers;
 - the middleware that runs on the loop (``hooks_on_the_loop`` in scrapejobs/middleware.py: security, common,
   X-Frame-Options), request side and response side, in the configured order;
-- the token cache (``token_cached``), the per-token rate limit (``token_rate_take``, spent once:
+- the token cache (``token_cached``), the per-token rate limit (``token_rate_take_async``, spent once:
   after the cache answered, so a miss that goes on to Django is charged there only), the cache
-  entry (``job_cached``) and the representation (``job_representation``), rendered by DRF's
+  entry (``job_cached_async``) and the representation (``job_representation``), rendered by DRF's
   JSON renderer with the headers the DRF view sets;
 - the request metrics (``recorder``), under the route Django would have matched.
 
 Anything else goes to Django, which answers it as before: a token not remembered (its first use
 in this process), a job not in the cache or another tenant's, a refusal of any kind (no or bad
-token, rate limit, a middleware's redirect or refusal), ``?wait=``. tests/query/test_fast_read.py
+token, rate limit, a middleware's redirect or refusal), ``?wait=``, an ``Accept`` other than
+JSON or ``*/*`` (DRF's 406, its ``indent``), a path Django would not match (a trailing newline),
+a request with a body. tests/query/test_fast_read.py
 holds the two paths' answers side by side.
 
-The Redis calls (cache entry, rate limit) are the synchronous ones Django's path makes, run on the
-loop: a round trip of well under a millisecond, bounded by the fail-open client's short timeout
-when Redis hangs, after which both skip Redis for a second.
+The Redis calls (cache entry, rate limit) are those Django's path makes, through redis.asyncio
+and awaited (NFR-21): a slow Redis holds up the read that waits for it, never the other
+connections of the process; a Redis that hangs costs the fail-open client's short timeout, after
+which both skip Redis for a second.
 """
 
 from __future__ import annotations
@@ -45,16 +48,20 @@ from rest_framework.renderers import JSONRenderer
 
 from apps.api.serializers import API_PREFIX, base_url, job_representation
 from apps.operators.request_metrics import recorder
-from apps.query.cache import job_cached
+from apps.query.cache import job_cached_async
 from apps.tenants.authentication import TenantPrincipal
 from apps.tenants.services import token_cached
-from apps.tenants.throttling import token_rate_take
+from apps.tenants.throttling import token_rate_take_async
 
+# Matched whole (fullmatch): a "$" would also match before a trailing newline ("%0A"), a path
+# Django answers 404.
 JOB_PATH = re.compile(
-    "^"
-    + re.escape(API_PREFIX)
-    + r"/jobs/([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})$"
+    re.escape(API_PREFIX)
+    + r"/jobs/([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})"
 )
+# The Accept values the DRF view answers with its plain JSON: any other (text/html is a 406,
+# "application/json; indent=4" is indented JSON, a list is negotiated) is Django's to answer.
+PLAIN_ACCEPT = frozenset({b"", b"*/*", b"application/json"})
 # What the DRF view of this URL sets on its answers (an APIView with only the JSON renderer).
 VIEW_HEADERS = {"Allow": "GET, HEAD, OPTIONS"}
 _renderer = JSONRenderer()
@@ -79,12 +86,24 @@ def _chain() -> tuple[list[Any], str]:
     return middleware, route
 
 
-def answer_from_cache(scope: dict[str, Any]) -> HttpResponse | None:
+def _plain_headers(headers: list[tuple[bytes, bytes]]) -> bool:
+    """No body (a GET's body is still bounded and read by Django's path: a body over the limit is
+    its 413) and an Accept the view answers with plain JSON."""
+    accept = b""
+    for name, value in headers:
+        if name == b"accept":
+            accept = value.strip()
+        elif name == b"transfer-encoding" or (name == b"content-length" and value.strip() != b"0"):
+            return False
+    return accept in PLAIN_ACCEPT
+
+
+async def answer_from_cache(scope: dict[str, Any]) -> HttpResponse | None:
     """The answer to a plain cached read, or None for Django to answer the request."""
     if scope["method"] != "GET" or scope["query_string"]:
         return None
-    match = JOB_PATH.match(scope["path"])
-    if match is None:
+    match = JOB_PATH.fullmatch(scope["path"])
+    if match is None or not _plain_headers(scope["headers"]):
         return None
     started = time.perf_counter()
     request = ASGIRequest(scope, io.BytesIO())
@@ -95,7 +114,7 @@ def answer_from_cache(scope: dict[str, Any]) -> HttpResponse | None:
     if found is None:
         return None
     tenant, token = found
-    job = job_cached(tenant_id=tenant.id, job_id=uuid.UUID(match[1]))
+    job = await job_cached_async(tenant_id=tenant.id, job_id=uuid.UUID(match[1]))
     if job is None:
         return None
     middleware, route = _chain()
@@ -107,7 +126,7 @@ def answer_from_cache(scope: dict[str, Any]) -> HttpResponse | None:
         base = base_url(request)
     except Exception:  # noqa: BLE001 - DisallowedHost, a refusal: Django answers whatever it was
         return None
-    allowed, _ = token_rate_take(TenantPrincipal(tenant, token))
+    allowed, _ = await token_rate_take_async(TenantPrincipal(tenant, token))
     if not allowed:
         return None  # Django refuses it with its 429 (a refusal spends nothing)
     response = HttpResponse(

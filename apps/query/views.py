@@ -130,8 +130,12 @@ class JobDetailView(APIView):
         job = cache.job_read(tenant_id=_tenant_id(request), job_id=job_id)
         if job is None:
             raise not_found()
-        response = Response(job_representation(job, base=base_url(request)))
+        base = base_url(request)
+        response = Response(job_representation(job, base=base))
         response.wait_s = 0 if job.is_final else params["wait"]  # type: ignore[attr-defined]
+        # What a waiter's re-reads need: they are this request's, authenticated and counted
+        # against the rate limit once, here (FR-16).
+        response.reread = (_tenant_id(request), job.id, base)  # type: ignore[attr-defined]
         return response
 
 
@@ -154,6 +158,25 @@ _read = sync_to_async(_read_and_release)
 _read_for_waiter = sync_to_async(_read_and_release, thread_sensitive=False)
 
 
+@sync_to_async(thread_sensitive=False)
+def _reread(response: HttpResponse) -> bool:
+    """A waiter's read after a wake-up: the job through the cache, into the answer the view made
+    (not rendered yet), with no second authentication or rate-limit charge (FR-16). False when the
+    job is gone (pruned meanwhile): the caller asks the view again."""
+    tenant_id, job_id, base = response.reread  # type: ignore[attr-defined]
+    try:
+        job = cache.job_read(tenant_id=tenant_id, job_id=job_id)
+    finally:
+        if not connection.in_atomic_block:
+            connection.close()
+    if job is None:
+        return False
+    response.data = job_representation(job, base=base)  # type: ignore[attr-defined]
+    if job.is_final:
+        response.wait_s = 0  # type: ignore[attr-defined]
+    return True
+
+
 async def job_detail(request: HttpRequest, job_id: str) -> HttpResponse:
     """GET /jobs/{id}[?wait=N]: a plain read, or a wait that holds no connection and no thread.
 
@@ -173,7 +196,8 @@ async def job_detail(request: HttpRequest, job_id: str) -> HttpResponse:
             except TimeoutError:
                 break
             changed.clear()  # before the read: a change after it sets the event again
-            response = await _read_for_waiter(request, job_id)
+            if not await _reread(response):
+                return await _read_for_waiter(request, job_id)
     return response
 
 

@@ -7,7 +7,8 @@ no database connection and no thread. Before a waiter reads its job it registers
 a change after its read is sure to wake it; the hub re-checks every waited job in one query every
 SCRAPEJOBS_WAIT_RECHECK_S, so a lost notification (or one sent while the listener was
 reconnecting) costs at most one interval. Every notice also drops the job's read-cache key first
-(apps/query/cache.py), so the woken request reads the new row.
+(apps/query/cache.py, batched and awaited through redis.asyncio), so the woken request reads the
+new row.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from django.db import connection, connections
 from psycopg import sql
 
 from apps.jobs.final_notices import JOB_FINAL_CHANNEL, jobs_final_among
-from apps.query.cache import job_cache_forget
+from apps.query.cache import job_cache_forget_async
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +62,8 @@ class FinalHub:
         self.listening = asyncio.Event()  # set while the listener's LISTEN is in force
         self._waiters: dict[str, set[asyncio.Event]] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        self._to_wake: set[str] = set()
+        self._waking: asyncio.Task[None] | None = None
 
     @contextlib.contextmanager
     def watch(self, job_id: str) -> Iterator[asyncio.Event]:
@@ -82,11 +85,20 @@ class FinalHub:
             self._tasks = [asyncio.create_task(self._listen()), asyncio.create_task(self._recheck())]
 
     def _wake(self, job_ids: list[str]) -> None:
-        """Drop the cached rows first, then wake: the woken requests must read the new row."""
-        job_cache_forget(job_ids)
-        for job_id in job_ids:
-            for event in self._waiters.get(job_id, ()):
-                event.set()
+        """Drop the cached rows first, then wake: the woken requests must read the new row. The
+        DELs are awaited in one task (NFR-21: a slow Redis never stalls the loop), one DEL for
+        every notice that arrived while the previous one was on its way."""
+        self._to_wake.update(job_ids)
+        if self._waking is None or self._waking.done():
+            self._waking = asyncio.create_task(self._forget_then_wake())
+
+    async def _forget_then_wake(self) -> None:
+        while self._to_wake:
+            job_ids, self._to_wake = sorted(self._to_wake), set()
+            await job_cache_forget_async(job_ids)
+            for job_id in job_ids:
+                for event in self._waiters.get(job_id, ()):
+                    event.set()
 
     def _wake_all(self) -> None:
         self._wake(list(self._waiters))

@@ -25,7 +25,7 @@ from redis.commands.core import Script
 from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle
 
-from apps.jobs.redis import WarnEvery, fail_open_redis
+from apps.jobs.redis import WarnEvery, fail_open_redis, fail_open_redis_async
 
 logger = logging.getLogger(__name__)
 _warn = WarnEvery(logger)
@@ -54,33 +54,62 @@ def _bucket_script(client: redis.Redis) -> Script:
     return client.register_script(_BUCKET)
 
 
+def _bucket_of(principal: Any) -> tuple[str, float, int] | None:
+    """(bucket key, rate/s, burst) of the principal's token, None when it has no limit."""
+    token = getattr(principal, "token", None)
+    if token is None:
+        return None
+    rate = principal.tenant.rate_limit_per_second or settings.SCRAPEJOBS_RATE_LIMIT_PER_SECOND
+    if rate <= 0:
+        return None
+    return f"sj:rl:{token.pk}", rate, max(settings.SCRAPEJOBS_RATE_LIMIT_BURST, 1)
+
+
 def token_rate_take(principal: Any) -> tuple[bool, float]:
     """Spend one request of the principal's token: ``(allowed, seconds until the next one)``.
     Tokens without a limit (rate 0) pass; a Redis failure lets the request pass too, or, with
     SCRAPEJOBS_RATE_LIMIT_FAIL_CLOSED, refuses it for a second."""
-    global _redis_down_until
-    token = getattr(principal, "token", None)
-    if token is None:
-        return True, 0.0
-    rate = principal.tenant.rate_limit_per_second or settings.SCRAPEJOBS_RATE_LIMIT_PER_SECOND
-    if rate <= 0:
+    bucket = _bucket_of(principal)
+    if bucket is None:
         return True, 0.0
     if time.monotonic() < _redis_down_until:
         return _unchecked()
-    burst = max(settings.SCRAPEJOBS_RATE_LIMIT_BURST, 1)
+    key, rate, burst = bucket
     client = fail_open_redis()
     try:
-        allowed, wait_ms = _bucket_script(client)(
-            keys=[f"sj:rl:{token.pk}"], args=[rate, burst], client=client
+        allowed, wait_ms = _bucket_script(client)(keys=[key], args=[rate, burst], client=client)
+    except redis.RedisError as exc:
+        return _failed(exc)
+    return bool(int(allowed)), int(wait_ms) / 1000.0
+
+
+async def token_rate_take_async(principal: Any) -> tuple[bool, float]:
+    """``token_rate_take`` for the event loop (apps/query/fast_read.py): the script's round trip
+    is awaited, so a slow Redis holds up this request only (NFR-21)."""
+    bucket = _bucket_of(principal)
+    if bucket is None:
+        return True, 0.0
+    if time.monotonic() < _redis_down_until:
+        return _unchecked()
+    key, rate, burst = bucket
+    client = fail_open_redis_async()
+    try:
+        allowed, wait_ms = await client.register_script(_BUCKET)(
+            keys=[key], args=[rate, burst], client=client
         )
     except redis.RedisError as exc:
-        _redis_down_until = time.monotonic() + _PAUSE_AFTER_FAILURE_S
-        if settings.SCRAPEJOBS_RATE_LIMIT_FAIL_CLOSED:
-            _warn("rate limit not checked: Redis unreachable (%s); requests are refused (fail closed)", exc)
-        else:
-            _warn("rate limit not applied: Redis unreachable (%s); requests pass unlimited", exc)
-        return _unchecked()
+        return _failed(exc)
     return bool(int(allowed)), int(wait_ms) / 1000.0
+
+
+def _failed(exc: Exception) -> tuple[bool, float]:
+    global _redis_down_until
+    _redis_down_until = time.monotonic() + _PAUSE_AFTER_FAILURE_S
+    if settings.SCRAPEJOBS_RATE_LIMIT_FAIL_CLOSED:
+        _warn("rate limit not checked: Redis unreachable (%s); requests are refused (fail closed)", exc)
+    else:
+        _warn("rate limit not applied: Redis unreachable (%s); requests pass unlimited", exc)
+    return _unchecked()
 
 
 def _unchecked() -> tuple[bool, float]:

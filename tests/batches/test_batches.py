@@ -310,3 +310,135 @@ def test_parts_and_manifest_live_under_the_configured_prefix(api, local_results)
     names = sorted(p.name for p in (local_results / "bulk-in" / batch_id).iterdir())
     assert names == ["manifest.json", "part-00000.parquet"]
     assert batch_load(batch_id=uuid.UUID(batch_id)) == "loaded"
+
+
+def test_a_deeply_nested_headers_cell_is_a_rejected_row_in_csv_and_parquet(api):
+    """``"[" * 5000`` makes json.loads raise RecursionError, not ValueError: the row is rejected
+    with its number and reason, the others become jobs (NFR-20)."""
+    deep = "[" * 5000
+    text = io.StringIO()
+    writer = csv.writer(text)
+    writer.writerow(["url", "headers"])
+    writer.writerow(["http://t.example/1", '{"X-A": "1"}'])
+    writer.writerow(["http://t.example/2", deep])
+    writer.writerow(["http://t.example/3", ""])
+    out = io.BytesIO()
+    pq.write_table(
+        pa.table(
+            {
+                "url": ["http://t.example/1", "http://t.example/2", "http://t.example/3"],
+                "headers": ['{"X-A": "1"}', deep, None],
+            }
+        ),
+        out,
+    )
+    for body, content_type in (
+        (text.getvalue().encode(), "text/csv"),
+        (out.getvalue(), "application/vnd.apache.parquet"),
+    ):
+        receipt = accepted(api, body, content_type=content_type)
+        assert (receipt["total"], receipt["accepted"], receipt["rejected"]) == (3, 2, 1), content_type
+        assert receipt["rejected_rows"] == [
+            {
+                "row": 2,
+                "errors": {
+                    "non_field_errors": ["headers: the JSON in this cell is nested too deeply to read"]
+                },
+            }
+        ]
+
+
+def _zigzag_varint(n: int) -> bytes:
+    z, out = (n << 1) ^ (n >> 63), bytearray()
+    while True:
+        byte, z = z & 0x7F, z >> 7
+        if not z:
+            out.append(byte)
+            return bytes(out)
+        out.append(byte | 0x80)
+
+
+def _parquet_saying(rows: int, *, says: int) -> bytes:
+    """A Parquet file of ``rows`` rows whose footer says it has ``says``: the file's num_rows
+    (Thrift compact: field 3, an i64, right after the schema) rewritten, the row group's kept."""
+    import struct
+
+    out = io.BytesIO()
+    pq.write_table(pa.table({"url": [f"http://t.example/{i}" for i in range(rows)]}), out)
+    data = out.getvalue()
+    length = struct.unpack("<I", data[-8:-4])[0]
+    footer = data[-8 - length : -8]
+    real = b"\x16" + _zigzag_varint(rows)
+    assert footer.count(real) >= 2  # the file's num_rows first, then the row group's (and its column's)
+    forged = footer.replace(real, b"\x16" + _zigzag_varint(says), 1)
+    data = data[: -8 - length] + forged + struct.pack("<I", len(forged)) + b"PAR1"
+    meta = pq.ParquetFile(io.BytesIO(data)).metadata
+    assert (meta.num_rows, meta.row_group(0).num_rows) == (says, rows)
+    return data
+
+
+@override_settings(SCRAPEJOBS_BATCH_MAX_ROWS=10)
+def test_a_parquet_footer_that_says_fewer_rows_than_it_holds_does_not_pass_the_row_limit(api, local_results):
+    r = submit(api, _parquet_saying(300, says=2), content_type="application/vnd.apache.parquet")
+    assert r.status_code == 413, r.content
+    assert r.json()["detail"] == "The batch has 300 rows; at most 10 per batch."
+    assert Batch.objects.count() == 0 and not list(local_results.rglob("*.parquet"))
+
+
+@override_settings(SCRAPEJOBS_BATCH_MAX_ROWS=3)
+def test_a_json_list_past_the_row_limit_is_a_413_as_it_is_read_and_leaves_nothing(api, local_results):
+    r = submit(api, b"[" + b",".join([b"{}"] * 100_000) + b"]")
+    assert r.status_code == 413, r.content
+    assert r.json()["detail"] == "The batch has more than 3 rows; at most 3 per batch."
+    assert Batch.objects.count() == 0 and not list(local_results.rglob("*.parquet"))
+
+
+@override_settings(SCRAPEJOBS_BATCH_MAX_COLUMNS=8)
+def test_a_file_with_more_columns_than_the_limit_is_a_413_and_a_json_row_with_more_fields_is_rejected(api):
+    names = ["url", *(f"c{i}" for i in range(8))]
+    text = io.StringIO()
+    csv.writer(text).writerows([names, ["http://t.example/1", *([""] * 8)]])
+    out = io.BytesIO()
+    pq.write_table(pa.table({n: ["http://t.example/1"] for n in names}), out)
+    for body, content_type in (
+        (text.getvalue().encode(), "text/csv"),
+        (out.getvalue(), "application/vnd.apache.parquet"),
+    ):
+        r = submit(api, body, content_type=content_type)
+        assert r.status_code == 413, (content_type, r.content)
+        assert r.json()["detail"] == "The batch has 9 columns; at most 8 per batch."
+    assert Batch.objects.count() == 0
+    wide = {n: "x" for n in names} | {"url": "http://t.example/2"}
+    receipt = accepted(api, [{"url": "http://t.example/1"}, wide])
+    assert (receipt["accepted"], receipt["rejected"]) == (1, 1)
+    assert receipt["rejected_rows"] == [
+        {"row": 2, "errors": {"non_field_errors": ["9 fields; a job has at most 8"]}}
+    ]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"[",
+        b"[1,]",
+        b'[{"url": "http://t.example/"}] x',
+        b"[{}" + b" " * (3 << 20) + b"{}]",
+        b'["\xff"]',
+        b"[[" * 3000,
+    ],
+)
+def test_a_json_list_that_does_not_read_to_its_end_is_400_and_creates_nothing(api, body):
+    r = submit(api, body)
+    assert r.status_code == 400, r.content
+    assert r.json()["code"] == "parse_error"
+    assert Batch.objects.count() == 0
+
+
+def test_a_json_list_read_row_by_row_across_reads_gives_every_row(api, monkeypatch):
+    from apps.batches import rows as batch_rows
+
+    monkeypatch.setattr(batch_rows, "JSON_READ_BYTES", 7)  # every value cut across reads
+    body = b' \n[ {"url": "http://t.example/1", "max_attempts": 12} ,\n 42, {"url": "http://t.example/\xc3\xa9"} ] \n'
+    receipt = accepted(api, body)
+    assert (receipt["total"], receipt["accepted"], receipt["rejected"]) == (3, 2, 1)
+    assert [r["row"] for r in receipt["rejected_rows"]] == [2]

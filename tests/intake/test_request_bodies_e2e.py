@@ -184,3 +184,87 @@ def test_a_cancel_with_a_body_over_the_limit_is_a_413_and_cancels_nothing(web):
     assert answer.status == 413, answer.body[:500]
     assert answer.json() == TOO_LARGE
     assert Job.objects.get(id=job_id).status == "queued"
+
+
+# Every path's body is bounded in the ASGI layer (scrapejobs/asgi.py, NFR-19), before Django reads
+# it to a temporary file: the answer comes while the client has sent a small part of what it
+# announced, and the connection is closed after it.
+
+ANNOUNCED = 50_000_000_000  # 50 GB
+SENT_AT_MOST = 2 << 20  # what the client sends before it reads the answer
+
+
+def _announcing(port: int, *, path: str, length: int | None, token: str | None = None) -> bytes:
+    framing = f"Content-Length: {length}" if length is not None else "Transfer-Encoding: chunked"
+    auth = f"Authorization: Bearer {token}\r\n" if token else ""
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{auth}"
+        f"Content-Type: application/json\r\n{framing}\r\n\r\n"
+    ).encode()
+
+
+def _some_of_it(total: int = SENT_AT_MOST, *, chunked: bool = False) -> Iterator[bytes]:
+    piece = b"x" * 65536
+    for _ in range(total // len(piece)):
+        yield b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece
+        time.sleep(0.001)
+
+
+@pytest.mark.parametrize("path", ["/api/v1/jobs", "/admin/login/", "/api/v1/batches", "/healthz"])
+def test_a_50_gb_content_length_is_a_413_before_the_body_is_sent_on_every_path(web, path):
+    port, _ = web
+    answer = exchange(port, _announcing(port, path=path, length=ANNOUNCED), _some_of_it())
+    assert answer.status == 413, answer.body[:500]
+    assert answer.json()["code"] == "payload_too_large"  # type: ignore[index]
+    assert answer.headers["connection"] == "close"
+    # It answered at all: the client sent 2 MB of the 50 GB and then only read (the server
+    # would otherwise be waiting for the rest, and the read would time out).
+    assert answer.sent <= SENT_AT_MOST
+
+
+@pytest.mark.parametrize("path", ["/admin/login/", "/dashboard/", "/api/v1/jobs"])
+def test_a_chunked_body_past_the_limit_is_a_413_on_every_path_while_it_streams(web, path):
+    port, _ = web
+    answer = exchange(port, _announcing(port, path=path, length=None), _some_of_it(64 << 20, chunked=True))
+    assert answer.status == 413, answer.body[:500]
+    assert answer.json()["code"] == "payload_too_large"  # type: ignore[index]
+    assert answer.sent < 8 * LIMIT, f"{answer.sent} bytes sent before the answer"
+
+
+@pytest.mark.parametrize("token", [None, "not-a-token"])
+def test_a_batch_without_a_valid_token_is_a_401_before_its_body_is_read(web, token):
+    port, _ = web
+    announced = settings.SCRAPEJOBS_BATCH_MAX_BYTES - 1  # within the batch limit
+    answer = exchange(
+        port, _announcing(port, path="/api/v1/batches", length=announced, token=token), _some_of_it()
+    )
+    assert answer.status == 401, answer.body[:500]
+    assert answer.json()["type"] == "authentication_error"  # type: ignore[index]
+    assert answer.headers["connection"] == "close"  # the rest of the body is never taken
+    assert answer.sent <= SENT_AT_MOST  # of hundreds of MB announced: the answer came without them
+
+
+def test_a_chunked_batch_past_the_batch_limit_is_a_413_while_it_streams(services, make_tenant):
+    port = _free_port()
+    proc = services(SCRAPEJOBS_BATCH_MAX_BYTES=str(4 << 20)).start("web", port=port, workers=1)
+    _, token, _ = make_tenant()
+    wait_for_web(proc, port)
+    head = _announcing(port, path="/api/v1/batches", length=None, token=token)
+    answer = exchange(port, head, _some_of_it(64 << 20, chunked=True))
+    assert answer.status == 413, answer.body[:500]
+    assert (
+        answer.json()["detail"] == f"The request body is over {4 << 20} bytes (SCRAPEJOBS_BATCH_MAX_BYTES)."
+    )  # type: ignore[index]
+    assert answer.sent < (4 << 20) + 8 * LIMIT
+
+
+def test_a_chunked_batch_within_the_limit_is_taken_whole(web):
+    port, token = web
+    rows = "".join(json.dumps({"url": f"http://a.example/{i}"}) + "\n" for i in range(2000)).encode()
+    head = (
+        f"POST /api/v1/batches HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\n"
+        "Content-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n"
+    ).encode()
+    answer = exchange(port, head, _chunks(rows, 4096))
+    assert answer.status == 202, answer.body[:500]
+    assert answer.json()["total"] == 2000  # type: ignore[index]

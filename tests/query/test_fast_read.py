@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import redis
+import redis.asyncio
 from django.conf import settings
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -34,11 +35,14 @@ def call(
     host: str = "testserver",
     query: bytes = b"",
     method: str = "GET",
+    extra_headers: tuple[tuple[bytes, bytes], ...] = (),
+    body: bytes = b"",
 ) -> tuple[int, dict[str, str], bytes]:
     """One request through an ASGI application: (status, headers, body)."""
     headers = [(b"host", host.encode())]
     if token is not None:
         headers.append((b"authorization", f"Bearer {token}".encode()))
+    headers.extend(extra_headers)
     scope = {
         "type": "http",
         "asgi": {"version": "3.0"},
@@ -63,7 +67,7 @@ def call(
             if given:
                 await asyncio.Event().wait()  # the client stays until the answer
             given = True
-            return {"type": "http.request", "body": b"", "more_body": False}
+            return {"type": "http.request", "body": body, "more_body": False}
 
         async def send(message: dict[str, Any]) -> None:
             sent.append(message)
@@ -142,6 +146,10 @@ def test_the_fast_path_counts_in_the_request_metrics_under_djangos_route(make_te
         "no token",
         "not cached",
         "HEAD",
+        "accept html",
+        "accept indent",
+        "trailing newline",
+        "small body",
     ],
 )
 def test_whatever_the_fast_path_is_not_sure_of_goes_to_django(make_tenant, case):
@@ -173,6 +181,14 @@ def test_whatever_the_fast_path_is_not_sure_of_goes_to_django(make_tenant, case)
         cache.job_cache_forget([str(job.id)])
     elif case == "HEAD":
         kw["method"] = "HEAD"
+    elif case == "accept html":
+        kw["extra_headers"], expected = ((b"accept", b"text/html"),), 406
+    elif case == "accept indent":
+        kw["extra_headers"] = ((b"accept", b"application/json; indent=4"),)
+    elif case == "trailing newline":
+        path, expected = path + "\n", 404
+    elif case == "small body":
+        kw["extra_headers"], kw["body"] = ((b"content-length", b"2"),), b"{}"
     asked: list[str] = []
     real = scrapejobs.asgi.django_application
 
@@ -187,6 +203,8 @@ def test_whatever_the_fast_path_is_not_sure_of_goes_to_django(make_tenant, case)
         scrapejobs.asgi.django_application = real
     assert status == expected, body
     assert asked == [path]
+    if case == "accept indent":
+        assert body.startswith(b'{\n    "id"'), body  # DRF's indent, which the fast path does not do
 
 
 def test_the_rate_limit_is_spent_once_per_request_on_either_path(make_tenant, monkeypatch):
@@ -212,6 +230,24 @@ def test_with_redis_gone_reads_go_to_django_and_the_database(make_tenant, monkey
     assert _django(path, token=token)[0] == 200
     dead = redis.Redis(host="127.0.0.1", port=1, socket_timeout=0.1, socket_connect_timeout=0.1)
     monkeypatch.setattr(cache, "fail_open_redis", lambda: dead)
+    # The fast path's client (redis.asyncio, on the loop) is as dead.
+    monkeypatch.setattr(
+        cache,
+        "fail_open_redis_async",
+        lambda: redis.asyncio.Redis(host="127.0.0.1", port=1, socket_timeout=0.1, socket_connect_timeout=0.1),
+    )
     monkeypatch.setattr(cache, "_redis_paused_until", 0.0)
     status, _, body = _app(path, token=token)
     assert status == 200 and json.loads(body)["status"] == "succeeded"
+
+
+def test_a_get_with_a_body_over_the_limit_is_a_413_not_a_cached_read(make_tenant):
+    tenant, token, _ = make_tenant()
+    job = helpers.succeeded(tenant)
+    path = f"/api/v1/jobs/{job.id}"
+    assert _django(path, token=token)[0] == 200  # the job and the token are cached
+    too_large = b"x" * (settings.SCRAPEJOBS_MAX_REQUEST_BYTES + 1)
+    for framing in ((b"content-length", str(len(too_large)).encode()), (b"transfer-encoding", b"chunked")):
+        status, _, body = _app(path, token=token, extra_headers=(framing,), body=too_large)
+        assert status == 413, (framing, body)
+        assert json.loads(body)["code"] == "payload_too_large"

@@ -218,3 +218,20 @@ def _finish_closing(job: Job) -> None:
         helpers.finish(job)
     finally:
         connection.close()
+
+
+@pytest.mark.e2e
+def test_a_wait_admitted_at_the_rate_limit_ends_with_its_answer_not_a_429(services, make_tenant):
+    """Burst 1 at 1 request/s: the wait spends the one token; the wake-up's re-read when the job
+    ends is the same request's, not another charge (FR-16)."""
+    port = _free_port()
+    proc = services().start("web", port=port, workers=1, env={"SCRAPEJOBS_RATE_LIMIT_BURST": "1"})
+    tenant, token, _ = make_tenant(rate_limit_per_second=1)
+    wait_for_web(proc, port)
+    web = Web(port, token, tenant, proc.pid)
+    job = helpers.running(tenant)
+    t = later(0.3, lambda: helpers.finish(job))
+    elapsed, body = web.get_job(job.id, wait=10)  # asserts the 200
+    t.join()
+    assert body["status"] == "succeeded"
+    assert elapsed < 3

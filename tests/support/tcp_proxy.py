@@ -3,6 +3,8 @@ makes the database unreachable for that process alone (issue 9, item 3).
 
 ``cut()`` closes every proxied connection and refuses new ones (accepted, then closed at once:
 what a client sees from a server that is restarting); ``restore()`` forwards again.
+``reply_delay_s`` holds every piece of the upstream's answer that long before passing it on: a
+slow server (a Redis that answers in 90 ms).
 """
 
 from __future__ import annotations
@@ -10,11 +12,13 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import time
 
 
 class TcpProxy:
-    def __init__(self, *, upstream_host: str, upstream_port: int) -> None:
+    def __init__(self, *, upstream_host: str, upstream_port: int, reply_delay_s: float = 0.0) -> None:
         self.upstream = (upstream_host, upstream_port)
+        self.reply_delay_s = reply_delay_s
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port: int = self._listener.getsockname()[1]
         self._open: set[socket.socket] = set()
@@ -62,8 +66,8 @@ class TcpProxy:
             server.settimeout(None)
             with self._lock:
                 self._open |= {client, server}
-            for src, dst in ((client, server), (server, client)):
-                threading.Thread(target=self._pipe, args=(src, dst), daemon=True).start()
+            for src, dst, delay in ((client, server, 0.0), (server, client, self.reply_delay_s)):
+                threading.Thread(target=self._pipe, args=(src, dst, delay), daemon=True).start()
 
     def _connect_upstream(self) -> socket.socket:
         """A TCP upstream, or PostgreSQL's unix socket when the host is a directory (the embedded
@@ -80,9 +84,11 @@ class TcpProxy:
             raise
         return server
 
-    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+    def _pipe(self, src: socket.socket, dst: socket.socket, delay_s: float) -> None:
         try:
             while data := src.recv(65536):
+                if delay_s:
+                    time.sleep(delay_s)
                 dst.sendall(data)
         except OSError:
             pass
