@@ -467,6 +467,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "SCHEMA_PATH_PREFIX": "/api/v1",
+    # The constraints intake enforces that the serializers cannot state (apps/intake/schema.py).
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "apps.intake.schema.constraints_hook",
+    ],
 }
 
 LANGUAGE_CODE = "en-us"

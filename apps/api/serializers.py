@@ -61,6 +61,8 @@ def job_representation(job: Job, *, base: str) -> dict[str, Any]:
         "result_expired": job.result_deleted_at is not None,
         "waiting_for": wait.waiting_for,
         "waiting_until": _iso(wait.until),
+        "batch": None if job.batch_id is None else str(job.batch_id),
+        "batch_row": job.batch_row,
         "links": job_links(base=base, job_id=job.id),
     }
 
@@ -138,6 +140,12 @@ class JobOutput(serializers.Serializer):
         allow_null=True,
         help_text="When a queued job may start at the earliest; null when not known (tenant_share, "
         "dispatch) or not queued.",
+    )
+    batch = serializers.UUIDField(
+        allow_null=True, help_text="The batch this job came from; null for POST /jobs."
+    )
+    batch_row = serializers.IntegerField(
+        allow_null=True, help_text="Its row in that batch, numbered from 1 as in the batch's rejected_rows."
     )
     links = JobLinksOutput()
 

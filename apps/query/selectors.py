@@ -27,6 +27,8 @@ JOB_COLUMNS = (
     "started_at",
     "finished_at",
     "result_deleted_at",  # result_expired (retention, issue 13 item 6)
+    "batch_id",  # batch, batch_row: a batch's rows map to their jobs (FR-10, FR-24)
+    "batch_row",
 ) + JOB_WAITING_COLUMNS
 # Result columns, for GET /jobs/{id}/result.
 RESULT_COLUMNS = (
