@@ -15,6 +15,7 @@ class Model:
 
     _nested: ClassVar[dict[str, str]] = {}
     _wire: ClassVar[dict[str, str]] = {}
+    raw: dict[str, Any]
 
     @classmethod
     def from_dict(cls: type[M], data: dict[str, Any]) -> M:

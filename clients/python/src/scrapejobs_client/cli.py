@@ -43,12 +43,12 @@ err = Console(stderr=True)
 
 
 class Context:
-    def __init__(self, url: str | None, token: str | None, as_json: bool):
-        self.url, self.token, self.as_json = url, token, as_json
+    def __init__(self, url: str | None, token: str | None, as_json: bool, retries: int = 8):
+        self.url, self.token, self.as_json, self.retries = url, token, as_json, retries
 
     def client(self) -> Client:
         try:
-            return Client(self.url, self.token)
+            return Client(self.url, self.token, max_retries=self.retries)
         except ValueError as exc:
             raise click.UsageError(str(exc)) from exc
 
@@ -100,10 +100,17 @@ def _ctx(ctx: click.Context, as_json: bool | None) -> Context:
 )
 @click.option("--token", envvar="SCRAPEJOBS_TOKEN", help="An API token of your tenant [SCRAPEJOBS_TOKEN].")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (for scripts).")
+@click.option(
+    "--retries",
+    type=click.IntRange(0, 50),
+    default=8,
+    show_default=True,
+    help="Retries of a dropped connection, a 429 or a 503 before giving up.",
+)
 @click.pass_context
-def main(ctx: click.Context, url: str | None, token: str | None, as_json: bool) -> None:
+def main(ctx: click.Context, url: str | None, token: str | None, as_json: bool, retries: int) -> None:
     """scrapejobs: submit scrape jobs and batches, follow them, fetch their results."""
-    ctx.obj = Context(url, token, as_json)
+    ctx.obj = Context(url, token, as_json, retries)
 
 
 def _job_line(job: Any) -> str:
