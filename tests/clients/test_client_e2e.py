@@ -80,6 +80,11 @@ def test_errors_are_typed_with_the_apis_type_code_and_fields(stack, target):
         assert sj.cancel(slow).status in ("cancelled", "running")
         assert sj.wait(slow, timeout=60).status == "cancelled"
 
+        receipt = sj.submit_batch([{"url": target.url(f"/slow?delay=30&b={n}")} for n in range(3)])
+        loaded = sj.wait_loaded(receipt.id, timeout=60)
+        stopped = sj.cancel_batch(loaded.id)
+        assert stopped.id == loaded.id and stopped.cancelled + stopped.cancel_requested == 3
+
         key = f"k-{uuid.uuid4()}"
         first = sj.submit(target.url("/bytes/10"), idempotency_key=key)
         assert sj.submit(target.url("/bytes/10"), idempotency_key=key).id == first.id

@@ -34,6 +34,7 @@ MODELS = {
     "BatchOutput": "Batch",
     "JobCancelled": "JobCancelled",
     "JobCancelRequested": "JobCancelRequested",
+    "BatchCancelOutput": "BatchCancelled",
     "ErrorOutput": "ErrorBody",
 }
 ENUMS = {

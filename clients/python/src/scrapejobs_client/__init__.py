@@ -10,6 +10,7 @@ from scrapejobs_client._core import FINAL_STATUSES
 from scrapejobs_client._models import (
     Attempt,
     Batch,
+    BatchCancelled,
     Job,
     JobCancelled,
     JobCancelRequested,
@@ -51,6 +52,7 @@ __all__ = [
     "AuthenticationFailed",
     "BadRequest",
     "Batch",
+    "BatchCancelled",
     "BatchFailed",
     "Client",
     "Conflict",

@@ -175,6 +175,16 @@ class JobCancelRequested(Model):
 
 
 @dataclass(frozen=True)
+class BatchCancelled(Model):
+    id: str
+    cancelled: int
+    cancel_requested: int
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _nested: ClassVar[dict[str, str]] = {}
+    _wire: ClassVar[dict[str, str]] = {}
+
+
+@dataclass(frozen=True)
 class ErrorBody(Model):
     type: str
     code: str

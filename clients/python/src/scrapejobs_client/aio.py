@@ -19,6 +19,7 @@ from scrapejobs_client import _core
 from scrapejobs_client._models import (
     Attempt,
     Batch,
+    BatchCancelled,
     Job,
     JobCancelled,
     JobCancelRequested,
@@ -231,9 +232,9 @@ class AsyncClient:
     async def batch(self, batch_id: str) -> Batch:
         return Batch.from_dict((await self._request("GET", f"/batches/{batch_id}")).json())
 
-    async def cancel_batch(self, batch_id: str) -> dict[str, Any]:
+    async def cancel_batch(self, batch_id: str) -> BatchCancelled:
         """POST /batches/{id}/cancel: its queued jobs at once, its running ones as a job cancel."""
-        return dict((await self._request("POST", f"/batches/{batch_id}/cancel")).json())
+        return BatchCancelled.from_dict((await self._request("POST", f"/batches/{batch_id}/cancel")).json())
 
     async def wait_loaded(self, batch_id: str, timeout: float | None = None) -> Batch:
         """The batch once ``loaded`` (its rows are jobs); BatchFailed if it failed."""

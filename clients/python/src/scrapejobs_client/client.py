@@ -17,6 +17,7 @@ from scrapejobs_client import _core
 from scrapejobs_client._models import (
     Attempt,
     Batch,
+    BatchCancelled,
     Job,
     JobCancelled,
     JobCancelRequested,
@@ -237,9 +238,9 @@ class Client:
     def batch(self, batch_id: str) -> Batch:
         return Batch.from_dict(self._request("GET", f"/batches/{batch_id}").json())
 
-    def cancel_batch(self, batch_id: str) -> dict[str, Any]:
+    def cancel_batch(self, batch_id: str) -> BatchCancelled:
         """POST /batches/{id}/cancel: its queued jobs at once, its running ones as a job cancel."""
-        return dict(self._request("POST", f"/batches/{batch_id}/cancel").json())
+        return BatchCancelled.from_dict(self._request("POST", f"/batches/{batch_id}/cancel").json())
 
     def wait_loaded(self, batch_id: str, timeout: float | None = None) -> Batch:
         """The batch once ``loaded`` (its rows are jobs); BatchFailed if it failed."""

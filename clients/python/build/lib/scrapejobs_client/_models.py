@@ -8,10 +8,10 @@ from typing import Any, ClassVar
 
 from scrapejobs_client._base import Model
 
-JOB_STATUSES = ('queued', 'running', 'succeeded', 'failed', 'cancelled')
-PRIORITIES = ('high', 'normal', 'low')
-METHODS = ('GET', 'HEAD', 'POST')
-BATCH_STATUSES = ('receiving', 'accepted', 'loading', 'loaded', 'failed')
+JOB_STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
+PRIORITIES = ("high", "normal", "low")
+METHODS = ("GET", "HEAD", "POST")
+BATCH_STATUSES = ("receiving", "accepted", "loading", "loaded", "failed")
 
 
 @dataclass(frozen=True)
@@ -187,17 +187,13 @@ class ErrorBody(Model):
 
 # POST /jobs's fields and the constraints the API enforces on them.
 JOB_FIELDS: dict[str, dict[str, Any]] = {
-    "body": {
-        "nullable": True,
-        "pattern": "^[^\\u0000]*$",
-        "type": "string"
-    },
+    "body": {"nullable": True, "pattern": "^[^\\u0000]*$", "type": "string"},
     "callback_url": {
         "maxLength": 8192,
         "minLength": 1,
         "nullable": True,
         "pattern": "^[hH][tT][tT][pP][sS]?://(?!(?:[A-Za-z0-9-]+\\.)*[lL][oO][cC][aA][lL][hH][oO][sS][tT](?:[:/?#]|$))((?:[A-Za-z0-9-]{1,63}\\.)*[A-Za-z][A-Za-z0-9-]{0,62})(?::[0-9]{1,4})?(?:[/?#][!-~]*)?$",
-        "type": "string"
+        "type": "string",
     },
     "headers": {
         "maxProperties": 50,
@@ -215,53 +211,24 @@ JOB_FIELDS: dict[str, dict[str, Any]] = {
                     "te",
                     "trailer",
                     "transfer-encoding",
-                    "upgrade"
+                    "upgrade",
                 ]
             },
-            "pattern": "^[!#$%&'*+\\-.^_`|~0-9A-Za-z]+$"
+            "pattern": "^[!#$%&'*+\\-.^_`|~0-9A-Za-z]+$",
         },
         "type": "object",
-        "values": {
-            "maxLength": 8192,
-            "pattern": "^[^\\r\\n\\u0000]*$"
-        }
+        "values": {"maxLength": 8192, "pattern": "^[^\\r\\n\\u0000]*$"},
     },
-    "max_age_s": {
-        "maximum": 2592000,
-        "minimum": 0,
-        "type": "integer"
-    },
-    "max_attempts": {
-        "maximum": 20,
-        "minimum": 1,
-        "type": "integer"
-    },
-    "method": {
-        "enum": [
-            "GET",
-            "HEAD",
-            "POST"
-        ],
-        "type": "string"
-    },
-    "priority": {
-        "enum": [
-            "high",
-            "normal",
-            "low"
-        ],
-        "type": "string"
-    },
-    "timeout_s": {
-        "maximum": 300,
-        "minimum": 1,
-        "type": "integer"
-    },
+    "max_age_s": {"maximum": 2592000, "minimum": 0, "type": "integer"},
+    "max_attempts": {"maximum": 20, "minimum": 1, "type": "integer"},
+    "method": {"enum": ["GET", "HEAD", "POST"], "type": "string"},
+    "priority": {"enum": ["high", "normal", "low"], "type": "string"},
+    "timeout_s": {"maximum": 300, "minimum": 1, "type": "integer"},
     "url": {
         "maxLength": 8192,
         "minLength": 1,
         "pattern": "^[hH][tT][tT][pP][sS]?://(?!(?:[A-Za-z0-9-]+\\.)*[lL][oO][cC][aA][lL][hH][oO][sS][tT](?:[:/?#]|$))((?:[A-Za-z0-9-]{1,63}\\.)*[A-Za-z][A-Za-z0-9-]{0,62})(?::[0-9]{1,4})?(?:[/?#][!-~]*)?$",
-        "type": "string"
-    }
+        "type": "string",
+    },
 }
-JOB_REQUIRED: tuple[str, ...] = ('url',)
+JOB_REQUIRED: tuple[str, ...] = ("url",)
