@@ -18,9 +18,7 @@ from tests.batches.test_batches import accepted, local_results, rows  # noqa: F4
 pytestmark = pytest.mark.django_db
 
 
-def test_a_batch_cancel_ends_queued_jobs_asks_running_ones_and_leaves_final_ones(
-    make_tenant, monkeypatch
-):
+def test_a_batch_cancel_ends_queued_jobs_asks_running_ones_and_leaves_final_ones(make_tenant, monkeypatch):
     monkeypatch.setattr(cancel_requeue, "BATCH_CANCEL_CHUNK", 7)  # several chunks
     _, _, api = make_tenant()
     _, _, other = make_tenant()

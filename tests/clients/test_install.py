@@ -43,7 +43,7 @@ def _requirements(name: str, extras: set[str]) -> set[str]:
 def _wheel_from_installed(dist_name: str, out: Path) -> Path:
     """A py3-none-any wheel of an installed pure-Python distribution, from its RECORD."""
     dist = md.distribution(dist_name)
-    base = Path(dist.locate_file(""))
+    base = Path(str(dist.locate_file("")))
     info_dir = next(
         str(f).split("/")[0] for f in dist.files or [] if str(f).split("/")[0].endswith(".dist-info")
     )

@@ -39,6 +39,8 @@ def test_a_new_job_reads_back_queued_with_every_contract_field(make_tenant):
         "result_expired": False,
         "waiting_for": "tenant_share",
         "waiting_until": None,
+        "batch": None,
+        "batch_row": None,
         "links": {
             "self": f"http://testserver/api/v1/jobs/{job.id}",
             "result": f"http://testserver/api/v1/jobs/{job.id}/result",
