@@ -10,6 +10,7 @@ import hashlib
 import importlib.metadata as md
 import os
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -76,6 +77,12 @@ def test_the_client_installs_into_a_fresh_virtualenv_with_nothing_of_the_service
     wheels.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "PIP_", "VIRTUAL_ENV"))}
     env.update(PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
+    # Built from a copy: setuptools writes build/ and *.egg-info next to the sources, and a
+    # stale build/ left there would be packaged instead of the sources.
+    source = tmp_path / "source"
+    shutil.copytree(
+        CLIENT, source, ignore=shutil.ignore_patterns("build", "dist", "*.egg-info", "__pycache__")
+    )
     subprocess.run(
         [
             sys.executable,
@@ -87,7 +94,7 @@ def test_the_client_installs_into_a_fresh_virtualenv_with_nothing_of_the_service
             "--no-build-isolation",
             "-w",
             str(wheels),
-            str(CLIENT),
+            str(source),
         ],
         check=True,
         env=env,
