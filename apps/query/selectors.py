@@ -29,6 +29,7 @@ JOB_COLUMNS = (
     "result_deleted_at",  # result_expired (retention, issue 13 item 6)
     "batch_id",  # batch, batch_row: a batch's rows map to their jobs (FR-10, FR-24)
     "batch_row",
+    "result_final_url",  # final_url (FR-25)
 ) + JOB_WAITING_COLUMNS
 # Result columns, for GET /jobs/{id}/result.
 RESULT_COLUMNS = (

@@ -39,6 +39,7 @@ def test_a_new_job_reads_back_queued_with_every_contract_field(make_tenant):
         "result_expired": False,
         "waiting_for": "tenant_share",
         "waiting_until": None,
+        "final_url": None,
         "batch": None,
         "batch_row": None,
         "links": {

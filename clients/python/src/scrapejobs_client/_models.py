@@ -88,6 +88,7 @@ class Job(Model):
     result_expired: bool
     waiting_for: str | None
     waiting_until: str | None
+    final_url: str | None
     batch: str | None
     batch_row: int | None
     links: JobLinks
