@@ -127,6 +127,8 @@ class Job(models.Model):
     # The URL that gave the result after redirects, when not ``url`` itself (FR-25); NULL for a
     # job that was not redirected (the representation then shows ``url``).
     result_final_url = models.TextField(null=True, blank=True)
+    # The target's response headers with the stored body: bounded and masked (FR-25).
+    result_headers = models.JSONField(null=True, blank=True)
 
     # Retention (issue 13, item 6): when the retention task deleted the stored result. The row
     # keeps its result metadata; /result answers 410 and GET /jobs/{id} says result_expired.

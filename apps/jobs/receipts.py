@@ -30,7 +30,7 @@ COMPACT_V1 = 1
 V1_FIELDS = 12  # the version and the eleven fields of the first layout
 RESULT_FIELDS = 5
 # The result's fields a writer of this release reads: the first layout's and those appended since.
-RESULT_FIELDS_KNOWN = 6
+RESULT_FIELDS_KNOWN = 7
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,8 @@ class ResultStored:
     # The URL that gave the stored body after redirects, when it is not the job's own (FR-25);
     # appended: older receipts lack it, older writers ignore it.
     final_url: str | None = None
+    # The target's response headers, bounded and masked (apps.scraping.fetch.response_headers_kept).
+    headers: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,15 @@ def receipt_encode(r: AttemptFinished) -> bytes:
             # release appends after it is never read as it.
             None
             if res is None
-            else [res.key, res.size, res.sha256, res.content_type, res.http_status, res.final_url],
+            else [
+                res.key,
+                res.size,
+                res.sha256,
+                res.content_type,
+                res.http_status,
+                res.final_url,
+                res.headers,
+            ],
         ]
     )
 

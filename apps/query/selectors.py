@@ -39,6 +39,7 @@ RESULT_COLUMNS = (
     "result_content_type",
     "result_http_status",
     "result_stored_at",
+    "result_headers",  # headers (FR-25)
 )
 
 

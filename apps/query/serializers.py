@@ -24,3 +24,8 @@ class ResultOutput(serializers.Serializer):
     sha256 = serializers.CharField()
     content_type = serializers.CharField(allow_null=True)
     http_status = serializers.IntegerField(help_text="The target's HTTP status.")
+    headers = serializers.DictField(
+        child=serializers.CharField(),
+        help_text="The target's response headers (names in lower case, repeated ones joined with "
+        "', '), at most 64 and 16 KiB; credential-like ones (Set-Cookie, …) masked.",
+    )

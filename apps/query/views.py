@@ -242,6 +242,7 @@ class JobResultView(APIView):
                 "sha256": job.result_sha256,
                 "content_type": job.result_content_type,
                 "http_status": job.result_http_status,
+                "headers": job.result_headers or {},
             }
         )
 

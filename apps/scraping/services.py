@@ -196,6 +196,7 @@ def attempt_run(*, claimed: ClaimedJob, worker: str, obey_robots: bool | None = 
                     http_status=fetched.status,
                     deadline=deadline,
                 )
+                stored = dataclasses.replace(stored, headers=fetched.headers)
         if answered_url and answered_url != claimed.url:
             # Redirected: the job's representation names the URL that answered (FR-25); a plain
             # job's receipt carries a null there (5 bytes), not its URL again.

@@ -1,4 +1,5 @@
-"""The job's representation names the URL that gave its result after redirects (FR-25): carried
+"""The job's representation names the URL that gave its result after redirects, and its result the
+target's response headers (FR-25): carried
 by the result's receipt only when it differs from the job's URL, folded by the writer, copied to
 jobs served the same fetch (single-flight), and kept by a receipt in the older layout."""
 
@@ -8,9 +9,11 @@ import json
 
 import pytest
 
+from apps.admin_mixins import MASK
 from apps.jobs.receipt_fold import attempts_apply_finished
 from apps.jobs.receipts import receipt_decode, receipt_encode
 from apps.jobs.singleflight import job_fetch_decide
+from apps.scraping.fetch import MAX_KEPT_HEADERS, response_headers_kept
 from apps.scraping.services import job_run_attempt
 from tests.scraping.test_attempts import _job
 
@@ -50,6 +53,8 @@ def test_a_job_served_another_jobs_fetch_shows_that_fetchs_final_url(make_tenant
     answer = api.get(f"/api/v1/jobs/{second.id}").json()
     assert answer["status"] == "succeeded", answer
     assert answer["final_url"] == target.url("/redirect/0")
+    served = api.get(f"/api/v1/jobs/{second.id}/result").json()["headers"]
+    assert served == api.get(f"/api/v1/jobs/{first.id}/result").json()["headers"] != {}
 
 
 def test_a_receipt_of_the_older_layout_still_decodes(make_tenant, target):
@@ -59,3 +64,20 @@ def test_a_receipt_of_the_older_layout_still_decodes(make_tenant, target):
     assert compact[11][5] == target.url("/redirect/0")
     compact[11] = compact[11][:5]  # what a worker of the previous release sends
     assert receipt_decode(json.dumps(compact)).result.final_url is None
+
+
+def test_the_result_carries_the_targets_response_headers_bounded_and_masked(make_tenant, target):
+    tenant, _, api = make_tenant()
+    job = _job(tenant, target.url("/bytes/33"))
+    _run(job.id)
+    result = api.get(f"/api/v1/jobs/{job.id}/result").json()
+    assert result["headers"]["content-type"] == "application/octet-stream"
+    assert result["headers"]["content-length"] == "33"
+
+    kept = response_headers_kept(
+        [("Set-Cookie", "sid=1"), ("Set-Cookie", "b=2"), ("X-Auth-Token", "t"), ("ETag", '"x"')]
+        + [(f"X-H{n}", "v" * 5000) for n in range(200)]
+    )
+    assert kept["set-cookie"] == kept["x-auth-token"] == MASK and kept["etag"] == '"x"'
+    assert len(kept) <= MAX_KEPT_HEADERS and all(len(v) <= 1024 for v in kept.values())
+    assert sum(len(k) + len(v) for k, v in kept.items()) <= 16 * 1024

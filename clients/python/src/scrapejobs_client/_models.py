@@ -131,6 +131,7 @@ class Result(Model):
     sha256: str
     content_type: str | None
     http_status: int
+    headers: dict[str, Any]
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     _nested: ClassVar[dict[str, str]] = {}
     _wire: ClassVar[dict[str, str]] = {}
