@@ -1,7 +1,7 @@
-"""The job's representation names the URL that gave its result after redirects, and its result the
-target's response headers (FR-25): carried
-by the result's receipt only when it differs from the job's URL, folded by the writer, copied to
-jobs served the same fetch (single-flight), and kept by a receipt in the older layout."""
+"""The job's representation names the URL that gave its result after redirects, and its result
+carries the target's response headers (FR-25): both travel in the result's receipt, are folded
+by the writer, copied to jobs served the same fetch (single-flight); a receipt of the older
+layout still decodes."""
 
 from __future__ import annotations
 
