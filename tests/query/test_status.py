@@ -257,7 +257,7 @@ def test_a_succeeded_job_gives_a_signed_link_that_works_without_the_token(make_t
         r = api.get(f"{JOBS}/{job.id}/result")
         assert r.status_code == 200, r.content
         body = r.json()
-        assert set(body) == {"url", "expires_at", "size", "sha256", "content_type", "http_status"}
+        assert set(body) == {"url", "expires_at", "size", "sha256", "content_type", "http_status", "headers"}
         assert (body["size"], body["sha256"], body["content_type"], body["http_status"]) == (
             5,
             "ab" * 32,
