@@ -44,6 +44,7 @@ app.conf.task_time_limit = 360
 
 # Releasing expired idempotency keys is housekeeping: hourly keeps the index at TTL + 1 h of keys.
 IDEMPOTENCY_EXPIRE_INTERVAL_S = 3600
+WEBHOOK_SECRETS_DROP_INTERVAL_S = 600
 # Retention and the daily export are housekeeping too (issue 12 item 5, issue 13 item 6).
 RETENTION_INTERVAL_S = 300
 EXPORT_DAILY_INTERVAL_S = 3600
@@ -108,6 +109,13 @@ def _beat_schedule() -> dict:
                 "queue": WEBHOOK_QUEUE,
                 "expires": max(settings.SCRAPEJOBS_WEBHOOK_INTERVAL_S * 5, 5),
             },
+        },
+        # Previous webhook secrets past their grace period are dropped (FR-23). If it stops: an
+        # expired secret no longer signs (signing checks the time) but its text stays stored.
+        "webhooks-secrets-drop-expired": {
+            "task": "apps.webhooks.tasks.webhook_secrets_drop_expired",
+            "schedule": WEBHOOK_SECRETS_DROP_INTERVAL_S,
+            "options": {"queue": CONTROL_QUEUE, "expires": WEBHOOK_SECRETS_DROP_INTERVAL_S},
         },
         # Retention (apps/results/retention.py): expired results, orphan bodies, old jobs when
         # SCRAPEJOBS_JOB_RETENTION_DAYS is set. If it stops: nothing is deleted, storage grows,

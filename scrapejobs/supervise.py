@@ -336,6 +336,9 @@ def main() -> int:
                 f"  Flower:       http://127.0.0.1:{flower_port}/",
                 f"  try:          curl -s -X POST {base}/api/v1/jobs -H 'Authorization: Bearer {demo.get('token')}'"
                 " -H 'Content-Type: application/json' -d '{\"url\": \"https://example.com/\"}'",
+                # The same with the client's command line (clients/python, docs/client.md).
+                f"  or:           SCRAPEJOBS_URL={base} SCRAPEJOBS_TOKEN={demo.get('token')}"
+                " scrapejobs submit https://example.com/ --wait",
             ):
                 _say("run", line)
         time.sleep(0.25)

@@ -377,6 +377,8 @@ SCRAPEJOBS_WEBHOOK_TIMEOUT_S = _positive_float("SCRAPEJOBS_WEBHOOK_TIMEOUT_S", 1
 SCRAPEJOBS_WEBHOOK_CONCURRENCY = _bounded_int("SCRAPEJOBS_WEBHOOK_CONCURRENCY", 16, 1, 256)
 # Beat cadence of the end-of-job outbox (final jobs -> deliveries) and of the deliverer.
 SCRAPEJOBS_WEBHOOK_INTERVAL_S = _positive_float("SCRAPEJOBS_WEBHOOK_INTERVAL_S", 1.0)
+# After a webhook secret rotation the old secret keeps signing beside the new one this long (FR-23).
+SCRAPEJOBS_WEBHOOK_SECRET_GRACE_S = _positive_float("SCRAPEJOBS_WEBHOOK_SECRET_GRACE_S", 86400.0)
 
 # Results: signed links.
 SCRAPEJOBS_RESULT_LINK_TTL_S = _bounded_int("SCRAPEJOBS_RESULT_LINK_TTL_S", 3600, 1, 7 * 86400)
@@ -526,6 +528,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "SCHEMA_PATH_PREFIX": "/api/v1",
+    # The constraints intake enforces that the serializers cannot state (apps/intake/schema.py).
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "apps.intake.schema.constraints_hook",
+    ],
 }
 
 LANGUAGE_CODE = "en-us"

@@ -164,6 +164,11 @@ def test_make_run_serves_a_job_from_submit_to_downloaded_result_and_stops_every_
     assert f"http://127.0.0.1:{supervisor.port}/api/v1/docs" in out
     assert f"login admin / {password}" in out and f"token {token}" in out
     assert f"http://127.0.0.1:{supervisor.flower_port}/" in out
+    # The client's command line beside the curl line (docs/client.md).
+    assert (
+        f"SCRAPEJOBS_URL=http://127.0.0.1:{supervisor.port} SCRAPEJOBS_TOKEN={token}"
+        " scrapejobs submit https://example.com/ --wait"
+    ) in out
     # Every child's output is prefixed with its name (the worker may print after the web is up).
     assert re.search(r"^web +\| .*gunicorn", out, re.M)
     wait_for(lambda: re.search(r"^worker +\| .*ready", supervisor.output(), re.M), 60, what="the worker")

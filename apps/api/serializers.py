@@ -62,6 +62,9 @@ def job_representation(job: Job, *, base: str) -> dict[str, Any]:
         "result_expired": job.result_deleted_at is not None,
         "waiting_for": wait.waiting_for,
         "waiting_until": _iso(wait.until),
+        "final_url": job.result_final_url or (job.url if job.status == JobStatus.SUCCEEDED else None),
+        "batch": None if job.batch_id is None else str(job.batch_id),
+        "batch_row": job.batch_row,
         "links": job_links(base=base, job_id=job.id),
     }
 
@@ -145,6 +148,17 @@ class JobOutput(serializers.Serializer):
         allow_null=True,
         help_text="When a queued job may start at the earliest; null when not known (tenant_share, "
         "dispatch) or not queued.",
+    )
+    final_url = serializers.CharField(
+        allow_null=True,
+        help_text="The URL that gave the stored result, after redirects (url itself when none); "
+        "null unless succeeded.",
+    )
+    batch = serializers.UUIDField(
+        allow_null=True, help_text="The batch this job came from; null for POST /jobs."
+    )
+    batch_row = serializers.IntegerField(
+        allow_null=True, help_text="Its row in that batch, numbered from 1 as in the batch's rejected_rows."
     )
     links = JobLinksOutput()
 

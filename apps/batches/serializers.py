@@ -74,3 +74,11 @@ class BatchOutput(serializers.Serializer):
         required=False,
         help_text="GET only: the batch's jobs by status.",
     )
+
+
+class BatchCancelOutput(serializers.Serializer):
+    id = serializers.UUIDField()
+    cancelled = serializers.IntegerField(help_text="Queued jobs cancelled now (final).")
+    cancel_requested = serializers.IntegerField(
+        help_text="Running jobs asked to stop: each ends cancelled at its worker's next check."
+    )

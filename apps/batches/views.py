@@ -25,10 +25,11 @@ from apps.batches.rows import (
     UnreadableFile,
     rows_open,
 )
-from apps.batches.serializers import BatchOutput, batch_representation
+from apps.batches.serializers import BatchCancelOutput, BatchOutput, batch_representation
 from apps.batches.services import BatchIdempotencyConflict, batch_fingerprint_of, batch_submit
 from apps.batches.tasks import batch_load_enqueue
 from apps.intake.serializers import idempotency_key_validate
+from apps.jobs.cancel_requeue import jobs_cancel_batch
 
 _ERR = OpenApiResponse(ErrorOutput)
 _UPLOAD_FIELD = "file"
@@ -177,3 +178,28 @@ class BatchDetailView(APIView):
             raise not_found("No such batch.")
         jobs = selectors.batch_jobs_by_status(batch_id=batch.id)
         return Response(batch_representation(batch, base=base_url(request), jobs=jobs))
+
+
+class BatchCancelView(APIView):
+    @extend_schema(
+        operation_id="batches_cancel",
+        summary="Cancel a batch's jobs",
+        description="Every queued job of the batch is cancelled at once; every running one is asked "
+        "to stop, as POST /jobs/{id}/cancel does; final jobs are left alone. Answers 409 while the "
+        "batch is still loading (its rows are not all jobs yet): ask again once it is loaded.",
+        request=None,
+        responses={200: BatchCancelOutput, 401: _ERR, 404: _ERR, 409: _ERR, 429: _ERR},
+    )
+    def post(self, request: Request, batch_id: str) -> Response:
+        batch = selectors.batch_get(tenant_id=_tenant_id(request), batch_id=batch_id)
+        if batch is None:
+            raise not_found("No such batch.")
+        if batch.status not in ("loaded", "failed"):
+            raise ApiError(
+                status_code=409,
+                type="conflict",
+                code="batch_not_loaded",
+                detail=f"The batch is {batch.status}: cancel it once it is loaded.",
+            )
+        cancelled, requested = jobs_cancel_batch(batch_id=batch.id, tenant_id=batch.tenant_id)
+        return Response({"id": str(batch.id), "cancelled": cancelled, "cancel_requested": requested})

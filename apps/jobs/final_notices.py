@@ -60,6 +60,7 @@ class FinalJob(NamedTuple):
     status: str
     finished_at: datetime | None
     callback_url: str | None
+    tenant_id: uuid.UUID
 
 
 def jobs_final_unannounced_lock(*, limit: int) -> list[FinalJob]:
@@ -72,7 +73,7 @@ def jobs_final_unannounced_lock(*, limit: int) -> list[FinalJob]:
         # Uses the partial index jobs_final_unannounced.
         cur.execute(
             """
-            SELECT id, status, finished_at, callback_url
+            SELECT id, status, finished_at, callback_url, tenant_id
               FROM jobs_job
              WHERE status IN ('succeeded', 'failed', 'cancelled') AND final_published_at IS NULL
              ORDER BY finished_at

@@ -145,6 +145,11 @@ class Job(models.Model):
     result_content_type = models.CharField(max_length=255, null=True, blank=True)
     result_http_status = models.PositiveSmallIntegerField(null=True, blank=True)
     result_stored_at = models.DateTimeField(null=True, blank=True)
+    # The URL that gave the result after redirects, when not ``url`` itself (FR-25); NULL for a
+    # job that was not redirected (the representation then shows ``url``).
+    result_final_url = models.TextField(null=True, blank=True)
+    # The target's response headers with the stored body: bounded and masked (FR-25).
+    result_headers = models.JSONField(null=True, blank=True)
 
     # Retention (issue 13, item 6): when the retention task deleted the stored result. The row
     # keeps its result metadata; /result answers 410 and GET /jobs/{id} says result_expired.

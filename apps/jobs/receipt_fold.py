@@ -111,11 +111,11 @@ WITH v AS (
       FROM unnest(%b::uuid[], %b::int[], %b::timestamptz[], %b::text[], %b::int[], %b::text[],
                   %b::text[], %b::bigint[], %b::text[], %b::float8[], %b::text[], %b::text[],
                   %b::text[], %b::text[], %b::bigint[], %b::text[], %b::text[], %b::int[],
-                  %b::int[], %b::int[])
+                  %b::int[], %b::int[], %b::text[], %b::jsonb[])
            AS v(job_id, attempt, finished_at, outcome, http_status, error_class, error,
                 duration_ms, go, go_delay_s, last, cancel, last_error, result_key, result_size,
                 result_sha256, result_content_type, result_http_status, subrequests_made,
-                subrequests_blocked)
+                subrequests_blocked, result_final_url, result_headers)
 ), closed AS (
     UPDATE jobs_attempt AS a
        SET finished_at = v.finished_at, outcome = v.outcome, http_status = v.http_status,
@@ -163,6 +163,8 @@ WITH v AS (
            result_http_status = CASE WHEN p.has_result THEN p.result_http_status
                                      ELSE j.result_http_status END,
            result_stored_at = CASE WHEN p.has_result THEN p.finished_at ELSE j.result_stored_at END,
+           result_final_url = CASE WHEN p.has_result THEN p.result_final_url ELSE j.result_final_url END,
+           result_headers = CASE WHEN p.has_result THEN p.result_headers ELSE j.result_headers END,
            finished_at = CASE WHEN p.final THEN p.finished_at ELSE j.finished_at END,
            -- The end-of-job outbox (apps/jobs/final_notices.py) holds what there is to announce:
            -- a job without a callback_url has nothing, so it leaves this write announced
@@ -188,10 +190,11 @@ def _apply_params(batch: Sequence[AttemptFinished]) -> list[Any]:
     and the statement picks one: ``go`` (neither), ``last``, ``cancel``. Only ``go`` may be a
     retry, so only its delay is sent (the statement adds it to the database's clock)."""
     base, cap = settings.SCRAPEJOBS_RETRY_BASE_S, settings.SCRAPEJOBS_RETRY_CAP_S
-    cols: list[list[Any]] = [[] for _ in range(20)]
+    cols: list[list[Any]] = [[] for _ in range(22)]
     (job_id, attempt, finished_at, outcome, http_status, error_class, error, duration_ms, go,
      go_delay_s, last, cancel, last_error, result_key, result_size, result_sha256,
-     result_content_type, result_http_status, subrequests_made, subrequests_blocked) = cols  # fmt: skip
+     result_content_type, result_http_status, subrequests_made, subrequests_blocked, result_final_url,
+     result_headers) = cols  # fmt: skip
     for r in batch:
         finished = _ts(r.finished_at)
         plan = functools.partial(
@@ -236,6 +239,10 @@ def _apply_params(batch: Sequence[AttemptFinished]) -> list[Any]:
         result_http_status.append(None if res is None else res.http_status)
         subrequests_made.append(r.subrequests_made)
         subrequests_blocked.append(r.subrequests_blocked)
+        result_final_url.append(None if res is None else res.final_url)
+        result_headers.append(
+            None if res is None or res.headers is None else orjson.dumps(res.headers).decode()
+        )
     return [*cols, JOB_FINAL_CHANNEL]
 
 

@@ -29,6 +29,8 @@ COMPACT_V1 = 1
 # way gets a new version number, which an older writer sets aside as a dead receipt.
 V1_FIELDS = 12  # the version and the eleven fields of the first layout
 RESULT_FIELDS = 5
+# The result's fields a writer of this release reads: the first layout's and those appended since.
+RESULT_FIELDS_KNOWN = 7
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,11 @@ class ResultStored:
     sha256: str
     content_type: str | None
     http_status: int
+    # The URL that gave the stored body after redirects, when it is not the job's own (FR-25);
+    # appended: older receipts lack it, older writers ignore it.
+    final_url: str | None = None
+    # The target's response headers, bounded and masked (apps.scraping.fetch.response_headers_kept).
+    headers: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -106,7 +113,19 @@ def receipt_encode(r: AttemptFinished) -> bytes:
             r.error_class,
             r.error,
             r.retry_after_s,
-            None if res is None else [res.key, res.size, res.sha256, res.content_type, res.http_status],
+            # final_url always has its place (null when not redirected), so a field a later
+            # release appends after it is never read as it.
+            None
+            if res is None
+            else [
+                res.key,
+                res.size,
+                res.sha256,
+                res.content_type,
+                res.http_status,
+                res.final_url,
+                res.headers,
+            ],
             *tail,
         ]
     )
@@ -138,7 +157,7 @@ def receipt_decode(raw: str | bytes) -> AttemptFinished:
         err_cls,
         err,
         wait,
-        None if res is None else ResultStored(*res[:RESULT_FIELDS]),
+        None if res is None else ResultStored(*res[:RESULT_FIELDS_KNOWN]),
         subrequests_made=made if type(made) is int else None,
         subrequests_blocked=blocked if type(blocked) is int else None,
     )

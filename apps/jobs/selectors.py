@@ -19,10 +19,30 @@ def jobs_failed_attempts(*, job_ids: Iterable[uuid.UUID | str]) -> dict[uuid.UUI
     return dict(failed.values_list("id", "attempts"))
 
 
-def jobs_webhook_secrets(*, job_ids: Iterable[uuid.UUID | str]) -> dict[str, str]:
-    """The webhook signing secret of each job's tenant, by job id (as text)."""
-    rows = Job.objects.filter(id__in=[str(i) for i in job_ids]).values_list("id", "tenant__webhook_secret")
-    return {str(job_id): secret for job_id, secret in rows}
+class JobSigning(NamedTuple):
+    """Who a job's webhook deliveries belong to, and the secrets that sign them now."""
+
+    tenant_id: uuid.UUID
+    secrets: list[str]
+
+
+def jobs_webhook_secrets(*, job_ids: Iterable[uuid.UUID | str], now: datetime) -> dict[str, JobSigning]:
+    """By job id (as text): the job's tenant and its webhook signing secrets at ``now``, the
+    current one first, then the one a rotation replaced while its grace period lasts (FR-23)."""
+    rows = Job.objects.filter(id__in=[str(i) for i in job_ids]).values_list(
+        "id",
+        "tenant_id",
+        "tenant__webhook_secret",
+        "tenant__webhook_secret_previous",
+        "tenant__webhook_secret_previous_until",
+    )
+    found = {}
+    for job_id, tenant_id, current, previous, previous_until in rows:
+        keys = [current]
+        if previous and previous_until is not None and previous_until > now:
+            keys.append(previous)
+        found[str(job_id)] = JobSigning(tenant_id, keys)
+    return found
 
 
 class JobWait(NamedTuple):

@@ -207,7 +207,7 @@ def _render_of(job: dict[str, Any]) -> dict[str, Any] | None:
 _SOURCE_COLUMNS = (
     "key", "source_job", "source_attempt", "status", "outcome", "http_status", "error_class",
     "error", "last_error", "result_key", "result_size", "result_sha256", "result_content_type",
-    "result_http_status", "result_stored_at",
+    "result_http_status", "result_stored_at", "result_final_url", "result_headers",
 )  # fmt: skip
 
 
@@ -219,7 +219,7 @@ def _young_result(cur: Any, *, key: str, max_age_s: int) -> dict[str, Any] | Non
         SELECT s.fetch_key, COALESCE(a.served_from_job, s.id), COALESCE(a.served_from_attempt, s.attempts),
                'succeeded', 'succeeded', s.result_http_status, NULL, NULL, NULL, s.result_key,
                s.result_size, s.result_sha256, s.result_content_type, s.result_http_status,
-               s.result_stored_at
+               s.result_stored_at, s.result_final_url, s.result_headers::text
           FROM jobs_job AS s
           LEFT JOIN jobs_attempt AS a ON a.job_id = s.id AND a.number = s.attempts
          WHERE s.fetch_key = %s AND s.status = 'succeeded' AND s.result_key IS NOT NULL
@@ -287,11 +287,13 @@ def jobs_fetch_settle(job_ids: Sequence[uuid.UUID | str]) -> list[str]:
                 DELETE FROM jobs_inflightfetch AS f USING jobs_job AS h
                  WHERE f.key = ANY(%s::text[]) AND h.id = f.job_id AND NOT {_LIVE}
              RETURNING f.key, h.id, h.attempts, h.status, h.last_error, h.result_key, h.result_size,
-                       h.result_sha256, h.result_content_type, h.result_http_status, h.result_stored_at
+                       h.result_sha256, h.result_content_type, h.result_http_status, h.result_stored_at,
+                       h.result_final_url, h.result_headers
             )
             SELECT g.key, g.id, g.attempts, g.status, a.outcome, a.http_status, a.error_class, a.error,
                    g.last_error::text, g.result_key, g.result_size, g.result_sha256,
-                   g.result_content_type, g.result_http_status, g.result_stored_at
+                   g.result_content_type, g.result_http_status, g.result_stored_at, g.result_final_url,
+                   g.result_headers::text
               FROM gone AS g LEFT JOIN jobs_attempt AS a ON a.job_id = g.id AND a.number = g.attempts
             """,
             [keys],
@@ -342,10 +344,12 @@ def _serve(cur: Any, sources: list[dict[str, Any]], *, only_job: uuid.UUID | Non
                                  %(error_class)s::text[], %(error)s::text[], %(last_error)s::jsonb[],
                                  %(result_key)s::text[], %(result_size)s::bigint[],
                                  %(result_sha256)s::text[], %(result_content_type)s::text[],
-                                 %(result_http_status)s::int[], %(result_stored_at)s::timestamptz[])
+                                 %(result_http_status)s::int[], %(result_stored_at)s::timestamptz[],
+                                 %(result_final_url)s::text[], %(result_headers)s::jsonb[])
                    AS s(key, source_job, source_attempt, status, outcome, http_status, error_class,
                         error, last_error, result_key, result_size, result_sha256,
-                        result_content_type, result_http_status, result_stored_at)
+                        result_content_type, result_http_status, result_stored_at, result_final_url,
+                        result_headers)
         ), waiting AS (
             SELECT j.id, j.attempts + 1 AS number, src.*
               FROM jobs_job AS j JOIN src
@@ -362,6 +366,7 @@ def _serve(cur: Any, sources: list[dict[str, Any]], *, only_job: uuid.UUID | Non
                    result_key = w.result_key, result_size = w.result_size,
                    result_sha256 = w.result_sha256, result_content_type = w.result_content_type,
                    result_http_status = w.result_http_status, result_stored_at = w.result_stored_at,
+                   result_final_url = w.result_final_url, result_headers = w.result_headers,
                    updated_at = now()
               FROM waiting AS w
              WHERE j.id = w.id

@@ -28,6 +28,9 @@ JOB_COLUMNS = (
     "finished_at",
     "result_deleted_at",  # result_expired (retention, issue 13 item 6)
     "render",  # FR-30
+    "batch_id",  # batch, batch_row: a batch's rows map to their jobs (FR-10, FR-24)
+    "batch_row",
+    "result_final_url",  # final_url (FR-25)
 ) + JOB_WAITING_COLUMNS
 # Result columns, for GET /jobs/{id}/result.
 RESULT_COLUMNS = (
@@ -38,6 +41,7 @@ RESULT_COLUMNS = (
     "result_http_status",
     "result_stored_at",
     "browser_options",  # the screenshot's link (FR-31)
+    "result_headers",  # headers (FR-25)
 )
 
 

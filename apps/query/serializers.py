@@ -34,3 +34,8 @@ class ResultOutput(serializers.Serializer):
         allow_null=True,
         help_text='The page\'s screenshot, for render "browser" with browser.screenshot; null otherwise.',
     )
+    headers = serializers.DictField(
+        child=serializers.CharField(),
+        help_text="The target's response headers (names in lower case, repeated ones joined with "
+        "', '), at most 64 and 16 KiB; credential-like ones (Set-Cookie, …) masked.",
+    )

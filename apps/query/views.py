@@ -267,6 +267,7 @@ class JobResultView(APIView):
                 "content_type": job.result_content_type,
                 "http_status": job.result_http_status,
                 "screenshot": _screenshot_link(job=job, request=request),
+                "headers": job.result_headers or {},
             }
         )
 

@@ -40,7 +40,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from urllib.parse import urljoin, urlsplit
@@ -49,6 +49,7 @@ import redis
 import urllib3
 from django.conf import settings
 
+from apps.admin_mixins import headers_masked
 from apps.outbound.connections import pool_manager
 from apps.outbound.interrupt import FetchInterrupt, RequestContext, request_context
 from apps.outbound.proxies import EgressProxy, egress_proxy_parse
@@ -107,6 +108,33 @@ class FetchLimits:
         )
 
 
+# The target's response headers kept with a result (FR-25): bounded, because a hostile target
+# may send thousands, and masked, because Set-Cookie and the like are credentials.
+MAX_KEPT_HEADERS = 64
+MAX_KEPT_HEADER_VALUE = 1024
+MAX_KEPT_HEADERS_BYTES = 16 * 1024
+
+
+def response_headers_kept(items: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """The response headers as stored with the result: at most MAX_KEPT_HEADERS names (repeated
+    ones joined with ", "), values cut at MAX_KEPT_HEADER_VALUE, MAX_KEPT_HEADERS_BYTES in all,
+    credential-like ones masked as everywhere else (apps.admin_mixins.headers_masked)."""
+    kept: dict[str, str] = {}
+    size = 0
+    for name, value in items:
+        name = name.lower()[:256]
+        if name not in kept and len(kept) >= MAX_KEPT_HEADERS:
+            continue
+        joined = value if name not in kept else f"{kept[name]}, {value}"
+        joined = joined[:MAX_KEPT_HEADER_VALUE]
+        grow = len(name) + len(joined) - (len(name) + len(kept[name]) if name in kept else 0)
+        if size + grow > MAX_KEPT_HEADERS_BYTES:
+            continue
+        size += grow
+        kept[name] = joined
+    return headers_masked(kept)
+
+
 class Fetched:
     """A 2xx answer whose body is still to be read, through ``chunks()``."""
 
@@ -129,6 +157,7 @@ class Fetched:
         self.status = response.status
         self.headers = response.headers
         self.content_type: str | None = (response.headers.get("Content-Type") or "")[:255] or None
+        self.headers = response_headers_kept(response.headers.items())
         self.complete = False
 
     def chunks(self) -> Iterator[bytes]:

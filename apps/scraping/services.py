@@ -11,6 +11,7 @@ temporary failures go back to ``queued`` while attempts remain.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import uuid
@@ -245,6 +246,11 @@ def attempt_run(*, claimed: ClaimedJob, worker: str, obey_robots: bool | None = 
                     http_status=fetched.status,
                     deadline=deadline,
                 )
+                stored = dataclasses.replace(stored, headers=fetched.headers)
+        if answered_url and answered_url != claimed.url:
+            # Redirected: the job's representation names the URL that answered (FR-25); a plain
+            # job's receipt carries a null there (5 bytes), not its URL again.
+            stored = dataclasses.replace(stored, final_url=answered_url)
         return finished(
             AttemptOutcome.SUCCEEDED, http_status=stored.http_status, result=stored, answered_url=answered_url
         )

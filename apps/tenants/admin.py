@@ -16,7 +16,7 @@ from django.http import HttpRequest
 
 from apps.admin_mixins import ReadOnlyAdminMixin
 from apps.tenants.models import ApiToken, Tenant
-from apps.tenants.services import tenant_create, token_create, token_revoke
+from apps.tenants.services import tenant_create, token_create, token_revoke, webhook_secret_rotate
 
 
 class ApiTokenInline(ReadOnlyAdminMixin, admin.TabularInline):
@@ -53,10 +53,11 @@ class TenantAdmin(admin.ModelAdmin):
         "share_fetches",
         "id",
         "created_at",
+        "webhook_secret_previous_until",
     )
-    readonly_fields = ("id", "created_at")
+    readonly_fields = ("id", "created_at", "webhook_secret_previous_until")
     inlines = (ApiTokenInline,)
-    actions = ("create_token",)
+    actions = ("create_token", "rotate_webhook_secret")
 
     @admin.display(description="tokens")
     def token_count(self, obj: Tenant) -> int:
@@ -92,6 +93,17 @@ class TenantAdmin(admin.ModelAdmin):
             token = token_create(tenant=tenant, name=f"admin:{request.user.get_username()}")
             messages.warning(
                 request, f"New token for {tenant.name!r} (copy it now, it is not shown again): {token}"
+            )
+
+    @admin.action(description="Rotate the webhook secret (new one shown once)", permissions=["change"])
+    def rotate_webhook_secret(self, request: HttpRequest, queryset: QuerySet[Tenant]) -> None:
+        for tenant in queryset:
+            rotated = webhook_secret_rotate(tenant_id=tenant.pk)
+            messages.warning(
+                request,
+                f"New webhook secret for {tenant.name!r} (copy it now, it is not shown again): "
+                f"{rotated.secret}   the old one keeps signing beside it until "
+                f"{rotated.previous_signs_until:%Y-%m-%d %H:%M:%S} UTC",
             )
 
 

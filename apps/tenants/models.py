@@ -12,8 +12,14 @@ class Tenant(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     name = models.CharField(max_length=200, unique=True)
-    # Signs webhook deliveries (HMAC-SHA256); shown to the operator once, like a token.
+    # Signs webhook deliveries (HMAC-SHA256); shown to the operator once, like a token. The
+    # Standard Webhooks form, ``whsec_`` + standard base64 of 32 random bytes (FR-23).
     webhook_secret = models.CharField(max_length=128)
+    # The secret a rotation replaced: it keeps signing beside the new one until
+    # ``webhook_secret_previous_until`` (SCRAPEJOBS_WEBHOOK_SECRET_GRACE_S after the rotation),
+    # so receivers can switch without missing a delivery; then it is dropped (FR-23).
+    webhook_secret_previous = models.CharField(max_length=128, blank=True, default="")
+    webhook_secret_previous_until = models.DateTimeField(null=True, blank=True)
     # Requests per second per token for this tenant; null: the service default.
     rate_limit_per_second = models.PositiveIntegerField(null=True, blank=True)
     is_active = models.BooleanField(default=True)

@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+import base64
 import hashlib
 import secrets
 import threading
 import time
+import uuid
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
@@ -33,14 +36,52 @@ def token_create(*, tenant: Tenant, name: str = "default") -> str:
     return raw
 
 
+def webhook_secret_new() -> str:
+    """A webhook secret in the Standard Webhooks form: ``whsec_`` + standard base64 of 32 random
+    bytes (FR-23)."""
+    return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+
+
 def tenant_create(*, name: str, rate_limit_per_second: int | None = None) -> NewTenant:
-    secret = "whsec_" + secrets.token_urlsafe(32)
+    secret = webhook_secret_new()
     with transaction.atomic():
         tenant = Tenant.objects.create(
             name=name, webhook_secret=secret, rate_limit_per_second=rate_limit_per_second
         )
         token = token_create(tenant=tenant)
     return NewTenant(tenant=tenant, token=token, webhook_secret=secret)
+
+
+@dataclass(frozen=True)
+class RotatedSecret:
+    secret: str
+    previous_signs_until: datetime
+
+
+def webhook_secret_rotate(*, tenant_id: uuid.UUID | str, grace_s: float | None = None) -> RotatedSecret:
+    """Give the tenant a new webhook secret and return it (the one chance to see it). The secret
+    it replaces keeps signing beside it for ``grace_s`` (SCRAPEJOBS_WEBHOOK_SECRET_GRACE_S), then
+    is dropped (FR-23). Rotating again within the grace period drops the older one at once: two
+    secrets sign at most."""
+    grace = settings.SCRAPEJOBS_WEBHOOK_SECRET_GRACE_S if grace_s is None else grace_s
+    new = webhook_secret_new()
+    until = timezone.now() + timedelta(seconds=grace)
+    with transaction.atomic():
+        tenant = Tenant.objects.select_for_update().only("id", "webhook_secret").get(pk=tenant_id)
+        Tenant.objects.filter(pk=tenant.pk).update(
+            webhook_secret=new,
+            webhook_secret_previous=tenant.webhook_secret,
+            webhook_secret_previous_until=until,
+        )
+    return RotatedSecret(secret=new, previous_signs_until=until)
+
+
+def webhook_secrets_drop_expired(*, now: datetime | None = None) -> int:
+    """Forget previous secrets whose grace period is over; returns how many were dropped.
+    Signing already ignores them (``apps.jobs.selectors.jobs_webhook_secrets``); this removes the text."""
+    return Tenant.objects.filter(webhook_secret_previous_until__lte=now or timezone.now()).update(
+        webhook_secret_previous="", webhook_secret_previous_until=None
+    )
 
 
 # hash -> (valid until, tenant, token). Saves intake one database round trip per request; the

@@ -15,6 +15,9 @@ class DeliveryStatus(models.TextChoices):
     PENDING = "pending"  # waiting for its next attempt (or being attempted now)
     DELIVERED = "delivered"  # a 2xx answer
     FAILED = "failed"  # out of attempts, or the callback address is refused
+    # Not sent: the tenant's callback URL answered 410 Gone and is disabled (FR-23,
+    # ``DisabledCallback``) until an operator re-enables it.
+    SKIPPED = "skipped"
 
 
 class WebhookDelivery(models.Model):
@@ -52,6 +55,32 @@ class WebhookDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_id} {self.event} -> {self.url} [{self.status}]"
+
+
+class DisabledCallback(models.Model):
+    """A tenant's callback URL that answered ``410 Gone`` (FR-23, Standard Webhooks: the receiver
+    is gone for good). Jobs naming it are still accepted; their deliveries are recorded as
+    ``skipped`` and not sent while this row exists. An operator re-enables the URL in the admin,
+    which deletes the row."""
+
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+")
+    url = models.TextField()
+    # SHA-256 of ``url``: callback URLs may be 8 KiB, too long for a unique B-tree entry.
+    url_sha256 = models.CharField(max_length=64)
+    disabled_at = models.DateTimeField()
+    # The delivery whose 410 disabled it.
+    delivery = models.ForeignKey(
+        "WebhookDelivery", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        constraints = [
+            # webhooks_enqueue_final and webhook_attempt_record look URLs up by (tenant, hash).
+            models.UniqueConstraint(fields=["tenant", "url_sha256"], name="webhooks_disabled_unique_url"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.url} (tenant {self.tenant_id}, disabled {self.disabled_at:%Y-%m-%d %H:%M})"
 
 
 class WebhookAttempt(models.Model):

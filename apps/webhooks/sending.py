@@ -30,10 +30,13 @@ from apps.outbound.addresses import AddressRefused
 from apps.outbound.connections import pool_manager
 from apps.outbound.interrupt import FetchInterrupt, Interrupted, request_context
 from apps.outbound.proxies import ProxyFailed, egress_proxy_parse
+from apps.scraping.errors import parse_retry_after
 
 USER_AGENT = "scrapejobs-webhooks/1.0"
 # We read a little of the answer (it is logged), never the whole of a hostile one.
 MAX_ANSWER_BYTES = 4096
+# The answers whose Retry-After the next attempt honours (Standard Webhooks, FR-23).
+RETRY_AFTER_STATUSES = frozenset((429, 502, 503, 504))
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,8 @@ class PostOutcome:
     error: str | None = None
     # No retry can help: the address is refused or the URL is unusable.
     permanent: bool = False
+    # Seconds the receiver asked us to wait (Retry-After on a 429/502/503/504).
+    retry_after_s: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -99,7 +104,12 @@ def webhook_post(*, url: str, body: bytes, headers: dict[str, str]) -> PostOutco
             )
             answer = response.read(MAX_ANSWER_BYTES)
         error = None if 200 <= response.status < 300 else f"HTTP {response.status}: {answer[:200]!r}"
-        return PostOutcome(response.status, elapsed_ms(), error)
+        retry_after = (
+            parse_retry_after(response.headers.get("Retry-After"))
+            if response.status in RETRY_AFTER_STATUSES
+            else None
+        )
+        return PostOutcome(response.status, elapsed_ms(), error, retry_after_s=retry_after)
     except AddressRefused as exc:
         return PostOutcome(None, elapsed_ms(), str(exc), permanent=True)
     except ProxyFailed as exc:  # the proxy's failure (a 407 too): retried, as any delivery is

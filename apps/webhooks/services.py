@@ -14,10 +14,17 @@ The flow, each step a short transaction and no network I/O inside any of them:
 Retry schedule (``SCRAPEJOBS_WEBHOOK_RETRY_SCHEDULE_S``, each delay +-20% jitter): 10 s, 30 s,
 2 min, 10 min, 30 min, 1 h, 2 h, 4 h, 8 h, so 10 attempts over about 15 h 45 min; then the
 delivery is ``failed`` and an operator can redeliver it from the admin.
+
+The answers Standard Webhooks gives a meaning to (FR-23, docs/webhooks.md): ``410 Gone`` fails the
+delivery and disables the callback URL for the tenant (``DisabledCallback``: the tenant's other
+pending deliveries to it, and later ones, are ``skipped`` until an operator re-enables it); a
+``429``, ``502``, ``503`` or ``504`` with ``Retry-After`` is retried no sooner than it says; any
+other non-2xx, a 3xx included, is a failed attempt retried on the schedule.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import random
@@ -34,9 +41,9 @@ from django.utils import timezone
 
 from apps.jobs.final_notices import jobs_final_announced_stamp, jobs_final_unannounced_lock
 from apps.jobs.selectors import jobs_webhook_secrets
-from apps.webhooks.models import DeliveryStatus, WebhookAttempt, WebhookDelivery
+from apps.webhooks.models import DeliveryStatus, DisabledCallback, WebhookAttempt, WebhookDelivery
 from apps.webhooks.sending import PostOutcome, webhook_post
-from apps.webhooks.signing import SIGNATURE_HEADER, signature_header
+from apps.webhooks.signing import SIGNATURE_HEADER, signature_header, standard_headers
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +51,25 @@ ENQUEUE_BATCH_SIZE = 500
 # How long a claimed delivery stays invisible to other deliverers: one call's bound plus margin.
 CLAIM_MARGIN_S = 30.0
 JITTER = 0.2
+SKIPPED_NOTE = (
+    "not sent: this callback URL answered 410 Gone and is disabled for the tenant; "
+    "re-enable it under Webhooks > Disabled callbacks, then redeliver"
+)
+
+
+def url_digest(url: str) -> str:
+    return hashlib.sha256(url.encode()).hexdigest()
+
+
+def _disabled_among(*, pairs: Iterable[tuple[uuid.UUID, str]]) -> set[tuple[uuid.UUID, str]]:
+    """Which (tenant, callback URL) pairs are disabled, as (tenant id, URL digest)."""
+    wanted = {(tenant_id, url_digest(url)) for tenant_id, url in pairs}
+    if not wanted:
+        return set()
+    rows = DisabledCallback.objects.filter(
+        tenant_id__in={t for t, _ in wanted}, url_sha256__in={d for _, d in wanted}
+    ).values_list("tenant_id", "url_sha256")
+    return set(rows) & wanted
 
 
 def webhook_body(*, job_id: uuid.UUID | str, status: str, finished_at: datetime | None) -> str:
@@ -68,18 +94,25 @@ def webhooks_enqueue_final(*, batch_size: int = ENQUEUE_BATCH_SIZE) -> int:
             if not rows:
                 return created
             now = timezone.now()
-            deliveries = [
-                WebhookDelivery(
-                    job_id=job.id,
-                    event=job.status,
-                    url=job.callback_url,
-                    body=webhook_body(job_id=job.id, status=job.status, finished_at=job.finished_at),
-                    created_at=now,
-                    next_attempt_at=now,
+            # One statement per batch, and only when some job of it has a callback (FR-23).
+            disabled = _disabled_among(pairs=[(j.tenant_id, j.callback_url) for j in rows if j.callback_url])
+            deliveries = []
+            for job in rows:
+                if not job.callback_url:
+                    continue
+                skipped = (job.tenant_id, url_digest(job.callback_url)) in disabled
+                deliveries.append(
+                    WebhookDelivery(
+                        job_id=job.id,
+                        event=job.status,
+                        url=job.callback_url,
+                        body=webhook_body(job_id=job.id, status=job.status, finished_at=job.finished_at),
+                        created_at=now,
+                        status=DeliveryStatus.SKIPPED if skipped else DeliveryStatus.PENDING,
+                        next_attempt_at=None if skipped else now,
+                        last_error=SKIPPED_NOTE if skipped else None,
+                    )
                 )
-                for job in rows
-                if job.callback_url
-            ]
             WebhookDelivery.objects.bulk_create(deliveries)
             jobs_final_announced_stamp(job_ids=[job.id for job in rows], now=now)
             created += len(deliveries)
@@ -93,7 +126,8 @@ class ClaimedDelivery:
     attempt: int
     url: str
     body: str
-    secret: str
+    # Current first; two while a rotation's grace period lasts (FR-23).
+    secrets: list[str]
 
 
 def webhook_deliveries_claim_due(*, limit: int, now: datetime | None = None) -> list[ClaimedDelivery]:
@@ -123,13 +157,13 @@ def webhook_deliveries_claim_due(*, limit: int, now: datetime | None = None) -> 
         rows = cur.fetchall()
     if not rows:
         return []
-    # The signing secret is the job's tenant's. A job deleted meanwhile took its deliveries with
-    # it (on_delete=CASCADE): nothing to send for those.
-    secrets = jobs_webhook_secrets(job_ids=[job_id for *_, job_id in rows])
+    # The signing secrets are the job's tenant's. A job deleted meanwhile took its deliveries
+    # with it (on_delete=CASCADE): nothing to send for those.
+    signing = jobs_webhook_secrets(job_ids=[job_id for *_, job_id in rows], now=now)
     return [
-        ClaimedDelivery(delivery_id, attempt, url, body, secrets[str(job_id)])
+        ClaimedDelivery(delivery_id, attempt, url, body, signing[str(job_id)].secrets)
         for delivery_id, attempt, url, body, job_id in rows
-        if str(job_id) in secrets
+        if str(job_id) in signing
     ]
 
 
@@ -181,13 +215,20 @@ def webhook_attempt_record(
             "last_duration_ms": outcome.duration_ms,
             "last_error": (outcome.error or None) and outcome.error[:2000],
         }
+        gone = outcome.status_code == 410
         delay = (
             None
-            if outcome.ok or outcome.permanent
+            if outcome.ok or outcome.permanent or gone
             else _retry_delay(retry_index=attempt - delivery.retry_from - 1, rng=rng)
         )
+        if delay is not None and outcome.retry_after_s is not None:
+            # The receiver asked for a pause (FR-23): never sooner than it said.
+            delay = max(delay, outcome.retry_after_s)
         if outcome.ok:
             changes.update(status=DeliveryStatus.DELIVERED, delivered_at=now, next_attempt_at=None)
+        elif gone:
+            changes.update(status=DeliveryStatus.FAILED, next_attempt_at=None)
+            _callback_disable(delivery_id=delivery_id, now=now)
         elif delay is None:
             changes.update(status=DeliveryStatus.FAILED, next_attempt_at=None)
         else:
@@ -196,13 +237,51 @@ def webhook_attempt_record(
         return str(changes.get("status", DeliveryStatus.PENDING))
 
 
+def _callback_disable(*, delivery_id: int, now: datetime) -> None:
+    """A 410 Gone: disable the delivery's URL for its tenant and skip the tenant's other pending
+    deliveries to it. Inside the caller's transaction."""
+    tenant_id, url = WebhookDelivery.objects.filter(id=delivery_id).values_list("job__tenant_id", "url").get()
+    DisabledCallback.objects.bulk_create(
+        [
+            DisabledCallback(
+                tenant_id=tenant_id,
+                url=url,
+                url_sha256=url_digest(url),
+                disabled_at=now,
+                delivery_id=delivery_id,
+            )
+        ],
+        ignore_conflicts=True,
+    )
+    WebhookDelivery.objects.filter(status=DeliveryStatus.PENDING, url=url, job__tenant_id=tenant_id).exclude(
+        id=delivery_id
+    ).update(status=DeliveryStatus.SKIPPED, next_attempt_at=None, last_error=SKIPPED_NOTE)
+
+
+def callbacks_reenable(*, callback_ids: Iterable[int]) -> int:
+    """Re-enable disabled callback URLs: later deliveries to them are sent again. Deliveries
+    already skipped stay so; an operator may redeliver them."""
+    deleted, _ = DisabledCallback.objects.filter(id__in=list(callback_ids)).delete()
+    return deleted
+
+
+def delivery_headers(
+    *, claimed: ClaimedDelivery, body: bytes, timestamp: int | None = None
+) -> dict[str, str]:
+    """Both signature schemes over the same body and timestamp: Standard Webhooks, and the
+    deprecated ``Scrapejobs-Signature`` kept one release (docs/webhooks.md)."""
+    t = int(time.time()) if timestamp is None else timestamp
+    return {
+        SIGNATURE_HEADER: signature_header(secret=claimed.secrets, body=body, timestamp=t),
+        "Scrapejobs-Delivery": str(claimed.id),
+        # The delivery's id: the same on every retry and redelivery, so receivers deduplicate.
+        **standard_headers(secrets=claimed.secrets, msg_id=str(claimed.id), body=body, timestamp=t),
+    }
+
+
 def _post(claimed: ClaimedDelivery) -> PostOutcome:
     body = claimed.body.encode()
-    headers = {
-        SIGNATURE_HEADER: signature_header(secret=claimed.secret, body=body),
-        "Scrapejobs-Delivery": str(claimed.id),
-    }
-    return webhook_post(url=claimed.url, body=body, headers=headers)
+    return webhook_post(url=claimed.url, body=body, headers=delivery_headers(claimed=claimed, body=body))
 
 
 def webhooks_deliver_due(

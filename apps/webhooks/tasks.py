@@ -8,6 +8,7 @@ from redis.exceptions import LockError
 
 from apps.jobs.redis import state_redis
 from apps.runtime.shutdown import worker_is_stopping
+from apps.tenants.services import webhook_secrets_drop_expired as _webhook_secrets_drop_expired
 from apps.webhooks.services import webhooks_deliver_due as _webhooks_deliver_due
 from apps.webhooks.services import webhooks_enqueue_final as _webhooks_enqueue_final
 
@@ -41,3 +42,13 @@ def webhooks_deliver_due() -> int:
             lock.release()
         except LockError:
             pass  # it expired; the claims in the database kept runs apart anyway
+
+
+@shared_task(
+    name="apps.webhooks.tasks.webhook_secrets_drop_expired",
+    queue="control",
+    soft_time_limit=50,
+    time_limit=60,
+)
+def webhook_secrets_drop_expired() -> int:
+    return _webhook_secrets_drop_expired()

@@ -31,7 +31,8 @@ def run(*args: str) -> dict[str, str]:
 def test_create_tenant_prints_token_and_webhook_secret_lines_and_the_token_works() -> None:
     printed = run("create_tenant", "acme")
     assert re.fullmatch(r"sj_[A-Za-z0-9_-]{40,}", printed["token"])
-    assert re.fullmatch(r"whsec_[A-Za-z0-9_-]{40,}", printed["webhook_secret"])
+    # Standard Webhooks form: standard base64 of 32 random bytes (FR-23).
+    assert re.fullmatch(r"whsec_[A-Za-z0-9+/]{43}=", printed["webhook_secret"])
     tenant = Tenant.objects.get(name="acme")
     assert printed["tenant"] == str(tenant.pk) and tenant.webhook_secret == printed["webhook_secret"]
     assert not ApiToken.objects.filter(token_hash=printed["token"]).exists()  # stored hashed

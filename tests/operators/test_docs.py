@@ -126,3 +126,20 @@ def test_every_relative_link_in_the_readme_and_docs_resolves() -> None:
             if "://" not in target and not (page.parent / target).exists():
                 broken.append(f"{page.relative_to(ROOT)}: {target}")
     assert not broken, broken
+
+
+CLIENT_VARS = variables_read(
+    "clients/python/src/scrapejobs_client/_core.py", r'\benviron\.get\(\s*"([A-Z][A-Z0-9_]+)"'
+)
+
+
+def test_the_clients_variables_are_documented_with_the_client_and_are_no_service_setting() -> None:
+    """SCRAPEJOBS_URL / SCRAPEJOBS_TOKEN are read by the client package (clients/python), never by
+    the service: docs/client.md and the package's README document them, docs/settings.md does not."""
+    assert CLIENT_VARS == {"SCRAPEJOBS_URL", "SCRAPEJOBS_TOKEN"}
+    assert not CLIENT_VARS & (SETTINGS_VARS | PROCESS_VARS | SUPERVISE_VARS)
+    client_doc = (ROOT / "docs" / "client.md").read_text()
+    client_readme = (ROOT / "clients" / "python" / "README.md").read_text()
+    for name in CLIENT_VARS:
+        assert f"`{name}`" in client_doc and name in client_readme
+        assert f"`{name}`" not in SETTINGS_DOC

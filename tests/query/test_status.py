@@ -40,6 +40,9 @@ def test_a_new_job_reads_back_queued_with_every_contract_field(make_tenant):
         "result_expired": False,
         "waiting_for": "tenant_share",
         "waiting_until": None,
+        "final_url": None,
+        "batch": None,
+        "batch_row": None,
         "links": {
             "self": f"http://testserver/api/v1/jobs/{job.id}",
             "result": f"http://testserver/api/v1/jobs/{job.id}/result",
@@ -264,6 +267,7 @@ def test_a_succeeded_job_gives_a_signed_link_that_works_without_the_token(make_t
             "content_type",
             "http_status",
             "screenshot",
+            "headers",
         }
         assert body["screenshot"] is None  # a plain job
         assert (body["size"], body["sha256"], body["content_type"], body["http_status"]) == (

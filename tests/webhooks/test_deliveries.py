@@ -33,13 +33,6 @@ from apps.webhooks.signing import SIGNATURE_HEADER, signature_verify
 from tests.scheduling.factories import queued_job
 
 
-@pytest.fixture
-def fast_retries(settings):
-    settings.SCRAPEJOBS_WEBHOOK_RETRY_SCHEDULE_S = [0.05, 0.05, 0.05]
-    settings.SCRAPEJOBS_WEBHOOK_TIMEOUT_S = 2.0
-    return settings
-
-
 def succeeded_job(tenant, *, callback_url: str | None):
     job = queued_job(tenant, callback_url=callback_url)
     claimed = job_claim(job_id=job.id, worker="w@h:1:1")
@@ -278,6 +271,9 @@ def test_the_call_is_one_post_with_the_same_headers_and_body_as_ever(make_tenant
         "Connection",
         SIGNATURE_HEADER,
         "Scrapejobs-Delivery",
+        "webhook-id",
+        "webhook-timestamp",
+        "webhook-signature",
     ]
     assert headers["Host"] == f"127.0.0.1:{target.server_address[1]}"
     assert headers["User-Agent"] == "scrapejobs-webhooks/1.0"

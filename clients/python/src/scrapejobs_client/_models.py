@@ -1,0 +1,279 @@
+"""Generated from the service's OpenAPI document by clients/python/tools/generate_models.py;
+do not edit (a test fails when this module and the document disagree)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from scrapejobs_client._base import Model
+
+JOB_STATUSES = ('queued', 'running', 'succeeded', 'failed', 'cancelled')
+PRIORITIES = ('high', 'normal', 'low')
+METHODS = ('GET', 'HEAD', 'POST')
+BATCH_STATUSES = ('receiving', 'accepted', 'loading', 'loaded', 'failed')
+
+
+@dataclass(frozen=True)
+class LastError(Model):
+    message: str | None
+    http_status: int | None
+    class_: str | None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _nested: ClassVar[dict[str, str]] = {}
+    _wire: ClassVar[dict[str, str]] = {"class_": "class"}
+
+
+@dataclass(frozen=True)
+class JobLinks(Model):
+    self: str
+    result: str
+    attempts: str
+    cancel: str
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _nested: ClassVar[dict[str, str]] = {}
+    _wire: ClassVar[dict[str, str]] = {}
+
+
+@dataclass(frozen=True)
+class CreatedLinks(Model):
+    self: str
+    result: str
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _nested: ClassVar[dict[str, str]] = {}
+    _wire: ClassVar[dict[str, str]] = {}
+
+
+@dataclass(frozen=True)
+class BatchLinks(Model):
+    self: str
+    jobs: str
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _nested: ClassVar[dict[str, str]] = {}
+    _wire: ClassVar[dict[str, str]] = {}
+
+
+@dataclass(frozen=True)
+class ServedFrom(Model):
+    job_id: str | None
+    attempt: int | None
+    other_tenant: bool
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _nested: ClassVar[dict[str, str]] = {}
+    _wire: ClassVar[dict[str, str]] = {}
+
+
+@dataclass(frozen=True)
+class RejectedRow(Model):
+    row: int
+    errors: dict[str, Any]
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _nested: ClassVar[dict[str, str]] = {}
+    _wire: ClassVar[dict[str, str]] = {}
+
+
+@dataclass(frozen=True)
+class Job(Model):
+    id: str
+    url: str
+    method: str
+    status: str
+    priority: str
+    attempts: int
+    max_attempts: int
+    last_error: LastError | None
+    created_at: str
+    started_at: str | None
+    finished_at: str | None
+    result_expired: bool
+    waiting_for: str | None
+    waiting_until: str | None
+    final_url: str | None
+    batch: str | None
+    batch_row: int | None
+    links: JobLinks
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _nested: ClassVar[dict[str, str]] = {"last_error": "LastError", "links": "JobLinks"}
+    _wire: ClassVar[dict[str, str]] = {}
+
+
+@dataclass(frozen=True)
+class JobCreated(Model):
+    id: str
+    status: str
+    links: CreatedLinks
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _nested: ClassVar[dict[str, str]] = {"links": "CreatedLinks"}
+    _wire: ClassVar[dict[str, str]] = {}
+
+
+@dataclass(frozen=True)
+class Attempt(Model):
+    number: int
+    started_at: str
+    finished_at: str | None
+    outcome: str | None
+    http_status: int | None
+    error_class: str | None
+    error: str | None
+    duration_ms: int | None
+    served_from: ServedFrom | None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _nested: ClassVar[dict[str, str]] = {"served_from": "ServedFrom"}
+    _wire: ClassVar[dict[str, str]] = {}
+
+
+@dataclass(frozen=True)
+class Result(Model):
+    url: str
+    expires_at: str
+    size: int
+    sha256: str
+    content_type: str | None
+    http_status: int
+    headers: dict[str, Any]
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _nested: ClassVar[dict[str, str]] = {}
+    _wire: ClassVar[dict[str, str]] = {}
+
+
+@dataclass(frozen=True)
+class Batch(Model):
+    id: str
+    status: str
+    total: int
+    accepted: int
+    rejected: int
+    loaded: int
+    progress: float
+    rejected_rows: list[RejectedRow]
+    error: str | None
+    created_at: str
+    finished_at: str | None
+    links: BatchLinks
+    jobs: dict[str, Any] | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _nested: ClassVar[dict[str, str]] = {"rejected_rows": "RejectedRow", "links": "BatchLinks"}
+    _wire: ClassVar[dict[str, str]] = {}
+
+
+@dataclass(frozen=True)
+class JobCancelled(Model):
+    id: str
+    status: str
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _nested: ClassVar[dict[str, str]] = {}
+    _wire: ClassVar[dict[str, str]] = {}
+
+
+@dataclass(frozen=True)
+class JobCancelRequested(Model):
+    id: str
+    status: str
+    cancel_requested: bool
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _nested: ClassVar[dict[str, str]] = {}
+    _wire: ClassVar[dict[str, str]] = {}
+
+
+@dataclass(frozen=True)
+class BatchCancelled(Model):
+    id: str
+    cancelled: int
+    cancel_requested: int
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _nested: ClassVar[dict[str, str]] = {}
+    _wire: ClassVar[dict[str, str]] = {}
+
+
+@dataclass(frozen=True)
+class ErrorBody(Model):
+    type: str
+    code: str
+    detail: str
+    fields: dict[str, Any] | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _nested: ClassVar[dict[str, str]] = {}
+    _wire: ClassVar[dict[str, str]] = {}
+
+
+# POST /jobs's fields and the constraints the API enforces on them.
+JOB_FIELDS: dict[str, dict[str, Any]] = {
+    "body": {
+        "nullable": True,
+        "pattern": "^[^\\u0000]*$",
+        "type": "string"
+    },
+    "callback_url": {
+        "maxLength": 8192,
+        "minLength": 1,
+        "nullable": True,
+        "pattern": "^[hH][tT][tT][pP][sS]?://(?!(?:[A-Za-z0-9-]+\\.)*[lL][oO][cC][aA][lL][hH][oO][sS][tT](?:[:/?#]|$))((?:[A-Za-z0-9-]{1,63}\\.)*[A-Za-z][A-Za-z0-9-]{0,62})(?::[0-9]{1,4})?(?:[/?#][!-~]*)?$",
+        "type": "string"
+    },
+    "headers": {
+        "maxProperties": 50,
+        "names": {
+            "maxLength": 256,
+            "not": {
+                "enum": [
+                    "connection",
+                    "content-length",
+                    "host",
+                    "keep-alive",
+                    "proxy-authenticate",
+                    "proxy-authorization",
+                    "proxy-connection",
+                    "te",
+                    "trailer",
+                    "transfer-encoding",
+                    "upgrade"
+                ]
+            },
+            "pattern": "^[!#$%&'*+\\-.^_`|~0-9A-Za-z]+$"
+        },
+        "type": "object",
+        "values": {
+            "maxLength": 8192,
+            "pattern": "^[^\\r\\n\\u0000]*$"
+        }
+    },
+    "max_age_s": {
+        "maximum": 2592000,
+        "minimum": 0,
+        "type": "integer"
+    },
+    "max_attempts": {
+        "maximum": 20,
+        "minimum": 1,
+        "type": "integer"
+    },
+    "method": {
+        "enum": [
+            "GET",
+            "HEAD",
+            "POST"
+        ],
+        "type": "string"
+    },
+    "priority": {
+        "enum": [
+            "high",
+            "normal",
+            "low"
+        ],
+        "type": "string"
+    },
+    "timeout_s": {
+        "maximum": 300,
+        "minimum": 1,
+        "type": "integer"
+    },
+    "url": {
+        "maxLength": 8192,
+        "minLength": 1,
+        "pattern": "^[hH][tT][tT][pP][sS]?://(?!(?:[A-Za-z0-9-]+\\.)*[lL][oO][cC][aA][lL][hH][oO][sS][tT](?:[:/?#]|$))((?:[A-Za-z0-9-]{1,63}\\.)*[A-Za-z][A-Za-z0-9-]{0,62})(?::[0-9]{1,4})?(?:[/?#][!-~]*)?$",
+        "type": "string"
+    }
+}
+JOB_REQUIRED: tuple[str, ...] = ('url',)

@@ -1,0 +1,320 @@
+"""The ``scrapejobs`` command line (installed with ``pip install 'scrapejobs-client[cli]'``).
+
+Configured by SCRAPEJOBS_URL and SCRAPEJOBS_TOKEN (or --url / --token). ``--json`` prints the
+API's objects as JSON, one per line, for scripts. Exit codes (docs/client.md):
+
+    0  done; with --wait: the job (every job of the batch) succeeded
+    1  the job failed (a batch: some job failed)
+    2  usage error (a bad option or argument)
+    3  the job was cancelled (a batch: some job was cancelled, none failed)
+    4  timed out waiting (--timeout)
+    5  the API refused the request or failed (4xx/5xx, after retries); also a refused row
+    6  the service could not be reached
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn
+
+try:
+    import click
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+except ImportError as exc:  # pragma: no cover - the [cli] extra is missing
+    sys.stderr.write(
+        f"scrapejobs: the command line needs its extra: pip install 'scrapejobs-client[cli]' ({exc})\n"
+    )
+    raise SystemExit(2) from exc
+
+from scrapejobs_client import _core
+from scrapejobs_client._base import Model
+from scrapejobs_client.client import Client, TransportFailed
+from scrapejobs_client.errors import ApiError, InvalidRequest, WaitTimeout
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_CANCELLED, EXIT_TIMEOUT, EXIT_API, EXIT_UNREACHABLE = range(7)
+STATUS_EXIT = {"succeeded": EXIT_OK, "failed": EXIT_FAILED, "cancelled": EXIT_CANCELLED}
+
+err = Console(stderr=True)
+
+
+class Context:
+    def __init__(self, url: str | None, token: str | None, as_json: bool, retries: int = 8):
+        self.url, self.token, self.as_json, self.retries = url, token, as_json, retries
+
+    def client(self) -> Client:
+        try:
+            return Client(self.url, self.token, max_retries=self.retries)
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from exc
+
+    def emit(self, obj: Model | dict[str, Any], human: str) -> None:
+        if self.as_json:
+            click.echo(json.dumps(obj.raw if isinstance(obj, Model) else obj, separators=(",", ":")))
+        else:
+            click.echo(human)
+
+
+def _fail(code: int, message: str) -> NoReturn:
+    err.print(f"[red]error:[/red] {message}", highlight=False, markup=True)
+    raise SystemExit(code)
+
+
+def _api_errors(fn: Callable[..., int | None]) -> Callable[..., None]:
+    """Run a command; map the client's exceptions to the documented exit codes."""
+
+    def run(*args: Any, **kwargs: Any) -> None:
+        try:
+            code = fn(*args, **kwargs) or EXIT_OK
+        except InvalidRequest as exc:
+            _fail(EXIT_USAGE, str(exc))
+        except WaitTimeout as exc:
+            _fail(EXIT_TIMEOUT, f"timed out: {exc}")
+        except TransportFailed as exc:
+            _fail(EXIT_UNREACHABLE, f"cannot reach the service: {exc}")
+        except ApiError as exc:
+            _fail(EXIT_API, str(exc))
+        raise SystemExit(code)
+
+    run.__name__, run.__doc__ = fn.__name__, fn.__doc__
+    return run
+
+
+json_option = click.option("--json", "as_json", is_flag=True, default=None, help="Print JSON (for scripts).")
+
+
+def _ctx(ctx: click.Context, as_json: bool | None) -> Context:
+    obj: Context = ctx.ensure_object(Context) if ctx.obj is None else ctx.obj
+    if as_json:
+        obj.as_json = True
+    return obj
+
+
+@click.group()
+@click.option(
+    "--url", envvar="SCRAPEJOBS_URL", help="The service, e.g. http://127.0.0.1:8000 [SCRAPEJOBS_URL]."
+)
+@click.option("--token", envvar="SCRAPEJOBS_TOKEN", help="An API token of your tenant [SCRAPEJOBS_TOKEN].")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (for scripts).")
+@click.option(
+    "--retries",
+    type=click.IntRange(0, 50),
+    default=8,
+    show_default=True,
+    help="Retries of a dropped connection, a 429 or a 503 before giving up.",
+)
+@click.pass_context
+def main(ctx: click.Context, url: str | None, token: str | None, as_json: bool, retries: int) -> None:
+    """scrapejobs: submit scrape jobs and batches, follow them, fetch their results."""
+    ctx.obj = Context(url, token, as_json, retries)
+
+
+def _job_line(job: Any) -> str:
+    error = f"  {job.last_error.class_}: {job.last_error.message}" if job.last_error else ""
+    return f"{job.id}  {job.status:<9}  {job.priority:<6}  attempts {job.attempts}/{job.max_attempts}  {job.url}{error}"
+
+
+@main.command()
+@click.argument("url")
+@click.option("--wait", is_flag=True, help="Wait until the job is final; the exit code says how it ended.")
+@click.option(
+    "--timeout", type=float, default=None, help="With --wait: give up after this many seconds (exit 4)."
+)
+@click.option("--priority", type=click.Choice(["high", "normal", "low"]), default=None)
+@click.option(
+    "--max-age", "max_age_s", type=int, default=None, help="Reuse an identical fetch this recent (s)."
+)
+@click.option("--method", type=click.Choice(["GET", "HEAD", "POST"]), default=None)
+@click.option("--header", "headers", multiple=True, help="A request header, 'Name: value' (repeatable).")
+@click.option("--body", default=None, help="Request body (POST only).")
+@click.option("--callback-url", default=None, help="Called (signed) when the job is final.")
+@click.option("--max-attempts", type=int, default=None)
+@click.option("--timeout-s", "fetch_timeout_s", type=int, default=None, help="Per-attempt fetch timeout (s).")
+@json_option
+@click.pass_context
+@_api_errors
+def submit(
+    ctx: click.Context, url: str, wait: bool, timeout: float | None, as_json: bool | None, **opts: Any
+) -> int:
+    """Submit one job."""
+    c = _ctx(ctx, as_json)
+    fields: dict[str, Any] = {}
+    for name in ("priority", "max_age_s", "method", "body", "callback_url", "max_attempts"):
+        if opts[name] is not None:
+            fields[name] = opts[name]
+    if opts["fetch_timeout_s"] is not None:
+        fields["timeout_s"] = opts["fetch_timeout_s"]
+    if opts["headers"]:
+        try:
+            fields["headers"] = dict(
+                (k.strip(), v.strip()) for k, v in (h.split(":", 1) for h in opts["headers"])
+            )
+        except ValueError as exc:
+            raise click.BadParameter("headers are 'Name: value'", param_hint="--header") from exc
+    with c.client() as client:
+        created = client.submit(url, **fields)
+        if not wait:
+            c.emit(created, created.id)
+            return EXIT_OK
+        job = client.wait(created, timeout=timeout)
+        c.emit(job, _job_line(job))
+        return STATUS_EXIT[job.status]
+
+
+@main.command()
+@click.argument("job_id")
+@click.option("--wait", "wait_s", type=click.IntRange(0, 30), default=0, help="Hold the answer up to N s.")
+@json_option
+@click.pass_context
+@_api_errors
+def get(ctx: click.Context, job_id: str, wait_s: int, as_json: bool | None) -> int:
+    """Show one job."""
+    c = _ctx(ctx, as_json)
+    with c.client() as client:
+        job = client.get(job_id, wait_s=wait_s or None)
+    c.emit(job, _job_line(job))
+    return EXIT_OK
+
+
+@main.command(name="ls")
+@click.option(
+    "--status", type=click.Choice(sorted(_core.FINAL_STATUSES | {"queued", "running"})), default=None
+)
+@click.option("--priority", type=click.Choice(["high", "normal", "low"]), default=None)
+@click.option("--batch", default=None, help="Jobs of one batch.")
+@click.option(
+    "--limit", type=click.IntRange(1), default=50, show_default=True, help="Show at most this many."
+)
+@json_option
+@click.pass_context
+@_api_errors
+def list_jobs(
+    ctx: click.Context,
+    status: str | None,
+    priority: str | None,
+    batch: str | None,
+    limit: int,
+    as_json: bool | None,
+) -> int:
+    """List jobs, newest first."""
+    c = _ctx(ctx, as_json)
+    with c.client() as client:
+        for n, job in enumerate(
+            client.jobs(status=status, priority=priority, batch=batch, limit=min(limit, 500))
+        ):
+            if n >= limit:
+                break
+            c.emit(job, _job_line(job))
+    return EXIT_OK
+
+
+@main.command()
+@click.argument("job_id")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the body here.",
+)
+@json_option
+@click.pass_context
+@_api_errors
+def result(ctx: click.Context, job_id: str, output: Path | None, as_json: bool | None) -> int:
+    """Download a job's stored body (its SHA-256 checked), or show its metadata."""
+    c = _ctx(ctx, as_json)
+    with c.client() as client:
+        if output is None:
+            meta = client.result(job_id)
+        else:
+            meta = client.download(job_id, output)
+    where = f" -> {output}" if output else f"  {meta.url}"
+    c.emit(
+        meta, f"{meta.size} bytes  sha256 {meta.sha256}  HTTP {meta.http_status}  {meta.content_type}{where}"
+    )
+    return EXIT_OK
+
+
+@main.command()
+@click.argument("job_id")
+@json_option
+@click.pass_context
+@_api_errors
+def cancel(ctx: click.Context, job_id: str, as_json: bool | None) -> int:
+    """Cancel a job: a queued one at once, a running one at its worker's next check."""
+    c = _ctx(ctx, as_json)
+    with c.client() as client:
+        answer = client.cancel(job_id)
+    c.emit(
+        answer, f"{job_id}  {answer.status}" + ("  (cancel requested)" if answer.status == "running" else "")
+    )
+    return EXIT_OK
+
+
+@main.command()
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--wait", is_flag=True, help="Wait until every job of the batch is final, with a progress bar.")
+@click.option(
+    "--timeout", type=float, default=None, help="With --wait: give up after this many seconds (exit 4)."
+)
+@json_option
+@click.pass_context
+@_api_errors
+def batch(ctx: click.Context, file: Path, wait: bool, timeout: float | None, as_json: bool | None) -> int:
+    """Submit a CSV, JSON-lines or Parquet file of job rows as one batch."""
+    c = _ctx(ctx, as_json)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    with c.client() as client:
+        try:
+            receipt = client.submit_batch(file=file)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="FILE") from exc
+        if receipt.rejected:
+            for row in receipt.rejected_rows:
+                err.print(f"row {row.row} rejected: {row.errors}", highlight=False, markup=False)
+        if not wait:
+            c.emit(
+                receipt,
+                f"{receipt.id}  {receipt.status}  accepted {receipt.accepted}  rejected {receipt.rejected}",
+            )
+            return EXIT_API if receipt.rejected else EXIT_OK
+        state = _follow(client, receipt.id, receipt.accepted, deadline, quiet=c.as_json)
+    counts = {k: int(v) for k, v in (state.jobs or {}).items()}
+    summary = "  ".join(f"{k} {counts.get(k, 0)}" for k in ("succeeded", "failed", "cancelled"))
+    c.emit(state, f"{state.id}  {state.total} rows  rejected {state.rejected}  {summary}")
+    if counts.get("failed"):
+        return EXIT_FAILED
+    if counts.get("cancelled"):
+        return EXIT_CANCELLED
+    return EXIT_API if state.rejected else EXIT_OK
+
+
+def _follow(client: Client, batch_id: str, accepted: int, deadline: float | None, *, quiet: bool) -> Any:
+    """Poll the batch (it counts its jobs by status) until every accepted row is a final job."""
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=err, disable=quiet, transient=False) as progress:
+        loading = progress.add_task("loading", total=accepted)
+        final = progress.add_task("final", total=accepted)
+        pause = 0.5
+        while True:
+            state = client.batch(batch_id)
+            counts = state.jobs or {}
+            done = sum(int(counts.get(s, 0)) for s in _core.FINAL_STATUSES)
+            progress.update(loading, completed=state.loaded)
+            progress.update(final, completed=done)
+            if state.status == "failed":
+                _fail(EXIT_API, f"batch {batch_id} failed: {state.error}")
+            if state.status == "loaded" and done >= state.loaded:
+                return state
+            if deadline is not None and time.monotonic() >= deadline:
+                raise WaitTimeout(state)
+            time.sleep(pause)
+            pause = min(pause * 1.25, 2.0)
+
+
+if __name__ == "__main__":
+    main()

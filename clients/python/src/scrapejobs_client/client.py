@@ -1,0 +1,313 @@
+"""The synchronous client: ``Client(base_url, token)`` (docs/client.md)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from scrapejobs_client import _core
+from scrapejobs_client._models import (
+    Attempt,
+    Batch,
+    BatchCancelled,
+    Job,
+    JobCancelled,
+    JobCancelRequested,
+    JobCreated,
+    Result,
+)
+from scrapejobs_client.errors import (
+    ApiError,
+    BatchFailed,
+    IntegrityError,
+    InvalidRequest,
+    RowsRejected,
+    ScrapejobsError,
+    WaitTimeout,
+)
+
+JobRef = str | Job | JobCreated | Mapping[str, Any]
+# submit_many sends at least this many rows as one batch (POST /batches) rather than job by job.
+BATCH_THRESHOLD = 100
+
+
+class TransportFailed(ScrapejobsError, ConnectionError):
+    """The service could not be reached (connection refused, dropped, timed out), after retries."""
+
+
+class Client:
+    """A scrapejobs API client. ``base_url`` and ``token`` default to SCRAPEJOBS_URL and
+    SCRAPEJOBS_TOKEN. Safe to share between threads (httpx.Client is)."""
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        token: str | None = None,
+        *,
+        timeout_s: float = _core.DEFAULT_TIMEOUT_S,
+        max_retries: int = 8,
+        batch_threshold: int = BATCH_THRESHOLD,
+        transport: httpx.BaseTransport | None = None,
+    ):
+        self.base_url, token = _core.settings_from_env(base_url, token)
+        self.max_retries = max_retries
+        self.batch_threshold = batch_threshold
+        self._http = httpx.Client(
+            base_url=self.base_url + "/api/v1",
+            headers=_core.client_headers(token),
+            timeout=timeout_s,
+            transport=transport,
+        )
+        # Signed result links need no token, and are not sent one.
+        self._links = httpx.Client(timeout=timeout_s, transport=transport)
+
+    def close(self) -> None:
+        self._http.close()
+        self._links.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- transport --------------------------------------------------------------------------
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        retry_dropped: bool = True,
+        timeout_s: float | None = None,
+        **kwargs: Any,
+    ) -> httpx.Response:
+        """One API call: 429 and 503 are asked again after their Retry-After; a dropped or refused
+        connection is asked again when ``retry_dropped`` (reads, and writes made idempotent by an
+        Idempotency-Key). Any other error answer raises its ApiError."""
+        if timeout_s is not None:
+            kwargs["timeout"] = timeout_s
+        attempt = 0
+        http = self._links if path.startswith(("http://", "https://")) else self._http
+        while True:
+            try:
+                response = http.request(method, path, **kwargs)
+            except httpx.TransportError as exc:
+                if not retry_dropped or attempt >= self.max_retries:
+                    raise TransportFailed(f"{method} {path}: {exc!r}") from exc
+                time.sleep(_core.backoff_s(attempt))
+                attempt += 1
+                continue
+            if response.status_code in _core.RETRY_STATUSES and attempt < self.max_retries:
+                time.sleep(_core.retry_delay(response, attempt))
+                attempt += 1
+                continue
+            _core.raise_for(response)
+            return response
+
+    # --- jobs -------------------------------------------------------------------------------
+
+    def submit(self, url: str, *, idempotency_key: str | None = None, **fields: Any) -> JobCreated:
+        """POST /jobs. ``fields`` are the job's other fields (method, headers, body, priority,
+        callback_url, max_attempts, timeout_s, max_age_s), checked before sending. An
+        Idempotency-Key is made when none is given, so a call retried after a dropped connection
+        gives back the same job instead of a second one."""
+        body = _core.job_body(url, fields)
+        key = idempotency_key or _core.new_idempotency_key()
+        r = self._request("POST", "/jobs", json=body, headers={"Idempotency-Key": key})
+        return JobCreated.from_dict(r.json())
+
+    def get(self, job: JobRef, *, wait_s: int | None = None) -> Job:
+        params = {"wait": wait_s} if wait_s else None
+        timeout = None if not wait_s else wait_s + _core.DEFAULT_TIMEOUT_S
+        r = self._request("GET", f"/jobs/{_core.job_id_of(job)}", params=params, timeout_s=timeout)
+        return Job.from_dict(r.json())
+
+    def wait(self, job: JobRef, timeout: float | None = None) -> Job:
+        """The job once final; long-polls with ?wait= (up to 30 s a call), never a tight loop.
+        Raises WaitTimeout (with the job's last state) after ``timeout`` seconds (None: forever)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        current = job if isinstance(job, Job) else None
+        while True:
+            if current is not None and _core.is_final(current):
+                return current
+            remaining = _core.MAX_WAIT_S if deadline is None else deadline - time.monotonic()
+            if remaining <= 0:
+                raise WaitTimeout(current or self.get(job))
+            asked = time.monotonic()
+            current = self.get(job, wait_s=_core.wait_step(remaining))
+            if not _core.is_final(current) and time.monotonic() - asked < 0.5:
+                time.sleep(0.5)  # an answer that came back early and not final: no tight loop
+
+    def jobs(
+        self,
+        *,
+        status: str | None = None,
+        priority: str | None = None,
+        batch: str | None = None,
+        limit: int = 500,
+    ) -> Iterator[Job]:
+        """Every job of the tenant (newest first), filtered; walks the cursor one page at a time."""
+        params: dict[str, Any] = {"limit": limit}
+        for name, value in (("status", status), ("priority", priority), ("batch", batch)):
+            if value is not None:
+                params[name] = value
+        while True:
+            page = self._request("GET", "/jobs", params=params).json()
+            for item in page["items"]:
+                yield Job.from_dict(item)
+            if not page.get("next_cursor"):
+                return
+            params["cursor"] = page["next_cursor"]
+
+    def attempts(self, job: JobRef) -> list[Attempt]:
+        r = self._request("GET", f"/jobs/{_core.job_id_of(job)}/attempts")
+        return [Attempt.from_dict(a) for a in r.json()["items"]]
+
+    def result(self, job: JobRef) -> Result:
+        """The result's metadata and its signed link (409 Conflict while not succeeded)."""
+        return Result.from_dict(self._request("GET", f"/jobs/{_core.job_id_of(job)}/result").json())
+
+    def result_bytes(self, job: JobRef) -> bytes:
+        """The stored body, checked against the recorded size and SHA-256."""
+        meta = self.result(job)
+        data = self._request("GET", meta.url).content
+        _verify(meta, len(data), hashlib.sha256(data).hexdigest())
+        return data
+
+    def download(self, job: JobRef, path: str | os.PathLike[str]) -> Result:
+        """Stream the stored body to ``path`` (written whole or not at all), checking its
+        SHA-256 on the way. Returns the result's metadata."""
+        meta = self.result(job)
+        target = Path(path)
+        digest, size = hashlib.sha256(), 0
+        fd, tmp = tempfile.mkstemp(dir=target.parent or ".", prefix=f".{target.name}.")
+        try:
+            with os.fdopen(fd, "wb") as out, self._links.stream("GET", meta.url) as r:
+                if r.status_code >= 400:
+                    r.read()
+                    _core.raise_for(r)
+                for chunk in r.iter_bytes(1 << 16):
+                    digest.update(chunk)
+                    size += len(chunk)
+                    out.write(chunk)
+            _verify(meta, size, digest.hexdigest())
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return meta
+
+    def cancel(self, job: JobRef) -> JobCancelled | JobCancelRequested:
+        r = self._request("POST", f"/jobs/{_core.job_id_of(job)}/cancel")
+        data = r.json()
+        return JobCancelRequested.from_dict(data) if r.status_code == 202 else JobCancelled.from_dict(data)
+
+    # --- batches ----------------------------------------------------------------------------
+
+    def submit_batch(
+        self,
+        rows: Iterable[Mapping[str, Any]] | None = None,
+        *,
+        file: str | os.PathLike[str] | None = None,
+        idempotency_key: str | None = None,
+    ) -> Batch:
+        """POST /batches: a list of job rows, or a CSV / JSON-lines / Parquet file (by its
+        suffix). Answers once the rows are stored; they become jobs when the batch is loaded."""
+        headers = {"Idempotency-Key": idempotency_key or _core.new_idempotency_key()}
+        params: dict[str, str] | None = None
+        if file is not None:
+            path = Path(file)
+            headers["Content-Type"] = _content_type(path)
+            with path.open("rb") as f:
+                r = self._request("POST", "/batches", content=f.read(), headers=headers, params=params)
+        else:
+            payload = json.dumps(list(rows or [])).encode()
+            headers["Content-Type"] = "application/json"
+            r = self._request("POST", "/batches", content=payload, headers=headers, params=params)
+        return Batch.from_dict(r.json())
+
+    def batch(self, batch_id: str) -> Batch:
+        return Batch.from_dict(self._request("GET", f"/batches/{batch_id}").json())
+
+    def cancel_batch(self, batch_id: str) -> BatchCancelled:
+        """POST /batches/{id}/cancel: its queued jobs at once, its running ones as a job cancel."""
+        return BatchCancelled.from_dict(self._request("POST", f"/batches/{batch_id}/cancel").json())
+
+    def wait_loaded(self, batch_id: str, timeout: float | None = None) -> Batch:
+        """The batch once ``loaded`` (its rows are jobs); BatchFailed if it failed."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pause = 0.2
+        while True:
+            current = self.batch(batch_id)
+            if current.status == "loaded":
+                return current
+            if current.status == "failed":
+                raise BatchFailed(current)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise WaitTimeout(current)
+            time.sleep(pause)
+            pause = min(pause * 1.5, 2.0)
+
+    def batch_job_ids(self, batch: Batch) -> list[str | None]:
+        """The batch's job ids by row (index 0 is row 1); None for a rejected row."""
+        ids: list[str | None] = [None] * batch.total
+        for job in self.jobs(batch=batch.id):
+            if job.batch_row is not None:
+                ids[job.batch_row - 1] = job.id
+        return ids
+
+    def submit_many(
+        self, rows: Iterable[Mapping[str, Any] | str], *, timeout: float | None = 600
+    ) -> list[str]:
+        """Submit every row (a job's fields, or just a URL); returns the job ids in row order.
+        At least ``batch_threshold`` rows go as one batch (POST /batches), fewer one by one. A
+        row the API refuses raises RowsRejected (its ``ids`` hold the others' jobs)."""
+        prepared = [{"url": r} if isinstance(r, str) else dict(r) for r in rows]
+        if len(prepared) < self.batch_threshold:
+            ids: list[str | None] = []
+            rejected: list[Any] = []
+            for n, row in enumerate(prepared, 1):
+                try:
+                    ids.append(self.submit(row.pop("url"), **row).id)
+                except (InvalidRequest, ApiError) as exc:
+                    if isinstance(exc, ApiError) and exc.status_code != 400:
+                        raise
+                    ids.append(None)
+                    rejected.append({"row": n, "errors": exc.fields})
+            if rejected:
+                raise RowsRejected(ids, rejected)
+            return [i for i in ids if i is not None]
+        receipt = self.submit_batch(prepared)
+        loaded = self.wait_loaded(receipt.id, timeout=timeout)
+        ids = self.batch_job_ids(loaded)
+        if loaded.rejected:
+            raise RowsRejected(ids, [r.raw for r in loaded.rejected_rows])
+        missing = [n for n, i in enumerate(ids, 1) if i is None]
+        if missing:
+            raise ScrapejobsError(f"batch {loaded.id}: no job for rows {missing[:5]}")
+        return [i for i in ids if i is not None]
+
+
+def _content_type(path: Path) -> str:
+    suffix = path.suffix.lower()
+    types = {".csv": "text/csv", ".jsonl": "application/x-ndjson", ".ndjson": "application/x-ndjson"}
+    types.update({".parquet": "application/vnd.apache.parquet", ".json": "application/json"})
+    if suffix not in types:
+        raise ValueError(f"{path}: a batch file is .csv, .jsonl, .json or .parquet")
+    return types[suffix]
+
+
+def _verify(meta: Result, size: int, sha256: str) -> None:
+    if size != meta.size or sha256 != meta.sha256:
+        raise IntegrityError(
+            f"result body: {size} bytes, sha256 {sha256}; the API recorded {meta.size} bytes, {meta.sha256}"
+        )
