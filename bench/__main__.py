@@ -35,13 +35,10 @@ ORDER = (
     "singleflight",
     "read",
     "admin",
-wake-up latency), admin (list pages and filters at a million jobs against ten thousand), budget
-(what one job costs, counted: statements, row versions, index entries, WAL, Redis commands, broker
-messages, beside a bare Celery task's Redis commands), peak (the seed's peak through the API: 28
-jobs/s against a 20 s target, six workers), capacity (fetches in flight one worker process holds
-at a 10 s target), scaling (a day of the seed's load through the worker autoscaling rule, with one
-worker's measured capacity), browser (a page a script fills, rendered at 1, 2 and 4 pages per
-process, against a plain fetch of it), each ``bench/<name>.py:run()``.
+    "peak",
+    "capacity",
+    "scaling",
+    "browser",
 )
 
 
