@@ -279,6 +279,11 @@ SCRAPEJOBS_PRIORITY_WEIGHTS = _priority_weights("SCRAPEJOBS_PRIORITY_WEIGHTS", "
 SCRAPEJOBS_SWEEP_INTERVAL_S = _positive_float("SCRAPEJOBS_SWEEP_INTERVAL_S", 60.0)
 # A job published but not taken within this long is published again (lost broker messages).
 SCRAPEJOBS_REPUBLISH_AFTER_S = _bounded_int("SCRAPEJOBS_REPUBLISH_AFTER_S", 300, 1, 86400)
+# The sweeper leaves expired leases alone while an older receipt waits for the writer (it may be
+# theirs, the writer only behind), but a receipt waiting longer than this no longer holds back
+# the sweep of other jobs (its own job is still kept): a receipt deferred again and again, or a
+# database away that long, must not stop every lost attempt from being swept (apps/writer/selectors.py).
+SCRAPEJOBS_SWEEP_RECEIPT_WAIT_MAX_S = _positive_float("SCRAPEJOBS_SWEEP_RECEIPT_WAIT_MAX_S", 300.0)
 # Retry backoff: full jitter, uniform(0, min(cap, base * 2**(attempt-1))).
 SCRAPEJOBS_RETRY_BASE_S = _positive_float("SCRAPEJOBS_RETRY_BASE_S", 2.0)
 SCRAPEJOBS_RETRY_CAP_S = _positive_float("SCRAPEJOBS_RETRY_CAP_S", 600.0)
