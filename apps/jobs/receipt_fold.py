@@ -143,7 +143,7 @@ WITH v AS (
            ) AS p
 ), moved AS (
     UPDATE jobs_job AS j
-       SET status = p.status, lease_owner = NULL, lease_expires_at = NULL,
+       SET status = p.status, lease_owner = NULL, lease_expires_at = NULL, version = j.version + 1,
            last_error = p.last_error::jsonb,
            result_key = CASE WHEN p.has_result THEN p.result_key ELSE j.result_key END,
            result_size = CASE WHEN p.has_result THEN p.result_size ELSE j.result_size END,

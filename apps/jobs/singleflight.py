@@ -149,7 +149,7 @@ def job_fetch_decide(*, job_id: uuid.UUID | str) -> FetchDecision:
             """
             UPDATE jobs_job
                SET fetch_key = %s, fetch_parked_at = now(), published_at = COALESCE(published_at, now()),
-                   updated_at = now()
+                   updated_at = now(), version = version + 1
              WHERE id = %s AND status = 'queued' AND cancel_requested_at IS NULL
             """,
             [key, job["id"]],
@@ -243,7 +243,10 @@ def _elect(cur: Any, *, key: str, job_id: uuid.UUID, attempt: int) -> bool:
     )
     if cur.fetchone() is None:
         return False
-    cur.execute("UPDATE jobs_job SET fetch_key = %s, fetch_parked_at = NULL WHERE id = %s", [key, job_id])
+    cur.execute(
+        "UPDATE jobs_job SET fetch_key = %s, fetch_parked_at = NULL, version = version + 1 WHERE id = %s",
+        [key, job_id],
+    )
     return True
 
 
@@ -310,7 +313,8 @@ def _hand_over(cur: Any, keys: list[str]) -> None:
     """Put the oldest parked job of each key back in the outbox: it takes the fetch over."""
     cur.execute(
         """
-        UPDATE jobs_job SET fetch_parked_at = NULL, published_at = NULL, updated_at = now()
+        UPDATE jobs_job SET fetch_parked_at = NULL, published_at = NULL, updated_at = now(),
+                            version = version + 1
          WHERE id IN (SELECT DISTINCT ON (fetch_key) id FROM jobs_job
                        WHERE fetch_key = ANY(%s::text[]) AND status = 'queued'
                          AND fetch_parked_at IS NOT NULL AND cancel_requested_at IS NULL
@@ -350,6 +354,7 @@ def _serve(cur: Any, sources: list[dict[str, Any]], *, only_job: uuid.UUID | Non
         ), moved AS (
             UPDATE jobs_job AS j
                SET status = w.status, attempts = w.number, fetch_key = w.key, fetch_parked_at = NULL,
+                   version = j.version + 1,
                    started_at = COALESCE(j.started_at, now()), finished_at = now(),
                    final_published_at = NULL, not_before = NULL, last_error = w.last_error,
                    result_key = w.result_key, result_size = w.result_size,

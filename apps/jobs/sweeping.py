@@ -212,7 +212,7 @@ def _lose_running_attempts(
         cur.execute(
             f"""
             UPDATE jobs_job AS j
-               SET status = s.status,
+               SET status = s.status, version = j.version + 1,
                    not_before = CASE WHEN s.status = 'queued' THEN s.not_before END,
                    published_at = NULL,
                    lease_owner = NULL, lease_expires_at = NULL,
@@ -297,7 +297,8 @@ def jobs_sweep_unclaimed(*, older_than_s: float | None = None, batch_size: int =
             cur.execute(
                 f"""
                 UPDATE jobs_job
-                   SET published_at = NULL, fetch_parked_at = NULL, updated_at = now()
+                   SET published_at = NULL, fetch_parked_at = NULL, updated_at = now(),
+                       version = version + 1
                  WHERE id IN (SELECT j.id FROM jobs_job AS j
                                WHERE j.status = 'queued' AND j.published_at IS NOT NULL
                                  AND j.published_at < now() - make_interval(secs => %(older)s)

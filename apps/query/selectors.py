@@ -27,6 +27,7 @@ JOB_COLUMNS = (
     "started_at",
     "finished_at",
     "result_deleted_at",  # result_expired (retention, issue 13 item 6)
+    "version",  # the read cache's compare-and-set (apps/query/cache.py)
 ) + JOB_WAITING_COLUMNS
 # Result columns, for GET /jobs/{id}/result.
 RESULT_COLUMNS = (
