@@ -29,7 +29,7 @@ from apps.intake.serializers import (
 from apps.jobs.cancel_requeue import job_cancel
 from apps.jobs.intake import IdempotencyConflict, job_create
 from apps.tenants.authentication import BearerTokenAuthentication, TenantPrincipal
-from apps.tenants.backlog import BacklogFull, tenant_job_room_give_back, tenant_job_room_take
+from apps.tenants.backlog import BacklogFull, tenant_job_room_done, tenant_job_room_take
 from apps.tenants.throttling import token_rate_take
 
 _ERR = OpenApiResponse(ErrorOutput)
@@ -55,21 +55,23 @@ def _idempotency_conflict() -> ApiError:
     )
 
 
-def _room_take(tenant: Any, key: str | None) -> None:
-    """Take room for one job in the tenant's backlog (FR-20), or raise the 429. A retry of a
-    request already accepted under its Idempotency-Key is answered as before, full or not."""
+def _room_take(tenant: Any, key: str | None) -> bool:
+    """Take room for one job in the tenant's backlog (FR-20), or raise the 429; False when no
+    room was taken: a retry of a request already accepted under its Idempotency-Key is answered
+    as before, full or not."""
     try:
         tenant_job_room_take(tenant=tenant)
     except BacklogFull as full:
         if key is not None and selectors.job_idempotency_key_held(tenant_id=tenant.id, key=key):
-            return
+            return False
         raise backlog_refused(code=full.code, detail=full.detail, retry_after_s=full.retry_after_s) from None
+    return True
 
 
 def _create(tenant: Any, data: dict[str, Any], key: str | None) -> tuple[Any, bool]:
     """job_create within the tenant's backlog cap; the room taken goes back when nothing new was
     created (a replay, a conflict, a failure)."""
-    _room_take(tenant, key)
+    taken = _room_take(tenant, key)
     created = False
     try:
         job, created = job_create(
@@ -80,8 +82,8 @@ def _create(tenant: Any, data: dict[str, Any], key: str | None) -> tuple[Any, bo
             **data,
         )
     finally:
-        if not created:
-            tenant_job_room_give_back(tenant_id=tenant.id)
+        if taken:
+            tenant_job_room_done(tenant=tenant, created=created)
     return job, created
 
 

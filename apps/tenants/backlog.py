@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -58,47 +58,68 @@ def backlog_full(*, queued: int, adding: int, cap: int) -> BacklogFull:
     )
 
 
-# tenant id → (monotonic time of the count, queued jobs then plus those accepted here since)
-_counts: dict[str, tuple[float, int]] = {}
+@dataclass
+class _Count:
+    at: float  # monotonic time of the last count in the database
+    queued: int  # that count, plus the jobs accepted here since
+    inflight: int = 0  # taken here, not yet committed (not seen by a count)
+
+
+_counts: dict[str, _Count] = {}
 _counts_lock = threading.Lock()
+_tenant_locks: dict[str, threading.Lock] = {}
+
+
+def _tenant_lock(key: str) -> threading.Lock:
+    with _counts_lock:
+        lock = _tenant_locks.get(key)
+        if lock is None:
+            if len(_tenant_locks) > 100_000:
+                _tenant_locks.clear()
+            lock = _tenant_locks[key] = threading.Lock()
+        return lock
 
 
 def tenant_job_room_take(*, tenant: Any) -> None:
-    """Take room for one job in the tenant's backlog, or raise ``BacklogFull``. Counts in the
-    database at most once per SCRAPEJOBS_TENANT_BACKLOG_RECOUNT_S per tenant and process."""
+    """Take room for one job in the tenant's backlog, or raise ``BacklogFull``; the caller then
+    calls ``tenant_job_room_done`` once the job is written (or not). Counts in the database at
+    most once per SCRAPEJOBS_TENANT_BACKLOG_RECOUNT_S per tenant and process, and then adds the
+    jobs this process is writing right now (the count cannot see them yet)."""
     cap = tenant_queued_cap(tenant)
     if cap <= 0:
         return
     key = str(tenant.id)
-    now = time.monotonic()
-    with _counts_lock:
-        seen = _counts.get(key)
-    fresh = None
-    if seen is None or now - seen[0] >= settings.SCRAPEJOBS_TENANT_BACKLOG_RECOUNT_S:
-        fresh = (now, tenant_queued_count(tenant_id=tenant.id, at_most=cap))  # outside the lock
-    # The check and the taking are one step under the lock: two requests at once never both
-    # take the last place. A count made by another thread meanwhile is as good as ours.
-    with _counts_lock:
-        seen = _counts.get(key)
-        if fresh is not None and (seen is None or seen[0] < fresh[0]):
-            seen = fresh
-        assert seen is not None
-        at, queued = seen
-        if queued >= cap:
-            _counts[key] = (at, queued)
-            raise backlog_full(queued=queued, adding=1, cap=cap)
-        _counts[key] = (at, queued + 1)
+    window = settings.SCRAPEJOBS_TENANT_BACKLOG_RECOUNT_S
+    # One check-and-take at a time per tenant, so two requests never both take the last place.
+    with _tenant_lock(key):
+        now = time.monotonic()
+        held = _counts.get(key)
+        if held is None or now - held.at >= window:
+            inflight = held.inflight if held is not None else 0
+            queued = tenant_queued_count(tenant_id=tenant.id, at_most=cap) + inflight
+            held = _counts[key] = _Count(at=now, queued=queued, inflight=inflight)
+        if held.queued >= cap:
+            raise backlog_full(queued=held.queued, adding=1, cap=cap)
+        held.queued += 1
+        held.inflight += 1
 
 
-def tenant_job_room_give_back(*, tenant_id: uuid.UUID | str) -> None:
-    """An accepted job that created nothing (an idempotent replay) gives its room back."""
-    with _counts_lock:
-        seen = _counts.get(str(tenant_id))
-        if seen is not None:
-            _counts[str(tenant_id)] = (seen[0], max(0, seen[1] - 1))
+def tenant_job_room_done(*, tenant: Any, created: bool) -> None:
+    """The job that took room is written (``created``), or nothing new was (an idempotent replay,
+    a refusal, a failure): then its room goes back."""
+    if tenant_queued_cap(tenant) <= 0:
+        return
+    key = str(tenant.id)
+    with _tenant_lock(key):
+        held = _counts.get(key)
+        if held is not None:
+            held.inflight = max(0, held.inflight - 1)
+            if not created:
+                held.queued = max(0, held.queued - 1)
 
 
 def tenant_backlog_counts_clear() -> None:
     """Forget every count (tests)."""
     with _counts_lock:
         _counts.clear()
+        _tenant_locks.clear()

@@ -17,12 +17,11 @@ from django.conf import settings
 from apps.jobs.models import Job, JobStatus
 from apps.jobs.receipt_fold import attempts_apply_finished
 from apps.jobs.singleflight import job_fetch_decide
-from apps.politeness.robots import robots_local_cache_clear
-from apps.politeness.selectors import domain_limits_cache_clear
 from apps.publishing.services import outbox_publish
 from apps.scheduling.services import jobs_sweep_stuck
 from apps.scraping.services import job_run_attempt
 from apps.tenants.models import Tenant
+from tests.politeness.test_robots import obeying  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -62,18 +61,10 @@ def test_a_chain_of_served_copies_never_makes_an_old_body_young(make_tenant, tar
         assert job.finished_at - job.result_stored_at <= timedelta(seconds=max_age_s), job.id
 
 
-@pytest.fixture
-def obeying(settings):
-    settings.SCRAPEJOBS_ROBOTS_OBEY = True
-    domain_limits_cache_clear()
-    robots_local_cache_clear()
-    yield settings
-    domain_limits_cache_clear()
-    robots_local_cache_clear()
-
-
 def test_a_body_fetched_ignoring_robots_txt_is_not_served_to_a_tenant_that_obeys_it(
-    obeying, make_tenant, target
+    obeying,  # noqa: F811
+    make_tenant,
+    target,
 ):
     target.robots = (200, "User-agent: *\nDisallow: /bytes/\n")
     ignoring, _, api_ignoring = make_tenant()

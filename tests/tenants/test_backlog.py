@@ -10,7 +10,7 @@ import threading
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection
-from django.test import Client, override_settings
+from django.test import Client
 
 from apps.batches.loader import batch_load
 from apps.batches.models import Batch
@@ -18,6 +18,7 @@ from apps.jobs.cancel_requeue import job_cancel
 from apps.jobs.models import Job
 from apps.tenants.backlog import tenant_backlog_counts_clear
 from apps.tenants.models import Tenant
+from tests.results.test_storage import local_results  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.django_db
 
@@ -26,22 +27,11 @@ BATCHES = "/api/v1/batches"
 
 
 @pytest.fixture(autouse=True)
-def _fresh_counts(settings, tmp_path):
+def _fresh_counts(settings, local_results):  # noqa: F811
     settings.SCRAPEJOBS_TENANT_BACKLOG_RECOUNT_S = 0  # count on every POST: the cap is exact
-    backend = {
-        "BACKEND": "django.core.files.storage.FileSystemStorage",
-        "OPTIONS": {"location": str(tmp_path), "allow_overwrite": True},
-    }
-    with override_settings(
-        STORAGES={
-            "default": backend,
-            "results": backend,
-            "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
-        }
-    ):
-        tenant_backlog_counts_clear()
-        yield tmp_path
-        tenant_backlog_counts_clear()
+    tenant_backlog_counts_clear()
+    yield local_results
+    tenant_backlog_counts_clear()
 
 
 def _post_job(api, n: int, **headers):

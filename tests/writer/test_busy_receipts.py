@@ -8,7 +8,6 @@ from __future__ import annotations
 import threading
 import time
 
-import psycopg
 import pytest
 from django.db import connection
 
@@ -19,6 +18,7 @@ from apps.writer.services import writer_flush_once
 from apps.writer.streams import FIELD, STREAM, TRIES, writer_redis
 from apps.writer.submit import receipt_submit
 from tests.support.procs import wait_for
+from tests.support.session_locks import job_row_locked_elsewhere
 from tests.writer.helpers import RunningJob, new_id, receipt, running_jobs_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -42,17 +42,6 @@ def _expire_lease_now(job_id: str) -> None:
         cur.execute("UPDATE jobs_job SET lease_expires_at = now() WHERE id = %s", [job_id])
 
 
-def _hold_row_lock(job_id: str, locked: threading.Event, release: threading.Event) -> None:
-    s = connection.settings_dict
-    with psycopg.connect(
-        host=s["HOST"] or None, port=s["PORT"] or None, user=s["USER"], dbname=s["NAME"]
-    ) as conn:
-        conn.execute("SELECT 1 FROM jobs_job WHERE id = %s FOR UPDATE", [job_id])
-        locked.set()
-        release.wait(60)
-        conn.rollback()
-
-
 def test_a_receipt_behind_a_lock_held_past_its_retry_schedule_is_dead_and_other_leases_are_swept(
     settings,
 ) -> None:
@@ -61,7 +50,9 @@ def test_a_receipt_behind_a_lock_held_past_its_retry_schedule_is_dead_and_other_
     settings.SCRAPEJOBS_DATABASE_WRITE_TIMEOUT_SECONDS = 0.3
     locked_job, lost_job = _running(2)
     locked, release = threading.Event(), threading.Event()
-    holder = threading.Thread(target=_hold_row_lock, args=(locked_job.id, locked, release))
+    holder = threading.Thread(
+        target=job_row_locked_elsewhere, args=(locked_job.id, locked, release), kwargs={"hold_s": 60}
+    )
     holder.start()
     try:
         assert locked.wait(10)
@@ -100,7 +91,9 @@ def test_a_retried_receipt_is_applied_alone_not_bisected_with_its_round_again(se
     settings.SCRAPEJOBS_DATABASE_WRITE_TIMEOUT_SECONDS = 0.3
     locked_job, *others = _running(9)
     locked, release = threading.Event(), threading.Event()
-    holder = threading.Thread(target=_hold_row_lock, args=(locked_job.id, locked, release))
+    holder = threading.Thread(
+        target=job_row_locked_elsewhere, args=(locked_job.id, locked, release), kwargs={"hold_s": 60}
+    )
     holder.start()
     try:
         assert locked.wait(10)
