@@ -223,13 +223,13 @@ SCRAPEJOBS_IDEMPOTENCY_TTL_HOURS = _bounded_int("SCRAPEJOBS_IDEMPOTENCY_TTL_HOUR
 # Backlog caps per tenant (FR-20, apps/tenants/backlog.py; a tenant's admin page may set its own):
 # queued jobs (a batch's rows count in full before it is accepted) and batches received but not
 # yet loaded; past either, POST answers 429 with Retry-After. 0: no cap.
-SCRAPEJOBS_TENANT_MAX_QUEUED_JOBS = _bounded_int("SCRAPEJOBS_TENANT_MAX_QUEUED_JOBS", 100_000, 0, 100_000_000)
+SCRAPEJOBS_TENANT_MAX_QUEUED_JOBS = _bounded_int("SCRAPEJOBS_TENANT_MAX_QUEUED_JOBS", 2_000_000, 0, 100_000_000)
 SCRAPEJOBS_TENANT_MAX_BATCHES_IN_PROGRESS = _bounded_int(
     "SCRAPEJOBS_TENANT_MAX_BATCHES_IN_PROGRESS", 5, 0, 10_000
 )
 # How long a web process trusts its count of a tenant's queued jobs (plus what it accepted since)
 # before counting again: one bounded count per tenant per this many seconds, not one per POST.
-SCRAPEJOBS_TENANT_BACKLOG_RECOUNT_S = _bounded_int("SCRAPEJOBS_TENANT_BACKLOG_RECOUNT_S", 1, 0, 60)
+SCRAPEJOBS_TENANT_BACKLOG_RECOUNT_S = _bounded_int("SCRAPEJOBS_TENANT_BACKLOG_RECOUNT_S", 5, 0, 60)
 SCRAPEJOBS_TENANT_BACKLOG_RETRY_AFTER_S = _bounded_int("SCRAPEJOBS_TENANT_BACKLOG_RETRY_AFTER_S", 30, 1, 3600)
 
 # Worker: how many fetches one worker process holds at once (threads; a fetch mostly waits).
