@@ -223,7 +223,9 @@ SCRAPEJOBS_IDEMPOTENCY_TTL_HOURS = _bounded_int("SCRAPEJOBS_IDEMPOTENCY_TTL_HOUR
 # Backlog caps per tenant (FR-20, apps/tenants/backlog.py; a tenant's admin page may set its own):
 # queued jobs (a batch's rows count in full before it is accepted) and batches received but not
 # yet loaded; past either, POST answers 429 with Retry-After. 0: no cap.
-SCRAPEJOBS_TENANT_MAX_QUEUED_JOBS = _bounded_int("SCRAPEJOBS_TENANT_MAX_QUEUED_JOBS", 2_000_000, 0, 100_000_000)
+SCRAPEJOBS_TENANT_MAX_QUEUED_JOBS = _bounded_int(
+    "SCRAPEJOBS_TENANT_MAX_QUEUED_JOBS", 2_000_000, 0, 100_000_000
+)
 SCRAPEJOBS_TENANT_MAX_BATCHES_IN_PROGRESS = _bounded_int(
     "SCRAPEJOBS_TENANT_MAX_BATCHES_IN_PROGRESS", 5, 0, 10_000
 )
