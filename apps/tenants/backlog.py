@@ -63,6 +63,8 @@ class _Count:
     at: float  # monotonic time of the last count in the database
     queued: int  # that count, plus the jobs accepted here since
     inflight: int = 0  # taken here, not yet committed (not seen by a count)
+    counting: bool = False  # a request is counting in the database right now
+    taken: int = 0  # room taken here (less what was given back), ever
 
 
 _counts: dict[str, _Count] = {}
@@ -82,26 +84,53 @@ def _tenant_lock(key: str) -> threading.Lock:
 
 def tenant_job_room_take(*, tenant: Any) -> None:
     """Take room for one job in the tenant's backlog, or raise ``BacklogFull``; the caller then
-    calls ``tenant_job_room_done`` once the job is written (or not). Counts in the database at
-    most once per SCRAPEJOBS_TENANT_BACKLOG_RECOUNT_S per tenant and process, and then adds the
-    jobs this process is writing right now (the count cannot see them yet)."""
+    calls ``tenant_job_room_done`` once the job is written (or not).
+
+    Counts in the database once SCRAPEJOBS_TENANT_BACKLOG_RECOUNT_S have passed, when the tenant
+    may be near its cap (its last count and what was accepted here since reach half of it), and
+    at least every 12 windows otherwise; a count of a large backlog is not cheap, so one request
+    counts, outside the tenant's lock, while the others go on with the last figure. The jobs this
+    process is still writing are added to a count (it cannot see them yet)."""
     cap = tenant_queued_cap(tenant)
     if cap <= 0:
         return
     key = str(tenant.id)
+    lock = _tenant_lock(key)
     window = settings.SCRAPEJOBS_TENANT_BACKLOG_RECOUNT_S
-    # One check-and-take at a time per tenant, so two requests never both take the last place.
-    with _tenant_lock(key):
-        now = time.monotonic()
+    with lock:
         held = _counts.get(key)
-        if held is None or now - held.at >= window:
-            inflight = held.inflight if held is not None else 0
-            queued = tenant_queued_count(tenant_id=tenant.id, at_most=cap) + inflight
-            held = _counts[key] = _Count(at=now, queued=queued, inflight=inflight)
+        if held is None:  # this process's first job of the tenant: count, the others wait
+            held = _counts[key] = _Count(
+                at=time.monotonic(), queued=tenant_queued_count(tenant_id=tenant.id, at_most=cap)
+            )
+        now = time.monotonic()
+        due = (
+            not held.counting
+            and now - held.at >= window
+            and (held.queued * 2 >= cap or now - held.at >= 12 * window)
+        )
+        if due:
+            held.counting = True
+            start = (held.inflight, held.taken)
+    if due:
+        try:
+            counted = tenant_queued_count(tenant_id=tenant.id, at_most=cap)
+        finally:
+            with lock:
+                held.counting = False
+        with lock:
+            # What was being written when the count began, and what was taken since, may be
+            # missing from it: added (a job that committed just before the count's snapshot is
+            # then counted twice, which errs on the safe side).
+            held.at = now
+            held.queued = counted + start[0] + (held.taken - start[1])
+    # One check-and-take at a time per tenant, so two requests never both take the last place.
+    with lock:
         if held.queued >= cap:
             raise backlog_full(queued=held.queued, adding=1, cap=cap)
         held.queued += 1
         held.inflight += 1
+        held.taken += 1
 
 
 def tenant_job_room_done(*, tenant: Any, created: bool) -> None:
@@ -116,6 +145,7 @@ def tenant_job_room_done(*, tenant: Any, created: bool) -> None:
             held.inflight = max(0, held.inflight - 1)
             if not created:
                 held.queued = max(0, held.queued - 1)
+                held.taken -= 1
 
 
 def tenant_backlog_counts_clear() -> None:
