@@ -4,6 +4,8 @@
   answered 400 in the API's error shape (apps/api/errors.py), as the WSGI server's was, not with
   uvicorn's plain-text page: clients parse one error body.
 - No ASGI lifespan: Django does not speak it, and asking logs a line at every start.
+- The ``?wait=`` listener (apps/query/waiting.py) starts with the worker's event loop, not at
+  the first ``?wait=``: it also drops the read cache's copies of jobs that became final.
 
 Imported by the gunicorn master, before any worker starts: nothing of Django here.
 """
@@ -39,3 +41,10 @@ class WebWorker(UvicornWorker):
         "http": ApiErrorHttpProtocol,
         "lifespan": "off",
     }
+
+    async def _serve(self) -> None:
+        # In the worker process, on its event loop, after the application (Django) was loaded.
+        from apps.query.waiting import final_hub
+
+        final_hub().start()
+        await super()._serve()

@@ -255,6 +255,19 @@ SCRAPEJOBS_MAX_REQUEST_BYTES = _bounded_int("SCRAPEJOBS_MAX_REQUEST_BYTES", 1_04
 # the same number, so that Django never holds a body larger than the API accepts.
 DATA_UPLOAD_MAX_MEMORY_SIZE = SCRAPEJOBS_MAX_REQUEST_BYTES
 SCRAPEJOBS_IDEMPOTENCY_TTL_HOURS = _bounded_int("SCRAPEJOBS_IDEMPOTENCY_TTL_HOURS", 24, 24, 24 * 365)
+# Backlog caps per tenant (FR-20, apps/tenants/backlog.py; a tenant's admin page may set its own):
+# queued jobs (a batch's rows count in full before it is accepted) and batches received but not
+# yet loaded; past either, POST answers 429 with Retry-After. 0: no cap.
+SCRAPEJOBS_TENANT_MAX_QUEUED_JOBS = _bounded_int(
+    "SCRAPEJOBS_TENANT_MAX_QUEUED_JOBS", 2_000_000, 0, 100_000_000
+)
+SCRAPEJOBS_TENANT_MAX_BATCHES_IN_PROGRESS = _bounded_int(
+    "SCRAPEJOBS_TENANT_MAX_BATCHES_IN_PROGRESS", 5, 0, 10_000
+)
+# How long a web process trusts its count of a tenant's queued jobs (plus what it accepted since)
+# before counting again: one bounded count per tenant per this many seconds, not one per POST.
+SCRAPEJOBS_TENANT_BACKLOG_RECOUNT_S = _bounded_int("SCRAPEJOBS_TENANT_BACKLOG_RECOUNT_S", 5, 0, 60)
+SCRAPEJOBS_TENANT_BACKLOG_RETRY_AFTER_S = _bounded_int("SCRAPEJOBS_TENANT_BACKLOG_RETRY_AFTER_S", 30, 1, 3600)
 
 # Worker: how many fetches one worker process holds at once (threads; a fetch mostly waits).
 SCRAPEJOBS_WORKER_CONCURRENCY = _bounded_int("SCRAPEJOBS_WORKER_CONCURRENCY", 100, 1, 2000)
@@ -321,6 +334,11 @@ SCRAPEJOBS_PRIORITY_WEIGHTS = _priority_weights("SCRAPEJOBS_PRIORITY_WEIGHTS", "
 SCRAPEJOBS_SWEEP_INTERVAL_S = _positive_float("SCRAPEJOBS_SWEEP_INTERVAL_S", 60.0)
 # A job published but not taken within this long is published again (lost broker messages).
 SCRAPEJOBS_REPUBLISH_AFTER_S = _bounded_int("SCRAPEJOBS_REPUBLISH_AFTER_S", 300, 1, 86400)
+# The sweeper leaves expired leases alone while an older receipt waits for the writer (it may be
+# theirs, the writer only behind), but a receipt waiting longer than this no longer holds back
+# the sweep of other jobs (its own job is still kept): a receipt deferred again and again, or a
+# database away that long, must not stop every lost attempt from being swept (apps/writer/selectors.py).
+SCRAPEJOBS_SWEEP_RECEIPT_WAIT_MAX_S = _positive_float("SCRAPEJOBS_SWEEP_RECEIPT_WAIT_MAX_S", 300.0)
 # Retry backoff: full jitter, uniform(0, min(cap, base * 2**(attempt-1))).
 SCRAPEJOBS_RETRY_BASE_S = _positive_float("SCRAPEJOBS_RETRY_BASE_S", 2.0)
 SCRAPEJOBS_RETRY_CAP_S = _positive_float("SCRAPEJOBS_RETRY_CAP_S", 600.0)

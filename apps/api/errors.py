@@ -34,6 +34,14 @@ class ApiError(exceptions.APIException):
         self.code = code
 
 
+def backlog_refused(*, code: str, detail: str, retry_after_s: int) -> ApiError:
+    """A submission past one of the tenant's backlog caps (apps/tenants/backlog.py): a 429 with
+    ``Retry-After`` (DRF's handler writes it from ``wait``)."""
+    error = ApiError(status_code=429, type="rate_limited", code=code, detail=detail)
+    error.wait = retry_after_s  # type: ignore[attr-defined]
+    return error
+
+
 def not_found(detail: str = "No such job.") -> ApiError:
     # Another tenant's job is indistinguishable from a missing one (contract: tenants isolated).
     return ApiError(status_code=404, type="not_found", code="not_found", detail=detail)
@@ -95,6 +103,8 @@ ERRORS: list[tuple[int, str, str]] = [
     (415, "invalid_request", "unsupported_media_type"),
     (422, "idempotency_error", "idempotency_key_reused"),
     (429, "rate_limited", "rate_limited"),
+    (429, "rate_limited", "tenant_backlog_full"),
+    (429, "rate_limited", "tenant_batches_full"),
     (500, "server_error", "internal_error"),
 ]
 

@@ -20,14 +20,23 @@ from typing import IO, Any
 
 import pyarrow as pa
 from django.conf import settings
-from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F, Q, Sum
 from django.db.models.functions import Now
 from django.utils import timezone
 
 from apps.batches.models import Batch, BatchStatus
 from apps.batches.parts import PartInfo, batch_objects_remove, manifest_write, orphan_batches, part_write
 from apps.batches.rows import RowSource, TooManyColumns, TooManyRows, UnreadableFile
+from apps.jobs.selectors import tenant_queued_count
+from apps.tenants.backlog import (
+    TENANT_BATCHES_FULL,
+    BacklogFull,
+    backlog_full,
+    tenant_batches_cap,
+    tenant_queued_cap,
+)
+from apps.tenants.models import Tenant
 
 
 class BatchIdempotencyConflict(Exception):
@@ -50,6 +59,13 @@ def batch_submit(
         raise TooManyRows(source.count)
     try:
         with transaction.atomic():  # a savepoint when the caller holds a transaction
+            replayed = _backlog_room_check(
+                tenant_id=tenant_id, rows=source.count, idempotency_key=idempotency_key
+            )
+            if replayed is not None:
+                if replayed.idempotency_fingerprint != fingerprint:
+                    raise BatchIdempotencyConflict()
+                return replayed, False
             batch = Batch.objects.create(
                 tenant_id=tenant_id,
                 format=format,
@@ -97,6 +113,41 @@ def batch_submit(
         transaction.on_commit(lambda: on_accepted(batch.id))
     batch.refresh_from_db()
     return batch, True
+
+
+_IN_PROGRESS = (BatchStatus.RECEIVING, BatchStatus.ACCEPTED, BatchStatus.LOADING)
+
+
+def _backlog_room_check(*, tenant_id: uuid.UUID, rows: int, idempotency_key: str | None) -> Batch | None:
+    """Within the batch's transaction, before its row exists: the batch this key already made
+    (a replay, answered whatever the caps), else None once the tenant's caps leave room for one
+    more batch in progress and ``rows`` more queued jobs (FR-20), else raise ``BacklogFull``. The
+    rows of batches not yet loaded count as queued already, and every row of the file counts
+    (rejected ones are known only after reading it): a batch over the room left is refused
+    whole, before anything is written. A lock per tenant makes two batches at once check one
+    after the other (batches are few; plain jobs never take it)."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"batch-intake:{tenant_id}"])
+    if idempotency_key is not None:
+        existing = Batch.objects.filter(tenant_id=tenant_id, idempotency_key=idempotency_key).first()
+        if existing is not None:
+            return existing
+    tenant = Tenant.objects.only("max_queued_jobs", "max_batches_in_progress").get(id=tenant_id)
+    open_batches = Batch.objects.filter(tenant_id=tenant_id, status__in=_IN_PROGRESS)
+    batches_cap = tenant_batches_cap(tenant)
+    if batches_cap > 0 and open_batches.count() >= batches_cap:
+        raise BacklogFull(
+            TENANT_BATCHES_FULL,
+            f"This tenant has {batches_cap} batches received and not yet loaded, its cap. "
+            "Submit again once one has loaded.",
+        )
+    queued_cap = tenant_queued_cap(tenant)
+    if queued_cap > 0:
+        unloaded = open_batches.aggregate(n=Sum(F("total") - F("rejected") - F("loaded"), default=0))["n"]
+        queued = tenant_queued_count(tenant_id=tenant_id, at_most=queued_cap) + max(int(unloaded), 0)
+        if queued + rows > queued_cap:
+            raise backlog_full(queued=queued, adding=rows, cap=queued_cap)
+    return None
 
 
 def _rows_to_parts(

@@ -14,7 +14,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.api.errors import ApiError, not_found
+from apps.api.errors import ApiError, backlog_refused, not_found
 from apps.api.serializers import ErrorOutput, base_url
 from apps.batches import selectors
 from apps.batches.rows import (
@@ -30,6 +30,7 @@ from apps.batches.services import BatchIdempotencyConflict, batch_fingerprint_of
 from apps.batches.tasks import batch_load_enqueue
 from apps.intake.serializers import idempotency_key_validate
 from apps.jobs.cancel_requeue import jobs_cancel_batch
+from apps.tenants.backlog import BacklogFull
 
 _ERR = OpenApiResponse(ErrorOutput)
 _UPLOAD_FIELD = "file"
@@ -128,7 +129,12 @@ class BatchCreateView(APIView):
             ),
             415: _ERR,
             422: OpenApiResponse(ErrorOutput, description="Idempotency-Key reused with another file."),
-            429: _ERR,
+            429: OpenApiResponse(
+                ErrorOutput,
+                description="The token's rate limit (rate_limited), the tenant's batches in progress "
+                "at their cap (tenant_batches_full), or the batch's rows more than its queued jobs' "
+                "room left (tenant_backlog_full); with Retry-After. Nothing is created.",
+            ),
         },
     )
     def post(self, request: Request) -> Response:
@@ -152,6 +158,10 @@ class BatchCreateView(APIView):
                 ) from None
             except (TooManyRows, TooManyColumns) as e:
                 raise _too_large(f"The batch has {e}.") from None
+            except BacklogFull as full:
+                raise backlog_refused(
+                    code=full.code, detail=full.detail, retry_after_s=full.retry_after_s
+                ) from None
             except BatchIdempotencyConflict:
                 raise ApiError(
                     status_code=422,

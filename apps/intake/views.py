@@ -15,7 +15,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.api import selectors
-from apps.api.errors import ApiError, error_body, not_found
+from apps.api.errors import ApiError, backlog_refused, error_body, not_found
 from apps.api.serializers import ErrorOutput, base_url, job_links
 from apps.intake.parsers import BoundedJSONParser
 from apps.intake.serializers import (
@@ -29,6 +29,7 @@ from apps.intake.serializers import (
 from apps.jobs.cancel_requeue import job_cancel
 from apps.jobs.intake import IdempotencyConflict, job_create
 from apps.tenants.authentication import BearerTokenAuthentication, TenantPrincipal
+from apps.tenants.backlog import BacklogFull, tenant_job_room_done, tenant_job_room_take
 from apps.tenants.throttling import token_rate_take
 
 _ERR = OpenApiResponse(ErrorOutput)
@@ -52,6 +53,38 @@ def _idempotency_conflict() -> ApiError:
         code="idempotency_key_reused",
         detail="This Idempotency-Key was used with a different request body.",
     )
+
+
+def _room_take(tenant: Any, key: str | None) -> bool:
+    """Take room for one job in the tenant's backlog (FR-20), or raise the 429; False when no
+    room was taken: a retry of a request already accepted under its Idempotency-Key is answered
+    as before, full or not."""
+    try:
+        tenant_job_room_take(tenant=tenant)
+    except BacklogFull as full:
+        if key is not None and selectors.job_idempotency_key_held(tenant_id=tenant.id, key=key):
+            return False
+        raise backlog_refused(code=full.code, detail=full.detail, retry_after_s=full.retry_after_s) from None
+    return True
+
+
+def _create(tenant: Any, data: dict[str, Any], key: str | None) -> tuple[Any, bool]:
+    """job_create within the tenant's backlog cap; the room taken goes back when nothing new was
+    created (a replay, a conflict, a failure)."""
+    taken = _room_take(tenant, key)
+    created = False
+    try:
+        job, created = job_create(
+            tenant_id=tenant.id,
+            domain=hostname_of(data["url"]),
+            idempotency_key=key,
+            idempotency_fingerprint=request_fingerprint(data) if key is not None else None,
+            **data,
+        )
+    finally:
+        if taken:
+            tenant_job_room_done(tenant=tenant, created=created)
+    return job, created
 
 
 def _accepted(job: Any, links: dict[str, str]) -> dict[str, Any]:
@@ -115,18 +148,18 @@ class JobCreateView(APIView):
         if not allowed:
             return None  # DRF's throttle refuses it too (a refusal spends no token) and says 429
         try:
-            job, created = job_create(
-                tenant_id=principal.tenant.id,
-                domain=hostname_of(data["url"]),
-                idempotency_key=key,
-                idempotency_fingerprint=request_fingerprint(data) if key is not None else None,
-                **data,
-            )
+            job, created = _create(principal.tenant, data, key)
         except IdempotencyConflict:
             conflict = _idempotency_conflict()
             response = _json(
                 error_body(type=conflict.type, code=conflict.code, detail=str(conflict.detail)), status=422
             )
+        except ApiError as refused:  # the tenant's backlog is full
+            response = _json(
+                error_body(type=refused.type, code=refused.code, detail=str(refused.detail)),
+                status=refused.status_code,
+            )
+            response["Retry-After"] = str(refused.wait)  # type: ignore[attr-defined]
         else:
             links = job_links(base=base_url(request), job_id=job.id)
             response = _json(_accepted(job, links), status=202)
@@ -170,7 +203,11 @@ class JobCreateView(APIView):
             413: OpenApiResponse(ErrorOutput, description="Body over SCRAPEJOBS_MAX_REQUEST_BYTES."),
             415: OpenApiResponse(ErrorOutput, description="Content type other than application/json."),
             422: OpenApiResponse(ErrorOutput, description="Idempotency-Key reused with another body."),
-            429: _ERR,
+            429: OpenApiResponse(
+                ErrorOutput,
+                description="The token's rate limit (rate_limited), or the tenant's queued jobs at "
+                "their cap (tenant_backlog_full); with Retry-After.",
+            ),
         },
     )
     def post(self, request: Request) -> Response:
@@ -179,13 +216,7 @@ class JobCreateView(APIView):
         payload.is_valid(raise_exception=True)
         data = dict(payload.validated_data)
         try:
-            job, created = job_create(
-                tenant_id=_tenant_id(request),
-                domain=hostname_of(data["url"]),
-                idempotency_key=key,
-                idempotency_fingerprint=request_fingerprint(data) if key is not None else None,
-                **data,
-            )
+            job, created = _create(request.user.tenant, data, key)  # type: ignore[union-attr]
         except IdempotencyConflict:
             raise _idempotency_conflict() from None
         links = job_links(base=base_url(request), job_id=job.id)

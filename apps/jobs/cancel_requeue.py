@@ -48,7 +48,7 @@ def job_cancel(*, job_id: uuid.UUID | str, tenant_id: uuid.UUID | None = None) -
                    final_published_at = CASE WHEN status = 'queued' THEN NULL
                                              ELSE final_published_at END,
                    cancel_requested_at = now(),
-                   updated_at = now()
+                   updated_at = now(), version = version + 1
              WHERE id = %s {tenant_filter} AND status IN ('queued', 'running')
          RETURNING status, attempts
             """,
@@ -161,15 +161,18 @@ def jobs_requeue(*, job_ids: Iterable[uuid.UUID | str], statuses: Iterable[str] 
                    max_attempts = attempts + attempt_budget,
                    not_before = NULL, published_at = NULL, finished_at = NULL,
                    cancel_requested_at = NULL, lease_owner = NULL, lease_expires_at = NULL,
-                   last_error = NULL, final_published_at = NULL, updated_at = now()
+                   last_error = NULL, final_published_at = NULL, updated_at = now(),
+                   version = version + 1
              WHERE id = ANY(%s::uuid[]) AND status = ANY(%s::text[])
+         RETURNING id::text, version
             """,
             [ids, allowed],
         )
-        requeued = cur.rowcount
-    # A requeued job is no longer final, yet the read cache keeps a final row for a day: drop it
-    # once the requeue is committed (not before: a read in between would store the old row
-    # again). The notice wakes waiters, who read the job queued again and wait on.
-    jobs_notify_final(ids)
-    transaction.on_commit(lambda: job_read_cache_forget(ids))
-    return requeued
+        versions = dict(cur.fetchall())
+    # A requeued job is no longer final, yet the read cache keeps a final row for a day: once the
+    # requeue is committed, its entry is replaced by a mark of the new version, so a reader that
+    # read the final row before the commit cannot store it again (apps/query/cache.py refuses a
+    # row older than the mark). The notice wakes waiters, who read the job queued again.
+    jobs_notify_final(list(versions))
+    transaction.on_commit(lambda: job_read_cache_forget(versions))
+    return len(versions)

@@ -69,6 +69,7 @@ def job_claim(*, job_id: uuid.UUID | str, worker: str, fetch_key: str | None = N
             WITH t AS (SELECT statement_timestamp() AS now), claimed AS (
                 UPDATE jobs_job
                    SET status = 'running', attempts = attempts + 1, lease_owner = %(worker)s,
+                       version = version + 1,
                        lease_expires_at = t.now + make_interval(secs => %(lease_s)s),
                        started_at = COALESCE(started_at, t.now), updated_at = t.now,
                        fetch_key = COALESCE(%(fetch_key)s, fetch_key)
@@ -84,7 +85,7 @@ def job_claim(*, job_id: uuid.UUID | str, worker: str, fetch_key: str | None = N
                 ON CONFLICT (job_id, number) DO NOTHING
             ), deferred AS (
                 UPDATE jobs_job
-                   SET published_at = NULL, updated_at = t.now
+                   SET published_at = NULL, updated_at = t.now, version = version + 1
                   FROM t
                  WHERE id = %(id)s AND status = 'queued' AND published_at IS NOT NULL
                    AND not_before > t.now AND cancel_requested_at IS NULL AND fetch_parked_at IS NULL
@@ -138,7 +139,8 @@ def jobs_renew_leases(*, leases: Sequence[tuple[uuid.UUID | str, int, str]]) -> 
         # The database's clock, as in job_claim: the sweeper compares against the same one.
         cur.execute(
             """
-            UPDATE jobs_job AS j SET lease_expires_at = statement_timestamp() + make_interval(secs => %s)
+            UPDATE jobs_job AS j SET lease_expires_at = statement_timestamp() + make_interval(secs => %s),
+                                    version = j.version + 1
               FROM unnest(%s::uuid[], %s::int[], %s::text[]) AS v(id, attempt, worker)
              WHERE j.id = v.id AND j.status = 'running' AND j.attempts = v.attempt
                AND j.lease_owner = v.worker

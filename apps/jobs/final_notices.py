@@ -89,6 +89,6 @@ def jobs_final_announced_stamp(*, job_ids: Sequence[uuid.UUID | str], now: datet
     """Mark the end of these jobs as announced (they leave the end-of-job outbox)."""
     with connection.cursor() as cur:
         cur.execute(
-            "UPDATE jobs_job SET final_published_at = %s WHERE id = ANY(%s::uuid[])",
+            "UPDATE jobs_job SET final_published_at = %s, version = version + 1 WHERE id = ANY(%s::uuid[])",
             [now, [str(i) for i in job_ids]],
         )

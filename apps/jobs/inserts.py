@@ -13,14 +13,15 @@ from __future__ import annotations
 import functools
 
 from django.db import connection
-from django.db.models import Field
+from django.db.models import NOT_PROVIDED, Field
 
 from apps.jobs.models import Job
 
 
 @functools.cache
 def _statement() -> tuple[str, tuple[Field, ...]]:
-    fields = tuple(Job._meta.concrete_fields)
+    # Columns the database fills itself (db_default: jobs_job.version) are left to it.
+    fields = tuple(f for f in Job._meta.concrete_fields if f.db_default is NOT_PROVIDED)
     quote = connection.ops.quote_name
     columns = ", ".join(quote(f.column) for f in fields)
     placeholders = ", ".join(["%s"] * len(fields))
@@ -33,5 +34,6 @@ def job_insert(job: Job) -> None:
     params = [f.get_db_prep_save(f.pre_save(job, True), connection) for f in fields]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
+    job.version = 0  # what the database's default wrote (apps/jobs/models.py)
     job._state.adding = False
     job._state.db = connection.alias

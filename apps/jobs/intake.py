@@ -9,6 +9,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from apps.jobs.inserts import job_insert
@@ -116,7 +117,7 @@ def _idempotency_key_release(*, job_id: uuid.UUID, key: str) -> None:
     """Take an expired key off its job (the job stays as it is), so a new job can take it.
     Conditional on the key: two requests releasing it at once change it once."""
     Job.objects.filter(id=job_id, idempotency_key=key).update(
-        idempotency_key=None, idempotency_fingerprint=None
+        idempotency_key=None, idempotency_fingerprint=None, version=F("version") + 1
     )
 
 
@@ -133,7 +134,8 @@ def idempotency_keys_expire(*, batch_size: int = 1000) -> int:
             # right now is released at the next run.
             cur.execute(
                 """
-                UPDATE jobs_job SET idempotency_key = NULL, idempotency_fingerprint = NULL
+                UPDATE jobs_job SET idempotency_key = NULL, idempotency_fingerprint = NULL,
+                       version = version + 1
                  WHERE id IN (SELECT id FROM jobs_job
                                WHERE idempotency_key IS NOT NULL AND created_at < %s
                                ORDER BY created_at

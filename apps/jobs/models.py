@@ -138,6 +138,12 @@ class Job(models.Model):
     fetch_key = models.CharField(max_length=64, null=True, blank=True, editable=False)
     fetch_parked_at = models.DateTimeField(null=True, blank=True, editable=False)
 
+    # Bumped by every write of the row (each UPDATE of jobs_job sets version = version + 1 in the
+    # same statement; tests/jobs/test_version.py holds every statement to it): the read cache
+    # (apps/query/cache.py) carries it in its entry and refuses to store a row older than the one
+    # it holds or was told of (a requeue, retention, a prune).
+    version = models.BigIntegerField(db_default=0, editable=False)
+
     # Result metadata; the body itself is in object storage.
     result_key = models.CharField(max_length=512, null=True, blank=True)
     result_size = models.BigIntegerField(null=True, blank=True)

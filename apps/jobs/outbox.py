@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import F
 from django.db.models.functions import Now
 
 from apps.jobs.models import Job, JobStatus, WaitingFor
@@ -139,7 +140,8 @@ def outbox_published_stamp(*, job_ids: Sequence[str]) -> None:
     time: the sweeper measures how long a job has waited untaken against the same clock."""
     with connection.cursor() as cur:
         cur.execute(
-            "UPDATE jobs_job SET published_at = now() WHERE id = ANY(%s::uuid[]) AND published_at IS NULL",
+            "UPDATE jobs_job SET published_at = now(), version = version + 1"
+            " WHERE id = ANY(%s::uuid[]) AND published_at IS NULL",
             [list(job_ids)],
         )
 
@@ -193,5 +195,6 @@ def job_defer_for_domain(*, job_id: uuid.UUID | str, wait_s: float, reason: Wait
             defer_reason=reason,
             deferred_until=until,
             updated_at=Now(),
+            version=F("version") + 1,
         )
     return True

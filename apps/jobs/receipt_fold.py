@@ -146,7 +146,7 @@ WITH v AS (
            ) AS p
 ), moved AS (
     UPDATE jobs_job AS j
-       SET status = p.status, lease_owner = NULL, lease_expires_at = NULL,
+       SET status = p.status, lease_owner = NULL, lease_expires_at = NULL, version = j.version + 1,
            -- A deferral (NFR-24) gives its attempt back and keeps the last real error; its
            -- not-before is the domain's, which GET /jobs/{id} reports as domain_rate.
            max_attempts = j.max_attempts + (p.outcome = 'deferred')::int,

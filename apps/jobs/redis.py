@@ -118,15 +118,41 @@ def job_read_cache_key(job_id: object) -> str:
     return f"sj:job:{job_id}"
 
 
-def job_read_cache_forget(job_ids: list[str]) -> None:
-    """Drop these jobs from the read cache; Redis away, the short TTL or the listener's drop on
-    the next notice does it."""
-    if not job_ids:
+# A read-cache entry is "<version>|<row as JSON>"; "<version>|" alone is a mark: the job was
+# written at that version and its copy dropped; the cache stores no row older than a mark or an
+# entry it holds (apps/query/cache.py). A pruned job's mark is one no version ever reaches.
+READ_CACHE_SEP = "|"
+READ_CACHE_GONE_VERSION = 2**53  # exact in Lua's numbers (doubles)
+# How long a mark is kept: longer than any read of the row and the store after it take.
+READ_CACHE_MARK_TTL_S = 300
+
+# KEYS: entry keys; ARGV[1]: the marks' TTL, ARGV[1 + i]: the version written for KEYS[i]. An
+# entry already at that version or newer stays (it was read after the write).
+_FORGET = """
+for i, key in ipairs(KEYS) do
+  local v = tonumber(ARGV[i + 1])
+  local cur = redis.call('GET', key)
+  local held = cur and tonumber(string.match(cur, '^(%d+)|')) or -1
+  if held < v then redis.call('SET', key, ARGV[i + 1] .. '|', 'EX', ARGV[1]) end
+end
+return #KEYS
+"""
+
+
+def job_read_cache_forget(versions: dict[str, int]) -> None:
+    """After the commit of a write that changed these jobs (job id → the version it wrote): their
+    read-cache copies go, replaced by a mark of that version, so a reader that read the row before
+    the write cannot store its older copy afterwards (a requeue, retention, a prune). Redis away:
+    logged; a copy of a final job may then outlive the write until its TTL."""
+    if not versions:
         return
+    keys = [job_read_cache_key(i) for i in versions]
     try:
-        fail_open_redis().delete(*[job_read_cache_key(i) for i in job_ids])
+        fail_open_redis().eval(
+            _FORGET, len(keys), *keys, READ_CACHE_MARK_TTL_S, *[str(int(v)) for v in versions.values()]
+        )
     except redis.RedisError:
-        logging.getLogger(__name__).warning("read cache: could not drop %d requeued jobs", len(job_ids))
+        logging.getLogger(__name__).warning("read cache: could not drop %d changed jobs", len(keys))
 
 
 def cancel_flag_key(job_id: str, attempt: int) -> str:

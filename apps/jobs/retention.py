@@ -23,6 +23,7 @@ from datetime import datetime
 from django.db import connection, transaction
 
 from apps.jobs.models import FINAL_STATUSES, Job
+from apps.jobs.redis import READ_CACHE_GONE_VERSION, job_read_cache_forget
 
 # The attempts that may have left an orphan body; the same predicate as the partial index
 # attempts_orphan_body (apps/jobs/models.py), so the planner can use it.
@@ -40,14 +41,16 @@ SELECT id, result_key
 _RESULTS_MARK_SQL = """
 WITH marked AS (
     UPDATE jobs_job
-       SET result_deleted_at = now()
+       SET result_deleted_at = now(), version = version + 1
      WHERE id = ANY(%s) AND result_deleted_at IS NULL
- RETURNING id, attempts
+ RETURNING id, attempts, version
+), attempts AS (
+    UPDATE jobs_attempt AS a
+       SET body_deleted_at = now()
+      FROM marked
+     WHERE a.job_id = marked.id AND a.number = marked.attempts AND a.body_deleted_at IS NULL
 )
-UPDATE jobs_attempt AS a
-   SET body_deleted_at = now()
-  FROM marked
- WHERE a.job_id = marked.id AND a.number = marked.attempts AND a.body_deleted_at IS NULL
+SELECT id::text, version FROM marked
 """
 
 _ORPHANS_DUE_SQL = f"""
@@ -84,12 +87,16 @@ def results_due_for_expiry(*, stored_before: datetime, limit: int) -> list[tuple
 
 
 def results_mark_expired(*, job_ids: Sequence[uuid.UUID]) -> int:
-    """Record that these jobs' results were deleted from storage; returns the attempts marked."""
+    """Record that these jobs' results were deleted from storage; returns the jobs marked."""
     if not job_ids:
         return 0
     with transaction.atomic(), connection.cursor() as cur:
         cur.execute(_RESULTS_MARK_SQL, [list(job_ids)])
-        return cur.rowcount
+        versions = dict(cur.fetchall())
+        # GET /jobs/{id} shows result_expired: the read cache's copies go once this commits, and a
+        # reader that read the row before cannot store it again (apps/query/cache.py).
+        transaction.on_commit(lambda: job_read_cache_forget(versions))
+        return len(versions)
 
 
 def orphan_bodies_due(*, finished_before: datetime, limit: int) -> list[tuple[int, uuid.UUID, int]]:
@@ -123,4 +130,8 @@ def jobs_prune(*, finished_before: datetime, limit: int) -> int:
         _, by_model = Job.objects.filter(
             id__in=ids, status__in=FINAL_STATUSES, finished_at__lt=finished_before
         ).delete()
+        # A pruned job is 404 everywhere: its read-cache copy goes too, and no reader that read it
+        # before the delete can store it again (a mark no version passes).
+        gone = {str(i): READ_CACHE_GONE_VERSION for i in ids}
+        transaction.on_commit(lambda: job_read_cache_forget(gone))
     return by_model.get(Job._meta.label, 0)

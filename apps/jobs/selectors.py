@@ -9,6 +9,8 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import NamedTuple
 
+from django.db import connection
+
 from apps.jobs.models import Job, JobStatus, WaitingFor
 
 
@@ -79,3 +81,16 @@ def job_waiting_for(job: Job, *, now: datetime) -> JobWait:
         return JobWait(WaitingFor.RETRY_BACKOFF, job.not_before)
     # A not_before nobody here explains (set by hand): the job waits for it, then for its turn.
     return JobWait(WaitingFor.TENANT_SHARE, job.not_before)
+
+
+def tenant_queued_count(*, tenant_id: uuid.UUID | str, at_most: int) -> int:
+    """How many of the tenant's jobs are queued, counting no further than ``at_most`` (a backlog
+    cap needs to know only whether it is reached). An index-only walk of jobs_tenant_status_newest
+    (tenant, status, -id) bounded by ``at_most``, whatever the backlog."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT count(*) FROM (SELECT 1 FROM jobs_job WHERE tenant_id = %s AND status = 'queued'"
+            " LIMIT %s) AS q",
+            [str(tenant_id), at_most],
+        )
+        return int(cur.fetchone()[0])

@@ -48,7 +48,7 @@ _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 # An in-flight row's attempt is still to come (its job queued, elected, not parked, not being
 # cancelled) or running. Anything else: that attempt is over and the row is to be settled.
-_LIVE = """(
+LIVE_FETCH_SQL = """(
     (h.status = 'queued' AND h.attempts < f.attempt AND h.cancel_requested_at IS NULL
      AND h.fetch_parked_at IS NULL)
     OR (h.status = 'running' AND h.attempts = f.attempt)
@@ -92,11 +92,14 @@ def request_fingerprint(
     return hashlib.sha256(json.dumps(canonical, separators=(",", ":")).encode()).hexdigest()
 
 
-def fetch_key(*, fingerprint: str, tenant_id: uuid.UUID | str, shared: bool) -> str:
+def fetch_key(*, fingerprint: str, tenant_id: uuid.UUID | str, shared: bool, obey_robots: bool) -> str:
     """The fingerprint within the scope that may share it: the tenant's own, or every sharing
-    tenant's."""
+    tenant's; and under the tenant's robots.txt switch (FR-15): a body fetched for a tenant allowed
+    to ignore robots.txt is never served to one that obeys it, nor the other way round. (The
+    domain policy's and the service's switches are the same for every job of a URL.)"""
     scope = "shared" if shared else f"tenant:{tenant_id}"
-    return hashlib.sha256(f"{scope}\n{fingerprint}".encode()).hexdigest()
+    robots = "robots:obey" if obey_robots else "robots:ignore"
+    return hashlib.sha256(f"{scope}\n{robots}\n{fingerprint}".encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -131,6 +134,7 @@ def job_fetch_decide(*, job_id: uuid.UUID | str) -> FetchDecision:
         ),
         tenant_id=job["tenant_id"],
         shared=job["share_fetches"],
+        obey_robots=job["obey_robots"],
     )
     if job["max_age_s"] == 0:
         return FetchDecision("fetch", key)
@@ -155,7 +159,7 @@ def job_fetch_decide(*, job_id: uuid.UUID | str) -> FetchDecision:
             """
             UPDATE jobs_job
                SET fetch_key = %s, fetch_parked_at = now(), published_at = COALESCE(published_at, now()),
-                   updated_at = now()
+                   updated_at = now(), version = version + 1
              WHERE id = %s AND status = 'queued' AND cancel_requested_at IS NULL
             """,
             [key, job["id"]],
@@ -178,7 +182,7 @@ def _decidable_job(job_id: uuid.UUID) -> dict[str, Any] | None:
         cur.execute(
             """
             SELECT j.id, j.method, j.url, j.headers, j.body, j.max_age_s, j.attempts, j.tenant_id,
-                   t.share_fetches, j.render, j.browser_options
+                   t.share_fetches, t.obey_robots, j.render, j.browser_options
               FROM jobs_job AS j JOIN tenants_tenant AS t ON t.id = j.tenant_id
              WHERE j.id = %s AND j.status = 'queued' AND j.cancel_requested_at IS NULL
                AND j.attempts < j.max_attempts
@@ -212,8 +216,13 @@ _SOURCE_COLUMNS = (
 
 
 def _young_result(cur: Any, *, key: str, max_age_s: int) -> dict[str, Any] | None:
-    """The newest success for ``key`` that finished within ``max_age_s`` (the database's clock),
-    as a source to serve from; served jobs point at the attempt that fetched."""
+    """A success for ``key`` whose body was fetched within ``max_age_s`` (FR-15), as a source to
+    serve from; served jobs point at the attempt that fetched.
+
+    Aged by ``result_stored_at``, the end of the attempt that really fetched the body: a served
+    copy carries its source's, so a chain of served copies never makes an old body young (a
+    served job's own ``finished_at`` is when it was served). ``finished_at`` is never earlier than
+    ``result_stored_at``, so its bound only narrows the index range (jobs_by_fetch_key)."""
     cur.execute(
         """
         SELECT s.fetch_key, COALESCE(a.served_from_job, s.id), COALESCE(a.served_from_attempt, s.attempts),
@@ -222,12 +231,13 @@ def _young_result(cur: Any, *, key: str, max_age_s: int) -> dict[str, Any] | Non
                s.result_stored_at, s.result_final_url, s.result_headers::text
           FROM jobs_job AS s
           LEFT JOIN jobs_attempt AS a ON a.job_id = s.id AND a.number = s.attempts
-         WHERE s.fetch_key = %s AND s.status = 'succeeded' AND s.result_key IS NOT NULL
-           AND s.finished_at >= statement_timestamp() - make_interval(secs => %s)
+         WHERE s.fetch_key = %(key)s AND s.status = 'succeeded' AND s.result_key IS NOT NULL
+           AND s.finished_at >= statement_timestamp() - make_interval(secs => %(age)s)
+           AND s.result_stored_at >= statement_timestamp() - make_interval(secs => %(age)s)
          ORDER BY s.finished_at DESC
          LIMIT 1
         """,
-        [key, max_age_s],
+        {"key": key, "age": max_age_s},
     )
     row = cur.fetchone()
     return None if row is None else dict(zip(_SOURCE_COLUMNS, row, strict=True))
@@ -243,14 +253,17 @@ def _elect(cur: Any, *, key: str, job_id: uuid.UUID, attempt: int) -> bool:
         ON CONFLICT (key) DO UPDATE
            SET job_id = EXCLUDED.job_id, attempt = EXCLUDED.attempt, created_at = EXCLUDED.created_at
          WHERE f.job_id = EXCLUDED.job_id
-            OR NOT EXISTS (SELECT 1 FROM jobs_job AS h WHERE h.id = f.job_id AND {_LIVE})
+            OR NOT EXISTS (SELECT 1 FROM jobs_job AS h WHERE h.id = f.job_id AND {LIVE_FETCH_SQL})
         RETURNING f.job_id
         """,
         [key, job_id, attempt],
     )
     if cur.fetchone() is None:
         return False
-    cur.execute("UPDATE jobs_job SET fetch_key = %s, fetch_parked_at = NULL WHERE id = %s", [key, job_id])
+    cur.execute(
+        "UPDATE jobs_job SET fetch_key = %s, fetch_parked_at = NULL, version = version + 1 WHERE id = %s",
+        [key, job_id],
+    )
     return True
 
 
@@ -267,7 +280,7 @@ def jobs_fetch_settle(job_ids: Sequence[uuid.UUID | str]) -> list[str]:
         cur.execute(
             f"""
             SELECT f.key FROM jobs_inflightfetch AS f JOIN jobs_job AS h ON h.id = f.job_id
-             WHERE f.job_id = ANY(%s::uuid[]) AND NOT {_LIVE}
+             WHERE f.job_id = ANY(%s::uuid[]) AND NOT {LIVE_FETCH_SQL}
              ORDER BY f.key
             """,
             [ids],
@@ -285,7 +298,7 @@ def jobs_fetch_settle(job_ids: Sequence[uuid.UUID | str]) -> list[str]:
             f"""
             WITH gone AS (
                 DELETE FROM jobs_inflightfetch AS f USING jobs_job AS h
-                 WHERE f.key = ANY(%s::text[]) AND h.id = f.job_id AND NOT {_LIVE}
+                 WHERE f.key = ANY(%s::text[]) AND h.id = f.job_id AND NOT {LIVE_FETCH_SQL}
              RETURNING f.key, h.id, h.attempts, h.status, h.last_error, h.result_key, h.result_size,
                        h.result_sha256, h.result_content_type, h.result_http_status, h.result_stored_at,
                        h.result_final_url, h.result_headers
@@ -319,7 +332,8 @@ def _hand_over(cur: Any, keys: list[str]) -> None:
     """Put the oldest parked job of each key back in the outbox: it takes the fetch over."""
     cur.execute(
         """
-        UPDATE jobs_job SET fetch_parked_at = NULL, published_at = NULL, updated_at = now()
+        UPDATE jobs_job SET fetch_parked_at = NULL, published_at = NULL, updated_at = now(),
+                            version = version + 1
          WHERE id IN (SELECT DISTINCT ON (fetch_key) id FROM jobs_job
                        WHERE fetch_key = ANY(%s::text[]) AND status = 'queued'
                          AND fetch_parked_at IS NOT NULL AND cancel_requested_at IS NULL
@@ -361,6 +375,7 @@ def _serve(cur: Any, sources: list[dict[str, Any]], *, only_job: uuid.UUID | Non
         ), moved AS (
             UPDATE jobs_job AS j
                SET status = w.status, attempts = w.number, fetch_key = w.key, fetch_parked_at = NULL,
+                   version = j.version + 1,
                    started_at = COALESCE(j.started_at, now()), finished_at = now(),
                    final_published_at = NULL, not_before = NULL, last_error = w.last_error,
                    result_key = w.result_key, result_size = w.result_size,

@@ -28,7 +28,7 @@ from django.db import connection, transaction
 from apps.jobs.final_notices import jobs_notify_final
 from apps.jobs.lifecycle import plan_after_attempt
 from apps.jobs.models import FINAL_STATUSES, AttemptOutcome, JobStatus
-from apps.jobs.singleflight import jobs_fetch_settle
+from apps.jobs.singleflight import LIVE_FETCH_SQL, jobs_fetch_settle
 
 LEASE_EXPIRED = "lease_expired"
 WORKER_STOPPED = "worker_stopped"
@@ -212,7 +212,7 @@ def _lose_running_attempts(
         cur.execute(
             f"""
             UPDATE jobs_job AS j
-               SET status = s.status,
+               SET status = s.status, version = j.version + 1,
                    not_before = CASE WHEN s.status = 'queued' THEN s.not_before END,
                    published_at = NULL,
                    lease_owner = NULL, lease_expires_at = NULL,
@@ -282,6 +282,11 @@ def jobs_sweep_unclaimed(*, older_than_s: float | None = None, batch_size: int =
 
     The age is measured on the database's clock, which stamped ``published_at``
     (``apps.jobs.outbox.outbox_published_stamp``).
+
+    A job parked behind another job's fetch of its key (``fetch_parked_at``) holds no message on
+    purpose and is left alone while that fetch is to come or running (FR-15): the settling of the
+    fetch serves it or hands the fetch to it. Only a parked job whose key has no live fetch (a
+    repair: nothing should leave one) is unparked and sent again, to decide afresh.
     """
     older = float(older_than_s or settings.SCRAPEJOBS_REPUBLISH_AFTER_S)
     total = 0
@@ -290,15 +295,20 @@ def jobs_sweep_unclaimed(*, older_than_s: float | None = None, batch_size: int =
             # Uses the partial index jobs_published_untaken. One statement, so one short
             # transaction per batch; SKIP LOCKED leaves rows being claimed right now alone.
             cur.execute(
-                """
+                f"""
                 UPDATE jobs_job
-                   SET published_at = NULL, updated_at = now()
-                 WHERE id IN (SELECT id FROM jobs_job
-                               WHERE status = 'queued' AND published_at IS NOT NULL
-                                 AND published_at < now() - make_interval(secs => %(older)s)
-                               ORDER BY published_at
+                   SET published_at = NULL, fetch_parked_at = NULL, updated_at = now(),
+                       version = version + 1
+                 WHERE id IN (SELECT j.id FROM jobs_job AS j
+                               WHERE j.status = 'queued' AND j.published_at IS NOT NULL
+                                 AND j.published_at < now() - make_interval(secs => %(older)s)
+                                 AND (j.fetch_parked_at IS NULL OR NOT EXISTS (
+                                      SELECT 1 FROM jobs_inflightfetch AS f JOIN jobs_job AS h
+                                          ON h.id = f.job_id
+                                       WHERE f.key = j.fetch_key AND {LIVE_FETCH_SQL}))
+                               ORDER BY j.published_at
                                LIMIT %(limit)s
-                                 FOR UPDATE SKIP LOCKED)
+                                 FOR UPDATE OF j SKIP LOCKED)
                    AND status = 'queued' AND published_at < now() - make_interval(secs => %(older)s)
                 """,
                 {"older": older, "limit": batch_size},

@@ -7,7 +7,14 @@ database intake writes to. Now:
   if its notice is lost; a final job is kept SCRAPEJOBS_READ_CACHE_FINAL_TTL_S, since its row no
   longer changes (a requeue sends the final notice too, which drops it);
 - the completion notice drops the key (``job_cache_forget``, called by each web process's
-  listener in apps/query/waiting.py), so a job that ends is seen ended at once;
+  listener in apps/query/waiting.py, started with the process), so a job that ends is seen ended
+  at once;
+- a store is version-checked (a Lua compare-and-set): the entry carries the row's ``version``
+  (bumped by every write of the row), and a row older than the entry held, or than the mark a
+  committed requeue, retention or prune left (``apps.jobs.redis.job_read_cache_forget``), is
+  refused. So a reader that read a final row just before a requeue committed cannot store it back
+  for a day, nor one that read it before its result expired or it was pruned. (A reader racing a
+  plain completion notice may store the running row it read: it lives SCRAPEJOBS_READ_CACHE_TTL_S.)
 - one key per job, holding the row and its tenant: a read for another tenant is a miss that goes
   to the database, which scopes it by tenant as before, so no tenant reads another's job here;
 - a stampede on one key reaches the database at most once per TTL per process: misses for the
@@ -36,7 +43,13 @@ from django.db.models import Field
 
 from apps.api.selectors import parse_job_id
 from apps.jobs.models import Job
-from apps.jobs.redis import WarnEvery, fail_open_redis, fail_open_redis_async, job_read_cache_key
+from apps.jobs.redis import (
+    READ_CACHE_SEP,
+    WarnEvery,
+    fail_open_redis,
+    fail_open_redis_async,
+    job_read_cache_key,
+)
 from apps.query.selectors import JOB_COLUMNS, job_get
 
 logger = logging.getLogger(__name__)
@@ -90,9 +103,33 @@ async def job_cached_async(*, tenant_id: uuid.UUID, job_id: uuid.UUID) -> Job | 
 
 
 def job_cache_forget(job_ids: list[str]) -> None:
-    """Drop these jobs' keys (they became final, or left a final state)."""
+    """Drop these jobs' copies (they became final, or left a final state); a mark a committed
+    write left stays (it refuses older copies)."""
     if job_ids:
-        _redis_call(lambda r: r.delete(*[job_read_cache_key(i) for i in job_ids]))
+        keys = [job_read_cache_key(i) for i in job_ids]
+        _redis_call(lambda r: r.eval(_DROP_COPIES, len(keys), *keys))
+
+
+# KEYS: entry keys. Deletes the copies, keeps the marks ("<version>|").
+_DROP_COPIES = """
+for _, key in ipairs(KEYS) do
+  local cur = redis.call('GET', key)
+  if cur and string.sub(cur, -1) ~= '|' then redis.call('DEL', key) end
+end
+return #KEYS
+"""
+
+# KEYS[1]: the entry; ARGV: version, row JSON, TTL. Stored unless what is there (a copy or a
+# mark) has a newer version: 1 stored, 0 refused.
+_STORE_IF_NOT_OLDER = """
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  local held = tonumber(string.match(cur, '^(%d+)|'))
+  if held and held > tonumber(ARGV[1]) then return 0 end
+end
+redis.call('SET', KEYS[1], ARGV[1] .. '|' .. ARGV[2], 'EX', ARGV[3])
+return 1
+"""
 
 
 # Keys dropped by one DEL: a burst of notices costs a few round trips, none of them huge.
@@ -121,7 +158,10 @@ def _cached(key: str, tenant_id: uuid.UUID) -> Job | None:
 def _entry_job(raw: str | None, tenant_id: uuid.UUID) -> Job | None:
     if not raw:
         return None
-    entry = json.loads(raw)
+    _version, sep, text = raw.partition(READ_CACHE_SEP)
+    if not sep or not text:
+        return None  # a mark (the job changed, no copy yet) or an entry of another format
+    entry = json.loads(text)
     if entry["tenant"] != str(tenant_id):
         return None  # another tenant's job: the database answers (not found)
     row = entry["row"]
@@ -138,7 +178,8 @@ def _store(key: str, tenant_id: uuid.UUID, job: Job) -> None:
     row = {name: getattr(job, name) for name in JOB_COLUMNS}
     raw = json.dumps({"tenant": str(tenant_id), "row": row}, default=_json_value)
     ttl = settings.SCRAPEJOBS_READ_CACHE_FINAL_TTL_S if job.is_final else settings.SCRAPEJOBS_READ_CACHE_TTL_S
-    _redis_call(lambda r: r.set(key, raw, ex=ttl))
+    # One round trip, as the SET it replaces (EVAL: a Script's EVALSHA would add SCRIPT LOAD).
+    _redis_call(lambda r: r.eval(_STORE_IF_NOT_OLDER, 1, key, int(job.version), raw, ttl))
 
 
 def _json_value(value: object) -> str:

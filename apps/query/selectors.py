@@ -31,6 +31,7 @@ JOB_COLUMNS = (
     "batch_id",  # batch, batch_row: a batch's rows map to their jobs (FR-10, FR-24)
     "batch_row",
     "result_final_url",  # final_url (FR-25)
+    "version",  # the read cache's compare-and-set (apps/query/cache.py)
 ) + JOB_WAITING_COLUMNS
 # Result columns, for GET /jobs/{id}/result.
 RESULT_COLUMNS = (
@@ -68,9 +69,13 @@ def job_list(
 ) -> tuple[list[Job], uuid.UUID | None]:
     """One page of the tenant's jobs, newest first, and the id to continue below (or None).
 
-    Ids are UUIDv7 (time-ordered, unique), so ``id < last`` continues exactly where the page
-    ended: a job never shows twice or is skipped, and jobs created during the walk are newer than
-    every cursor and so never appear in it. Served by the jobs_tenant_*_newest indexes.
+    Ids are UUIDv7 (unique, time-ordered by the clock of the host that minted them), so
+    ``id < last`` continues exactly where the page ended: a job never shows twice, and every job
+    committed before the walk's first page is in it, whatever the hosts' clocks (each page reads
+    every committed job below the cursor). A job committed during the walk shows (once) only if
+    its id is below the cursor then: one minted by a host whose clock is behind, or a batch's row
+    loaded during the walk (its id was minted at intake); one above it does not. FR-3,
+    tests/query/test_list_clocks.py. Served by the jobs_tenant_*_newest indexes.
     """
     qs = Job.objects.only(*JOB_COLUMNS).filter(tenant_id=tenant_id)
     if status is not None:

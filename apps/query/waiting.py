@@ -80,6 +80,12 @@ class FinalHub:
                 if not events:
                     del self._waiters[job_id]
 
+    def start(self) -> None:
+        """Listen from now on. The web process calls it as its event loop starts
+        (scrapejobs/web_worker.py): the listener also drops the read cache's copies of jobs that
+        became final (``_wake``), which must not wait for a first ``?wait=``."""
+        self._start()
+
     def _start(self) -> None:
         if not self._tasks:
             self._tasks = [asyncio.create_task(self._listen()), asyncio.create_task(self._recheck())]

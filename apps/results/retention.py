@@ -28,7 +28,7 @@ from apps.jobs.retention import (
     results_mark_expired,
 )
 from apps.results.locks import session_lock
-from apps.results.storage import result_key, results_storage
+from apps.results.storage import result_keys_ever, results_storage
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ def _in_batches(deadline: float, batch: Callable[[int], tuple[int, int]]) -> Non
 
 def _expire_results(cutoff: datetime, limit: int, stats: RetentionStats) -> tuple[int, int]:
     due = results_due_for_expiry(stored_before=cutoff, limit=limit)
-    deleted = _delete_objects(due, key_of=lambda item: item[1], stats=stats)
+    deleted = _delete_objects(due, keys_of=lambda item: [item[1]], stats=stats)
     results_mark_expired(job_ids=[job_id for job_id, _ in deleted])
     stats.results_deleted += len(deleted)
     return len(due), len(deleted)
@@ -101,7 +101,7 @@ def _expire_results(cutoff: datetime, limit: int, stats: RetentionStats) -> tupl
 def _delete_orphans(cutoff: datetime, limit: int, stats: RetentionStats) -> tuple[int, int]:
     due = orphan_bodies_due(finished_before=cutoff, limit=limit)
     deleted = _delete_objects(
-        due, key_of=lambda item: result_key(job_id=item[1], attempt=item[2]), stats=stats
+        due, keys_of=lambda item: result_keys_ever(job_id=item[1], attempt=item[2]), stats=stats
     )
     orphan_bodies_mark_deleted(attempt_ids=[attempt_id for attempt_id, _, _ in deleted])
     stats.orphans_deleted += len(deleted)
@@ -115,20 +115,21 @@ def _prune_jobs(cutoff: datetime, limit: int, stats: RetentionStats) -> tuple[in
 
 
 def _delete_objects(
-    items: Sequence[_Item], *, key_of: Callable[[_Item], str], stats: RetentionStats
+    items: Sequence[_Item], *, keys_of: Callable[[_Item], list[str]], stats: RetentionStats
 ) -> list[_Item]:
-    """Delete each item's object; returns the items whose delete succeeded (a missing object
-    counts as deleted)."""
+    """Delete each item's objects; returns the items whose deletes all succeeded (a missing
+    object counts as deleted)."""
     if not items:
         return []
     storage = results_storage()
 
     def delete(item: _Item) -> bool:
-        try:
-            storage.delete(key_of(item))
-        except Exception:  # noqa: BLE001 - any backend's failure: left for the next run
-            logger.warning("retention could not delete %s", key_of(item), exc_info=True)
-            return False
+        for key in keys_of(item):
+            try:
+                storage.delete(key)
+            except Exception:  # noqa: BLE001 - any backend's failure: left for the next run
+                logger.warning("retention could not delete %s", key, exc_info=True)
+                return False
         return True
 
     with ThreadPoolExecutor(max_workers=min(_DELETE_THREADS, len(items))) as pool:

@@ -2,9 +2,12 @@
 
 A body is streamed to a spool file on disk while its SHA-256 and size are computed (it is never
 held whole in memory), then handed to the storage: a rename for local files on the same disk, a
-(multipart) upload for S3. Keys are deterministic, ``<prefix>/<yyyy>/<mm>/<dd>/<job_id>/<attempt>``
-with the date of the job's creation (from its UUIDv7), so storing the same attempt again
-overwrites the same object instead of leaving an orphan.
+(multipart) upload for S3. Keys are deterministic, ``<prefix>/<yyyy>/<mm>/<dd>/<name>/<attempt>``
+with the date of the job's creation (from its UUIDv7) and an opaque name made from the job's id
+(an HMAC under SECRET_KEY), so storing the same attempt again overwrites the same object instead
+of leaving an orphan, and a key (hence a signed link or an S3 presigned URL, which carry it)
+names no job: a job served another tenant's fetch links to that tenant's object without learning
+its job's id (NFR-6, as ``served_from`` hides it).
 """
 
 from __future__ import annotations
@@ -25,10 +28,12 @@ from typing import IO
 from django.conf import settings
 from django.core.files import File
 from django.core.files.storage import FileSystemStorage, Storage, storages
+from django.utils.crypto import salted_hmac
 
 from apps.jobs.receipts import ResultStored
 
 RESULTS_STORAGE_ALIAS = "results"
+_KEY_SALT = "scrapejobs.results.key"
 _COPY_BUFFER = 1024 * 1024
 
 
@@ -42,12 +47,30 @@ def results_storage() -> Storage:
 
 def result_key(*, job_id: uuid.UUID | str, attempt: int) -> str:
     job_uuid = uuid.UUID(str(job_id))
+    return f"{_key_dir(job_uuid)}/{_opaque_name(job_uuid)}/{attempt}"
+
+
+def result_keys_ever(*, job_id: uuid.UUID | str, attempt: int) -> list[str]:
+    """Every key an attempt's body may have been stored under: ``result_key``'s, and the one
+    named after the job's id that results stored before opaque names had (retention deletes
+    both: a missing object counts as deleted)."""
+    job_uuid = uuid.UUID(str(job_id))
+    return [result_key(job_id=job_uuid, attempt=attempt), f"{_key_dir(job_uuid)}/{job_uuid}/{attempt}"]
+
+
+def _key_dir(job_uuid: uuid.UUID) -> str:
     if job_uuid.version == 7:  # the first 48 bits are the creation time in Unix milliseconds
         created = datetime.fromtimestamp((job_uuid.int >> 80) / 1000, tz=UTC)
     else:
         created = datetime.now(tz=UTC)
     prefix = settings.SCRAPEJOBS_RESULT_KEY_PREFIX.strip("/")
-    return f"{prefix}/{created:%Y/%m/%d}/{job_uuid}/{attempt}"
+    return f"{prefix}/{created:%Y/%m/%d}"
+
+
+def _opaque_name(job_uuid: uuid.UUID) -> str:
+    """128 bits of an HMAC of the job's id: the same for every store of the job, unguessable
+    and irreversible without SECRET_KEY."""
+    return salted_hmac(_KEY_SALT, job_uuid.hex, algorithm="sha256").hexdigest()[:32]
 
 
 def screenshot_key(body_key: str) -> str:

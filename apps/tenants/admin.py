@@ -51,6 +51,8 @@ class TenantAdmin(admin.ModelAdmin):
         "is_active",
         "obey_robots",
         "share_fetches",
+        "max_queued_jobs",
+        "max_batches_in_progress",
         "id",
         "created_at",
         "webhook_secret_previous_until",
@@ -74,6 +76,8 @@ class TenantAdmin(admin.ModelAdmin):
             weight=obj.weight,
             obey_robots=obj.obey_robots,
             share_fetches=obj.share_fetches,
+            max_queued_jobs=obj.max_queued_jobs,
+            max_batches_in_progress=obj.max_batches_in_progress,
         )
         # The admin goes on with `obj` (log entry, redirect): make it the row the service made.
         obj.pk = created.tenant.pk

@@ -43,6 +43,20 @@ class Tenant(models.Model):
         default=False,
         help_text="Share identical fetches with other tenants that also share theirs.",
     )
+    # Backlog caps (FR-20, apps/tenants/backlog.py): null is the service's default
+    # (SCRAPEJOBS_TENANT_MAX_QUEUED_JOBS, SCRAPEJOBS_TENANT_MAX_BATCHES_IN_PROGRESS).
+    max_queued_jobs = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Queued jobs this tenant may have at once (a new job or batch past it is 429 "
+        "tenant_backlog_full). Empty: the service's default; 0: no cap.",
+    )
+    max_batches_in_progress = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Batches this tenant may have received but not yet loaded (another is 429 "
+        "tenant_batches_full). Empty: the service's default; 0: no cap.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

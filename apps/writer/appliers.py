@@ -4,7 +4,9 @@ The flush (``apps.writer.services``) splits each round of entries by job over th
 ``Appliers`` runs them, thread i always taking group i, and a ``Round`` is one such split being
 applied. Each thread applies ``BATCH_SIZE`` receipts per transaction (``attempts_apply_finished``);
 a batch that fails is bisected down to single receipts, so that one poisoned receipt never holds
-back the rest of its batch, unless the database itself is unreachable.
+back the rest of its batch, unless the database itself is unreachable. A receipt on its retry
+(it failed before) is applied alone, in a transaction of its own: its batch was bisected once, and
+bisecting every retry's batch again would cost each retry up to log2(BATCH_SIZE) more timeouts.
 """
 
 from __future__ import annotations
@@ -139,17 +141,23 @@ class Round:
 
 def _group_apply(group: list[Entry]) -> Outcome:
     out = Outcome()
+    for entry in (e for e in group if e.retried):
+        out.merge(_batch_apply_isolating([entry]))
+    fresh = [e for e in group if not e.retried]
     size = settings.SCRAPEJOBS_DATABASE_WRITER_BATCH_SIZE
-    for start in range(0, len(group), size):
-        out.merge(_batch_apply_isolating(group[start : start + size]))
+    for start in range(0, len(fresh), size):
+        out.merge(_batch_apply_isolating(fresh[start : start + size]))
     return out
 
 
 def _batch_apply_isolating(batch: list[Entry]) -> Outcome:
     """Apply one batch in one transaction; if it fails, bisect it so that only the receipts
     that fail on their own are counted as failed. The database being down (by the error, or
-    because it no longer answers) defers the whole batch, uncounted; a single receipt that only
-    lost to time or to another transaction (``BUSY``) is deferred, uncounted, too."""
+    because it no longer answers) defers the whole batch, uncounted. A single receipt that lost
+    to time or to another transaction (``BUSY``: a lock held elsewhere, a deadlock) is counted
+    as a failure too, retried after its backoff like any: one that keeps losing (a row locked
+    for longer than the whole retry schedule) ends as a dead receipt after MAX_ATTEMPTS instead
+    of being deferred for ever (FR-W4)."""
     t0 = time.monotonic()
     try:
         stats = attempts_apply_finished(
@@ -162,8 +170,8 @@ def _batch_apply_isolating(batch: list[Entry]) -> Outcome:
         if failure == DOWN or not _database_reachable():
             return Outcome(deferred=[(e, error) for e in batch], down=True, transactions=[record])
         if len(batch) == 1:
-            if failure == BUSY:  # a lock held elsewhere, a deadlock: not this receipt's fault
-                return Outcome(deferred=[(e, error) for e in batch], transactions=[record])
+            if failure == BUSY:
+                error = f"busy: {error}"  # the dead receipt says it was never the receipt's content
             return Outcome(failed=[(e, error) for e in batch], transactions=[record])
         mid = len(batch) // 2
         out = Outcome(transactions=[record])

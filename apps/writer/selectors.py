@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis
+from django.conf import settings
 
 from apps.jobs.receipts import receipt_decode
 from apps.writer.streams import (
@@ -143,14 +144,18 @@ def receipts_waiting_since() -> tuple[int, int] | None:
     counted in ``TRIES``) are skipped, so that one poison receipt cannot hold every sweep back for
     its whole retry schedule (when all of the first ``scan`` are such and there are more, the
     last one's time is used: earlier than the truth, so the sweeper only waits longer). Receipts
-    deferred because the database was unavailable count like any other: they are not poison.
-    (``receipts_waiting`` answers the same question job by job.)"""
+    deferred because the database was unavailable count like any other, but only for
+    ``SCRAPEJOBS_SWEEP_RECEIPT_WAIT_MAX_S``: one waiting longer (a database away that long, a
+    receipt deferred again and again) no longer holds back the sweep of every other job's expired
+    lease (its own job is still kept, ``receipts_waiting``). (``receipts_waiting`` answers the
+    same question job by job.)"""
     scan = 50
     r = writer_redis()
-    with r.pipeline(transaction=False) as pipe:
-        pipe.xrange(STREAM, count=scan)
-        pipe.time()
-        head, (secs, micros) = pipe.execute()
+    secs, micros = r.time()
+    now_ms = secs * 1000 + micros // 1000
+    horizon_ms = now_ms - int(settings.SCRAPEJOBS_SWEEP_RECEIPT_WAIT_MAX_S * 1000)
+    # Stream ids are Redis's milliseconds: the range starts at the bound, older entries unread.
+    head = r.xrange(STREAM, min=str(max(horizon_ms, 0)), count=scan)
     if not head:
         return None
     pipe = r.pipeline(transaction=False)
@@ -162,7 +167,7 @@ def receipts_waiting_since() -> tuple[int, int] | None:
         if len(head) < scan:
             return None  # the whole stream is receipts waiting for a retry
         oldest = head[-1][0]
-    return int(oldest.split("-")[0]), secs * 1000 + micros // 1000
+    return int(oldest.split("-")[0]), now_ms
 
 
 def receipts_waiting(attempts: Iterable[tuple[str, int]]) -> set[tuple[str, int]]:

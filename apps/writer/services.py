@@ -31,9 +31,11 @@ batch is not bisected and its receipts are *deferred*: left pending, tried again
 reading new receipts (they wait, unread, for the next flush, which tries the database again), so
 an outage costs one failed transaction per flush, not one per receipt. When it is only busy
 (our statement timeout, a deadlock, a serialization failure, a lock not available) the batch is
-bisected as usual and a single receipt that still fails that way is deferred the same way. So a
-job whose fetch succeeded ends ``succeeded`` once the database is back, never among the dead
-receipts.
+bisected as usual and a single receipt that still fails that way counts a failure like any other
+(FR-W4): a receipt whose job row stays locked for longer than its whole retry schedule ends as a
+dead receipt, with its error, instead of being deferred for ever and holding back the sweeper. So
+a job whose fetch succeeded ends ``succeeded`` once the database is back, never among the dead
+receipts, and a receipt stuck behind a lock reaches an operator.
 
 A receipt that failed stays pending in the consumer group, its failure count in ``sj:writer:tries``
 and its next try in ``sj:writer:retry`` at ``RETRY_DELAY_SECONDS * 2**(failures-1)``; the writer
@@ -256,6 +258,8 @@ def _entries_take(
     entries: dict[tuple[str, int], Entry] = {}
     undecodable: list[tuple[str, str, str]] = []
 
+    retried = set(due)
+
     def add(entry_id: str, text: str, *, swept: bool) -> None:
         try:
             receipt = receipt_decode(text)
@@ -267,7 +271,9 @@ def _entries_take(
             entry.duplicates.append(entry_id)
             entry.swept |= swept
         else:
-            entries[key] = Entry(id=entry_id, raw=text, receipt=receipt, swept=swept)
+            entries[key] = Entry(
+                id=entry_id, raw=text, receipt=receipt, swept=swept, retried=entry_id in retried
+            )
 
     for entry_id, fields in raw:
         if not fields:  # a pending id whose entry was deleted: nothing to apply

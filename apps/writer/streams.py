@@ -68,6 +68,8 @@ class Entry:
     # Some of its ids came from a retry or a reclaim (XCLAIM, XAUTOCLAIM), so they may have a
     # failure count and a retry time to clear. A new receipt (XREADGROUP ">") never has them.
     swept: bool = False
+    # Taken off the retry schedule (it failed before): applied alone (apps.writer.appliers).
+    retried: bool = False
 
     @property
     def ids(self) -> list[str]:

@@ -60,13 +60,16 @@ def local_results(tmp_path):
         yield tmp_path
 
 
-def test_the_key_is_dated_by_the_job_and_names_the_attempt():
+def test_the_key_is_dated_by_the_job_names_the_attempt_and_not_the_job():
     before = time.strftime("%Y/%m/%d", time.gmtime())
     job_id = uuid7()
     after = time.strftime("%Y/%m/%d", time.gmtime())
     key = result_key(job_id=job_id, attempt=3)
-    assert key in (f"results/{before}/{job_id}/3", f"results/{after}/{job_id}/3")
+    day, name, attempt = key.rsplit("/", 2)
+    assert attempt == "3" and day in (f"results/{before}", f"results/{after}")
+    assert len(name) == 32 and str(job_id) not in key and job_id.hex not in key
     assert result_key(job_id=job_id, attempt=3) == key  # a retried store lands on the same key
+    assert result_key(job_id=uuid7(), attempt=3) != key
 
 
 def test_a_stored_body_records_its_size_and_sha256(local_results):

@@ -1,8 +1,9 @@
-"""Holding apps.results.locks' advisory lock from another database session, as another process
-running the same pass would."""
+"""Locks held from another database session, as another process would hold them: apps.results.locks'
+advisory lock, and a job row's lock (a long transaction elsewhere)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -27,3 +28,18 @@ def lock_held_elsewhere(name: str) -> Iterator[None]:
             # Released before the session ends: a closed session's locks go when the server
             # notices, which may be after the test's next statement.
             other.execute("SELECT pg_advisory_unlock_all()")
+
+
+def job_row_locked_elsewhere(
+    job_id: str, locked: threading.Event, release: threading.Event, *, hold_s: float = 10
+) -> None:
+    """Run in a thread: lock the job's row (FOR UPDATE) in a session of its own, set ``locked``,
+    and hold the lock until ``release`` is set (at most ``hold_s``)."""
+    s = connection.settings_dict
+    with psycopg.connect(
+        host=s["HOST"] or None, port=s["PORT"] or None, user=s["USER"], dbname=s["NAME"]
+    ) as conn:
+        conn.execute("SELECT 1 FROM jobs_job WHERE id = %s FOR UPDATE", [job_id])
+        locked.set()
+        release.wait(hold_s)
+        conn.rollback()
