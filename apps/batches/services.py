@@ -59,8 +59,10 @@ def batch_submit(
         raise TooManyRows(source.count)
     try:
         with transaction.atomic():  # a savepoint when the caller holds a transaction
+            # A JSON list is counted as it is read (NFR-20): up front it takes no room, and its
+            # rows are checked against the room once read, before the manifest makes it real.
             replayed = _backlog_room_check(
-                tenant_id=tenant_id, rows=source.count, idempotency_key=idempotency_key
+                tenant_id=tenant_id, rows=source.count or 0, idempotency_key=idempotency_key
             )
             if replayed is not None:
                 if replayed.idempotency_fingerprint != fingerprint:
@@ -82,6 +84,8 @@ def batch_submit(
         return existing, False
     try:
         parts, total, rejected_rows, rejected = _rows_to_parts(batch.id, source)
+        if source.count is None:
+            _backlog_rows_check(tenant_id=tenant_id, rows=total)
         manifest = manifest_write(
             batch_id=batch.id,
             tenant_id=tenant_id,
@@ -91,7 +95,7 @@ def batch_submit(
     except BaseException as e:
         # Nothing was published: the parts written so far go now rather than after the grace.
         batch_objects_remove(batch_id=batch.id)
-        if isinstance(e, UnreadableFile | TooManyRows | TooManyColumns):
+        if isinstance(e, UnreadableFile | TooManyRows | TooManyColumns | BacklogFull):
             # The client's file, damaged or over a limit past what could be checked up front
             # (a JSON list is counted as it is read): a 400 or 413, and bad input changes
             # nothing, so the batch row goes too (its key may be used again).
@@ -141,13 +145,22 @@ def _backlog_room_check(*, tenant_id: uuid.UUID, rows: int, idempotency_key: str
             f"This tenant has {batches_cap} batches received and not yet loaded, its cap. "
             "Submit again once one has loaded.",
         )
-    queued_cap = tenant_queued_cap(tenant)
-    if queued_cap > 0:
-        unloaded = open_batches.aggregate(n=Sum(F("total") - F("rejected") - F("loaded"), default=0))["n"]
-        queued = tenant_queued_count(tenant_id=tenant_id, at_most=queued_cap) + max(int(unloaded), 0)
-        if queued + rows > queued_cap:
-            raise backlog_full(queued=queued, adding=rows, cap=queued_cap)
+    _backlog_rows_check(tenant_id=tenant_id, rows=rows, tenant=tenant)
     return None
+
+
+def _backlog_rows_check(*, tenant_id: uuid.UUID, rows: int, tenant: Tenant | None = None) -> None:
+    """Raise ``BacklogFull`` unless the tenant's queued jobs, the unloaded rows of its batches in
+    progress and ``rows`` more fit under its cap (FR-20)."""
+    tenant = tenant or Tenant.objects.only("max_queued_jobs").get(id=tenant_id)
+    queued_cap = tenant_queued_cap(tenant)
+    if queued_cap <= 0:
+        return
+    open_batches = Batch.objects.filter(tenant_id=tenant_id, status__in=_IN_PROGRESS)
+    unloaded = open_batches.aggregate(n=Sum(F("total") - F("rejected") - F("loaded"), default=0))["n"]
+    queued = tenant_queued_count(tenant_id=tenant_id, at_most=queued_cap) + max(int(unloaded), 0)
+    if queued + rows > queued_cap:
+        raise backlog_full(queued=queued, adding=rows, cap=queued_cap)
 
 
 def _rows_to_parts(

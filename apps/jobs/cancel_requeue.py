@@ -106,7 +106,7 @@ def jobs_cancel_batch(*, batch_id: uuid.UUID, tenant_id: uuid.UUID) -> tuple[int
                            final_published_at = CASE WHEN j.status = 'queued' THEN NULL
                                                      ELSE j.final_published_at END,
                            cancel_requested_at = now(),
-                           updated_at = now()
+                           updated_at = now(), version = j.version + 1
                       FROM chunk
                      WHERE j.id = chunk.id AND j.status IN ('queued', 'running')
                  RETURNING j.id, j.status, j.attempts
