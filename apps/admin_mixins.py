@@ -43,7 +43,7 @@ class ReadOnlyAdminMixin(_AdminBase):
         return super().has_change_permission(request)
 
 
-# --- Lists that stay fast on a ledger of millions (issue 13) ---------------------------------
+# --- Lists that stay fast on a ledger of millions ---------------------------------
 
 # How far a filtered list counts its rows. Django's paginator counts every matching row for each
 # page (a COUNT(*) over a million jobs is seconds); counting the first few thousand through the
@@ -72,7 +72,7 @@ class ScaledListMixin(_AdminBase):
     list_per_page = 50  # half of Django's 100: the page renders in half the time
 
 
-# --- Secrets in what operators and logs see (issue 13) ---------------------------------------
+# --- Secrets in what operators and logs see ---------------------------------------
 
 MASK = "********"
 
@@ -109,7 +109,7 @@ def body_masked(body: str | bytes | None) -> str:
     return f"{MASK} ({len(body)} bytes, hidden)"
 
 
-# --- Error messages an operator can read (issue 13) ------------------------------------------
+# --- Error messages an operator can read ------------------------------------------
 
 # urllib3 names the connection object in its messages: "_GuardedHTTPConnection(host='a', port=1)"
 # or "<...HTTPConnection object at 0x7f...>". The reader needs the address, not our class names.

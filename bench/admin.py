@@ -1,4 +1,4 @@
-"""The admin at a production's size (issue 13, item 3): every list page and filter of the jobs,
+"""The admin at a production's size: every list page and filter of the jobs,
 attempts and dead-letter admins, timed through Django's test client as a superuser, first on a
 small ledger (the baseline, 10,000 jobs) and then on the full one (1,000,000 jobs and 3,000,000
 attempts by default, written with COPY by tests/support/big_ledger.py).

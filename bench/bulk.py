@@ -1,4 +1,4 @@
-"""Bulk handoff benchmark (issue 12): rows/s from a Parquet file in to rows in ``jobs``, next to
+"""Bulk handoff benchmark: rows/s from a Parquet file in to rows in ``jobs``, next to
 the ORM's ``bulk_create`` of the same rows and to the raw floor (COPY into the unlogged
 staging table and the merge, nothing else), in one run, with both ratios.
 

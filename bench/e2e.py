@@ -1,4 +1,4 @@
-"""End-to-end benchmark (issue 2 item 9b, issue 7, NFR-8): 2,000 jobs against a local target through
+"""End-to-end benchmark (issue 2 item 9b, NFR-8): 2,000 jobs against a local target through
 the whole service, next to a naive baseline measured in the same run, at each target latency of
 ``BENCH_E2E_LATENCIES_MS`` (default ``0,500``: a local target answering at once, and one answering
 in half a second as real sites do). For a latency L > 0 it also prints the share of Little's law

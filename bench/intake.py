@@ -1,4 +1,4 @@
-"""Intake benchmark (issue 2 item 9a, issue 7, NFR-2): POST /jobs against gunicorn serving the
+"""Intake benchmark (issue 2 item 9a, NFR-2): POST /jobs against gunicorn serving the
 real app, next to a bare Django view that only inserts one row (bench/bare_app.py), same gunicorn
 command line, same database. Rate limiting is off for the benchmark.
 

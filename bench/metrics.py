@@ -1,4 +1,4 @@
-"""/metrics benchmark (issue 13): the cost of one scrape with 10 jobs in the ledger and with
+"""/metrics benchmark: the cost of one scrape with 10 jobs in the ledger and with
 1,000,000 jobs and about 3,000,000 attempts (BENCH_METRICS_JOBS), and their ratio (the promise:
 within 2x). For contrast, the whole-ledger GROUP BY that /metrics ran before issue 13 is timed
 once on the large ledger.

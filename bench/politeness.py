@@ -1,4 +1,4 @@
-"""Politeness benchmark (issue 11): what the per-domain machinery costs when it does not bind, and
+"""Politeness benchmark: what the per-domain machinery costs when it does not bind, and
 what a domain shedding 1 % of its load loses to the adaptive rate. One run each, measured in the
 same run as its baseline, through the whole service (writer, beat, one worker of
 ``BENCH_POLITENESS_CONCURRENCY`` threads) on a throwaway database against a local target.

@@ -1,4 +1,4 @@
-"""Read-side benchmark (issue 10, items 2 and 3): ``make bench BENCH=read``.
+"""Read-side benchmark: ``make bench BENCH=read``.
 
 - GET /jobs/{id} requests/s against the web process with the read cache (the default) next to
   the same command line with it switched off (SCRAPEJOBS_READ_CACHE_TTL_S=0), one run each, same
@@ -164,7 +164,7 @@ def run() -> None:
             latencies = _wake_up_latencies(db, cached_port, token)
             figure("read_wait_wakeup_p50_ms", median(latencies) * 1000)
             figure("read_wait_wakeup_p99_ms", percentile(latencies, 99) * 1000)
-    # One fetch for 1,000 identical jobs (issue 10, item 1): bench/singleflight.py.
+    # One fetch for 1,000 identical jobs: bench/singleflight.py.
     from bench import singleflight
 
     singleflight.run()

@@ -1,4 +1,4 @@
-"""Single-flight benchmark (issue 10, item 1): 1,000 identical jobs (``max_age_s`` 60) against a
+"""Single-flight benchmark: 1,000 identical jobs (``max_age_s`` 60) against a
 local target that takes 0.5 s to answer, through the real stack (writer, beat and worker processes
 on a throwaway database; jobs submitted with ``job_create``, the API's INSERT, from a process of
 their own). Prints how many requests reached the target (aim: 1) and the time from the first

@@ -14,7 +14,7 @@ moves its job (the expensive case): 20,000 through the writer, then 5,000 more o
 each (BENCH_WRITER_RECEIPTS / BENCH_WRITER_BASELINE_RECEIPTS; rates are per receipt, so the two
 sides compare even with different counts). Writer settings are the service's defaults unless
 set in the environment (BATCH_SIZE 500, CONCURRENCY 4; run it with
-SCRAPEJOBS_DATABASE_WRITER_BATCH_SIZE=100 for contract section 5's default).
+SCRAPEJOBS_DATABASE_WRITER_BATCH_SIZE=100 for FR-W1 to FR-W4's default).
 
 The writer side runs ``writer_flush_once``, the same drain a nudged or beat-driven flush runs. No
 writer process consumes the nudges ``receipt_submit`` sends here; they wait in the broker, which is

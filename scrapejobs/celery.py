@@ -45,7 +45,7 @@ app.conf.task_time_limit = 360
 # Releasing expired idempotency keys is housekeeping: hourly keeps the index at TTL + 1 h of keys.
 IDEMPOTENCY_EXPIRE_INTERVAL_S = 3600
 WEBHOOK_SECRETS_DROP_INTERVAL_S = 600
-# Retention and the daily export are housekeeping too (issue 12 item 5, issue 13 item 6).
+# Retention and the daily export are housekeeping too (FR-12, FR-13).
 RETENTION_INTERVAL_S = 300
 EXPORT_DAILY_INTERVAL_S = 3600
 # Parts left without a manifest are removed after SCRAPEJOBS_BATCH_ORPHAN_GRACE_S; looking every
@@ -168,7 +168,7 @@ def _install_beat_schedule(sender: Celery, **_: object) -> None:
 
 
 # Celery logs two INFO lines per task ("received", "succeeded in"): 400 lines a second at 200 jobs/s,
-# about a twelfth of the scrape worker's interpreter time (issue 7's profile), and the banner and
+# about a twelfth of the scrape worker's interpreter time (docs/benchmarks.md, the e2e profile), and the banner and
 # every warning scroll away in them. The jobs ledger records every attempt (API, admin); a task
 # that raises is still logged, at ERROR, by the same loggers.
 PER_TASK_LOGGERS = ("celery.app.trace", "celery.worker.strategy")

@@ -100,7 +100,7 @@ def embedded_redis(datadir: Path) -> Iterator[str]:
         stdin=subprocess.DEVNULL,
         # Its own session: a terminal's Ctrl-C reaches the whole foreground process group, and
         # Redis would shut down at once, before the service's processes that still use it as
-        # their broker. It is stopped below, after the command has exited (issue 9, item 11).
+        # their broker. It is stopped below, after the command has exited.
         # PostgreSQL needs nothing: pg_ctl already starts the postmaster in a session of its own.
         start_new_session=True,
         preexec_fn=_term_with_parent(),  # noqa: PLW1509 - this process starts no threads

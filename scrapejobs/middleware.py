@@ -40,7 +40,7 @@ def _is_api(request: HttpRequest) -> bool:
 class RequestBodyLimitMiddleware:
     """Under WSGI (scrapejobs/wsgi.py, and Django's test client): every request body under /api/
     is at most SCRAPEJOBS_MAX_REQUEST_BYTES, or answered 413 with the API's error body before any
-    view runs (contract 2: never a 500, nothing created).
+    view runs (FR-1 to FR-7: never a 500, nothing created).
 
     The web process serves ASGI, where Django reads a whole body before any middleware runs:
     there scrapejobs/asgi.py bounds every body, on every path, as it is read (NFR-19), and this
@@ -48,7 +48,7 @@ class RequestBodyLimitMiddleware:
 
     Under WSGI, a body with a Content-Length over the limit is refused unread. Django would refuse it too
     (DATA_UPLOAD_MAX_MEMORY_SIZE is the same number), but by raising RequestDataTooBig from
-    ``request.body``, which DRF reads before it calls a JSON parser: that was a 500 (issue 9). And
+    ``request.body``, which DRF reads before it calls a JSON parser: that was a 500. And
     a view that never reads its body (cancel) would act on the request and let the body go.
 
     A chunked body (``Transfer-Encoding: chunked``, no Content-Length) is accepted up to the limit,
@@ -227,7 +227,7 @@ class _OnTheLoop:
     under ASGI, for middleware whose hooks only read the request and set headers (no I/O, no
     database). Django's ``MiddlewareMixin`` hands each hook to a thread of the request's own
     instead: two thread hops per middleware per request, which were most of what a cached
-    ``GET /jobs/{id}`` cost (bench read, issue 10)."""
+    ``GET /jobs/{id}`` cost (bench read)."""
 
     get_response: Callable[[HttpRequest], Any]
     # apps/query/fast_read.py runs these hooks for the cached reads it answers before Django.

@@ -34,7 +34,7 @@ BLOCK_S = 1
 # Runs of one kind start at least this far apart. Nudges come with every receipt and every
 # finished fetch; back-to-back runs each carrying a handful of jobs would spend the control
 # process's time on per-run overhead (the publisher's planning queries, the writer's lease and
-# reads). 50 ms keeps a nudged job's latency in tens of milliseconds (measured in issue 7: without
+# reads). 50 ms keeps a nudged job's latency in tens of milliseconds (measured in without
 # a gap, throughput at a 1 ms target fell by half).
 MIN_GAP_S = 0.05
 

@@ -221,7 +221,7 @@ def _restart_dead(children: Sequence[Child], env: dict[str, str]) -> int:
 def _dev_secret_ensure(path: Path) -> None:
     """A random secret key for this checkout, made once and kept (mode 0600) in the run dir, where
     settings/base.py reads it when DJANGO_SECRET_KEY is not set: development needs no variable,
-    and its links are not signed with a public default (issue 9, item 7)."""
+    and its links are not signed with a public default."""
     if path.exists():
         return
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

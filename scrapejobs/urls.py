@@ -21,7 +21,7 @@ api_v1: list[URLPattern | URLResolver] = [
 ]
 
 urlpatterns = [
-    # A person who opens the bare address finds the docs and the admin, not a 404 (issue 13).
+    # A person who opens the bare address finds the docs and the admin, not a 404.
     path("", TemplateView.as_view(template_name="landing.html"), name="landing"),
     path("", include("apps.operators.urls")),  # /healthz, /readyz, /metrics
     path("admin/", admin.site.urls),  # the operators' pages

@@ -13,7 +13,7 @@ refuse_insecure_start()  # no web with a public secret key, outside development 
 # Import the URLconf and every view module now rather than on the first request, then take what
 # is loaded (about 100,000 objects, all living as long as the process) out of the garbage
 # collector's sight: a full collection walking them took 70-140 ms with the GIL held, every
-# request of the process waiting, which made intake's p99 at a steady 300 requests/s (issue 7).
+# request of the process waiting, which made intake's p99 at a steady 300 requests/s.
 # Full collections now walk only what requests created since.
 get_resolver().url_patterns  # noqa: B018 - the import is the point
 gc.freeze()

@@ -220,7 +220,7 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 # Per-task events (task-sent, -received, -started, -succeeded) let Flower list every task live, at
 # three broker round trips per task on the scrape worker's one consumer thread, the thread that
 # also fetches and acknowledges every message: with 100 threads on a 500 ms target it held a worker
-# to about two thirds of the jobs/s it reaches without them (issue 7). The jobs ledger (API, admin)
+# to about two thirds of the jobs/s it reaches without them. The jobs ledger (API, admin)
 # is the record of every job; worker heartbeats still reach Flower without task events. Switch them
 # on to watch tasks in Flower (make run's Flower then asks the workers for them too).
 SCRAPEJOBS_TASK_EVENTS = env.bool("SCRAPEJOBS_TASK_EVENTS", default=False)
@@ -286,12 +286,12 @@ SCRAPEJOBS_LEASE_SECONDS = _bounded_int("SCRAPEJOBS_LEASE_SECONDS", 60, 2, 3600)
 # Storing a body may take this long after the job's timeout_s (an S3 upload of a large body). An
 # upload still running then is given up (the attempt fails temporarily, `storage_error`), and the
 # worker stops renewing the lease of an attempt older than timeout_s plus this, wherever it is
-# stuck, so the sweeper takes the job back (issue 9, item 5).
+# stuck, so the sweeper takes the job back.
 SCRAPEJOBS_STORAGE_ALLOWANCE_S = _bounded_int("SCRAPEJOBS_STORAGE_ALLOWANCE_S", 60, 1, 3600)
 # Publisher and sweeper cadences (beat).
 SCRAPEJOBS_PUBLISH_INTERVAL_S = _positive_float("SCRAPEJOBS_PUBLISH_INTERVAL_S", 1.0)
 SCRAPEJOBS_PUBLISH_BATCH_SIZE = _bounded_int("SCRAPEJOBS_PUBLISH_BATCH_SIZE", 500, 1, 10000)
-# Dispatch (contract 4, NFR-9/NFR-10): the publisher chooses the order in which work starts, so the
+# Dispatch (NFR-5, NFR-9/NFR-10): the publisher chooses the order in which work starts, so the
 # broker is kept shallow: at most this many scrape messages wait in the three queues (workers'
 # reserved messages not counted). 300 is about one second of a worker process's measured throughput
 # (235-330 jobs/s): enough that workers never run dry between two publisher runs even if a nudge is
@@ -328,7 +328,7 @@ def _priority_weights(name: str, default: str) -> dict[str, int]:
     return dict(zip(("high", "normal", "low"), weights, strict=True))
 
 
-# Shares of started work per priority under saturation (seed 002 step 32: six of ten from high,
+# Shares of started work per priority under saturation (NFR-9: six of ten from high,
 # three from normal, one from low); an empty priority's share goes to the others.
 SCRAPEJOBS_PRIORITY_WEIGHTS = _priority_weights("SCRAPEJOBS_PRIORITY_WEIGHTS", "6,3,1")
 SCRAPEJOBS_SWEEP_INTERVAL_S = _positive_float("SCRAPEJOBS_SWEEP_INTERVAL_S", 60.0)
@@ -347,7 +347,7 @@ SCRAPEJOBS_RETRY_CAP_S = _positive_float("SCRAPEJOBS_RETRY_CAP_S", 600.0)
 # the supervisor's kill timeout (Kubernetes: terminationGracePeriodSeconds, 30 s by default).
 SCRAPEJOBS_WORKER_SHUTDOWN_GRACE_S = _positive_float("SCRAPEJOBS_WORKER_SHUTDOWN_GRACE_S", 25.0)
 
-# Politeness per target domain (contract 4, NFR-5): the limits of a domain without a policy in the
+# Politeness per target domain (NFR-5): the limits of a domain without a policy in the
 # admin, shared by every worker. 2 requests/s is below what a small site notices (crawl-delay
 # conventions are 1-10 s per request for a single crawler) yet serves 7,200 jobs an hour; a burst of
 # 5 lets a handful of jobs start at once after a quiet spell and absorbs the publisher's 1 s ticks.
@@ -357,7 +357,7 @@ SCRAPEJOBS_DOMAIN_DEFAULT_RPS = _positive_float("SCRAPEJOBS_DOMAIN_DEFAULT_RPS",
 SCRAPEJOBS_DOMAIN_DEFAULT_BURST = _bounded_int("SCRAPEJOBS_DOMAIN_DEFAULT_BURST", 5, 1, 1_000_000)
 SCRAPEJOBS_DOMAIN_DEFAULT_CONCURRENCY = _bounded_int("SCRAPEJOBS_DOMAIN_DEFAULT_CONCURRENCY", 4, 1, 1_000_000)
 
-# Adaptive politeness, robots.txt and domain grouping (issue 11; apps/politeness). A domain's rate
+# Adaptive politeness, robots.txt and domain grouping (apps/politeness). A domain's rate
 # adapts below its policy's rate, shared by every worker in Redis: halved when more than
 # ADAPTIVE_BAD_SHARE of its last ADAPTIVE_WINDOW answers were 429/503 or timeouts, raised again by
 # one policy rate per ADAPTIVE_RECOVERY_S while it answers (additive), never below the policy's
@@ -380,7 +380,7 @@ SCRAPEJOBS_ROBOTS_UNAVAILABLE_S = _bounded_int("SCRAPEJOBS_ROBOTS_UNAVAILABLE_S"
 SCRAPEJOBS_ROBOTS_MAX_RULES = _bounded_int("SCRAPEJOBS_ROBOTS_MAX_RULES", 2000, 1, 100_000)
 SCRAPEJOBS_ROBOTS_MAX_WILDCARDS = _bounded_int("SCRAPEJOBS_ROBOTS_MAX_WILDCARDS", 10, 0, 1000)
 
-# Webhooks (contract 2): delays before each retry of a callback answering non-2xx, +-20% jitter.
+# Webhooks (FR-1 to FR-7): delays before each retry of a callback answering non-2xx, +-20% jitter.
 # The default is 10 attempts over about 16 hours; after the last one the delivery is failed.
 _WEBHOOK_RETRY_DEFAULT = ["10", "30", "120", "600", "1800", "3600", "7200", "14400", "28800"]
 SCRAPEJOBS_WEBHOOK_RETRY_SCHEDULE_S = [
@@ -401,9 +401,9 @@ SCRAPEJOBS_WEBHOOK_SECRET_GRACE_S = _positive_float("SCRAPEJOBS_WEBHOOK_SECRET_G
 # Results: signed links.
 SCRAPEJOBS_RESULT_LINK_TTL_S = _bounded_int("SCRAPEJOBS_RESULT_LINK_TTL_S", 3600, 1, 7 * 86400)
 
-# --- Write path (contract section 5, seed 000) -------------------------------------------
+# --- Write path (FR-W1 to FR-W4) -------------------------------------------
 SCRAPEJOBS_DATABASE_WRITER_CONCURRENCY = _bounded_int("SCRAPEJOBS_DATABASE_WRITER_CONCURRENCY", 4, 1, 64)
-# Contract section 5's default. A transaction costs about 4 ms of CPU whatever its size (mostly its
+# FR-W1 to FR-W4's default. A transaction costs about 4 ms of CPU whatever its size (mostly its
 # commit's WAL flush): 40 us per receipt at 100, 8 at 500, so a writer that must keep up with a
 # large pool does better at 500 (README, "Benchmarks"). A smaller backlog is applied at once either
 # way, in one smaller transaction.
@@ -460,7 +460,7 @@ else:
         # A retried store of the same attempt replaces its file instead of adding a suffix.
         "OPTIONS": {"location": str(SCRAPEJOBS_RESULTS_DIR), "allow_overwrite": True},
     }
-# --- Retention and analytics exports (issue 13 item 6, issue 12 item 5) -----------------------
+# --- Retention and analytics exports (FR-12, FR-13) -----------------------
 # A stored result is deleted this many days after it was stored; its job then answers 410 on
 # /result and says result_expired. Bodies that never became a result (a lost attempt's, a late
 # upload's) are deleted two hours after their attempt ended, whatever this says.
@@ -485,7 +485,7 @@ STORAGES = {
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / ".run" / "static"
 
-# --- Batches (issue 12, contract 7: bulk intake through Parquet parts and a manifest) ------
+# --- Batches (FR-10: bulk intake through Parquet parts and a manifest) ------
 # POST /batches bodies may be this large (the one /api/ path above SCRAPEJOBS_MAX_REQUEST_BYTES)
 # and hold this many rows; above either, 413 and nothing is created.
 SCRAPEJOBS_BATCH_MAX_BYTES = _bounded_int("SCRAPEJOBS_BATCH_MAX_BYTES", 256 * 1024 * 1024, 1024, 1 << 34)
@@ -508,7 +508,7 @@ SCRAPEJOBS_BATCH_REJECTED_SHOWN = _bounded_int("SCRAPEJOBS_BATCH_REJECTED_SHOWN"
 SCRAPEJOBS_BATCH_KEY_PREFIX = (
     env.str("SCRAPEJOBS_BATCH_KEY_PREFIX", default="batches").strip("/") or "batches"
 )
-# --- Operators: dashboard, rollups and /metrics (issue 13) ----------------------------------
+# --- Operators: dashboard, rollups and /metrics ----------------------------------
 # The rollup task folds ended attempts into per-minute tables and records the queue this often;
 # the dashboard's charts and /metrics read those tables, never the whole ledger.
 SCRAPEJOBS_ROLLUP_INTERVAL_S = _positive_float("SCRAPEJOBS_ROLLUP_INTERVAL_S", 60.0)
@@ -558,7 +558,7 @@ TIME_ZONE = "UTC"
 USE_I18N = False
 USE_TZ = True
 
-# --- Operators' admin and logs (issue 13) ----------------------------------------------------
+# --- Operators' admin and logs ----------------------------------------------------
 # Times with seconds everywhere in the admin and templates (scrapejobs/formats/en/formats.py).
 FORMAT_MODULE_PATH = "scrapejobs.formats"
 # json: one JSON object per line (production, a log pipeline); text: readable lines (make run
@@ -602,7 +602,7 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env.str("SCRAPEJOBS_LOG_LEVEL", default="INFO")},
 }
 
-# --- Waiting and the read cache (issue 10, items 2 and 3) --------------------------------
+# --- Waiting and the read cache --------------------------------
 # ?wait=: each web process re-checks the jobs its callers wait for this often, in one query, so a
 # lost NOTIFY (or one sent while its listener was reconnecting) delays an answer by at most this.
 SCRAPEJOBS_WAIT_RECHECK_S = _positive_float("SCRAPEJOBS_WAIT_RECHECK_S", 1.0)

@@ -1,4 +1,4 @@
-"""bench/intake.py's open loop (issue 7): it reads its settings, and it counts each request's
+"""bench/intake.py's open loop: it reads its settings, and it counts each request's
 latency from its scheduled send time, so a server that falls behind shows its queue (no
 coordinated omission) while the client still sends on time."""
 

@@ -1,4 +1,4 @@
-"""The dependency files (issue 9, item 12): what production installs is a lock with hashes, holds
+"""The dependency files: what production installs is a lock with hashes, holds
 nothing for development or tests, agrees with the hand-edited lists it is generated from, and
 every direct dependency is used by the code."""
 

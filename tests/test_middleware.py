@@ -1,5 +1,5 @@
 """scrapejobs/middleware.py: the API skips the browser middleware (sessions, CSRF, user,
-messages), the admin keeps all of it (issue 7: per-request cost of POST /jobs)."""
+messages), the admin keeps all of it (per-request cost of POST /jobs)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def test_the_admin_still_has_sessions_csrf_users_and_messages():
 @pytest.mark.django_db(transaction=True)
 def test_under_asgi_securitys_commons_and_x_frames_hooks_run_on_the_event_loop(make_tenant, monkeypatch):
     """Django's MiddlewareMixin gives each hook of these three a thread hop under ASGI (two per
-    middleware per request, most of a cached GET /jobs/{id}'s cost, issue 10); ours run them on
+    middleware per request, most of a cached GET /jobs/{id}'s cost); ours run them on
     the loop, and their headers and redirects are still there."""
     import asyncio
     import threading

@@ -237,7 +237,7 @@ def test_ctrl_c_under_make_run_stops_the_embedded_redis_after_every_child(
     after_stop = [line for line in after if "[INFO] Error while closing socket [Errno 9]" not in line]
     assert not [line for line in after_stop if "Traceback" in line or "Error" in line], "\n".join(after)
     # Beat and Flower keep logging until they stop, so some lines follow; the broker gone first
-    # made about 2,000 (issue 9, item 11).
+    # made about 2,000.
     assert len(after) < 200, "\n".join(after)
     assert "stopped" in after[-1]
 

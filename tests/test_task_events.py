@@ -1,4 +1,4 @@
-"""SCRAPEJOBS_TASK_EVENTS (issue 7): per-task Celery events are off unless the operator asks, in
+"""SCRAPEJOBS_TASK_EVENTS: per-task Celery events are off unless the operator asks, in
 the workers' settings and in what Flower asks the workers for."""
 
 import subprocess

@@ -1,4 +1,4 @@
-"""scrapejobs/asgi.py (the web process, issue 10) and scrapejobs/wsgi.py (issue 7): the web
+"""scrapejobs/asgi.py (the web process) and scrapejobs/wsgi.py: the web
 process loads its URLconf and views at start and takes them out of the garbage collector's sight,
 so that a full collection does not stall requests."""
 

@@ -1,4 +1,4 @@
-"""Every API error is one JSON shape (contract section 2, "Errors"):
+"""Every API error is one JSON shape (FR-1 to FR-7, "Errors"):
 
     {"type": "<category>", "code": "<machine-readable reason>", "detail": "<human text>",
      "fields": {"<field>": ["<message>", ...]}}      # "fields" only on validation errors

@@ -1,4 +1,4 @@
-"""Batches for operators (contract 8): each with its parts, its manifest and its loader lease.
+"""Batches for operators (FR-9, FR-14): each with its parts, its manifest and its loader lease.
 Read-only: a batch changes only through intake and the loader."""
 
 from __future__ import annotations

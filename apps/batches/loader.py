@@ -1,4 +1,4 @@
-"""The loader (issue 12 item 3, seed 004 steps 04-05): claim a batch, check its parts, merge them.
+"""The loader (FR-10, docs/design/batches.md): claim a batch, check its parts, merge them.
 
 Claim: ``INSERT … ON CONFLICT`` on batches_batchlease, which takes the row only when it is free
 or its lease has expired, so two loaders waking at once cannot both win and a dead loader's batch

@@ -1,4 +1,4 @@
-"""Batches (issue 12, contract 7): many job rows in one request, handed to the loader as Parquet
+"""Batches (FR-10): many job rows in one request, handed to the loader as Parquet
 part files plus a manifest in the result storage. The rows here are the ledger of that handoff;
 the jobs themselves are ordinary rows of jobs_job (apps/jobs/bulk.py)."""
 

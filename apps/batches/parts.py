@@ -1,4 +1,4 @@
-"""Part files and the manifest in the result storage (seed 004, contract 7).
+"""Part files and the manifest in the result storage (FR-10).
 
 A batch lives under ``<SCRAPEJOBS_BATCH_KEY_PREFIX>/<batch id>/``: ``part-00000.parquet``, … and
 ``manifest.json``, written last. Each object appears whole or not at all: on S3 a single PUT is

@@ -1,4 +1,4 @@
-"""How a batch looks in API answers (contract 2, ``/batches``). Built by a plain function; the
+"""How a batch looks in API answers (FR-1 to FR-7, ``/batches``). Built by a plain function; the
 serializer classes describe the same shape for the OpenAPI document."""
 
 from __future__ import annotations

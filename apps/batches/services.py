@@ -1,4 +1,4 @@
-"""Batch intake (issue 12 items 1-2): check the rows (a Parquet file's whole columns first, then
+"""Batch intake (FR-10): check the rows (a Parquet file's whole columns first, then
 row by row what that leaves), stream the good ones into Parquet parts, write the manifest last,
 and record the batch.
 

@@ -1,4 +1,4 @@
-"""Analytics exports (issue 12, item 5; contract section 7): finished jobs and their attempts as
+"""Analytics exports (FR-10): finished jobs and their attempts as
 Parquet part files (zstd) plus a manifest written last, in the result storage (local or S3).
 
 The manifest is the only write that matters: it is one object that appears whole or not at all

@@ -1,4 +1,4 @@
-"""Input validation for POST /jobs (contract section 2, "Field bounds").
+"""Input validation for POST /jobs (FR-1 to FR-7, "Field bounds").
 
 Strict on purpose: a JSON string is never taken for a number or the reverse, unknown fields are
 refused, and every refusal names its field. The worker checks addresses again at connect time;

@@ -1,4 +1,4 @@
-"""Jobs and attempts in the Django admin (FR-9, contract section 8).
+"""Jobs and attempts in the Django admin (FR-9, FR-14).
 
 Everything is read-only: a job changes state only through the services of ``apps.jobs``, so an operator's
 edit can never skip the rules the API and the workers keep. The two things an operator does,
@@ -31,7 +31,7 @@ from apps.jobs.models import Attempt, Job
 from apps.jobs.selectors import job_waiting_for
 from apps.jobs.sweeping import LEASE_EXPIRED, WORKER_STOPPED
 
-# The failure classes an attempt can end with (contract 3.5, apps/scraping/errors.py and the
+# The failure classes an attempt can end with (NFR-3, apps/scraping/errors.py and the
 # sweeper), offered by the error-class filters without reading the ledger: grouping three million
 # attempts to list the classes in use was a scan on every page load. A class not listed here
 # (another http_<status>) still works through ``?error_class=``.
@@ -245,7 +245,7 @@ class JobAdmin(ScaledListMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="waiting for")
     def waiting_for(self, obj: Job) -> str:
-        """The same answer as GET /jobs/{id} (issue 11): why a queued job has not started."""
+        """The same answer as GET /jobs/{id}: why a queued job has not started."""
         wait = job_waiting_for(obj, now=timezone.now())
         if wait.waiting_for is None:
             return "-"

@@ -1,4 +1,4 @@
-"""Bulk intake's write (issue 12, contract 7): one part of a batch goes into ``jobs_job`` with a
+"""Bulk intake's write (FR-10): one part of a batch goes into ``jobs_job`` with a
 ``COPY`` into an unlogged staging table and one ``INSERT … SELECT`` from it.
 
 The part arrives as an Arrow table and reaches COPY without a Python step per row: pyarrow's CSV

@@ -31,7 +31,7 @@ def job_cancel(*, job_id: uuid.UUID | str, tenant_id: uuid.UUID | None = None) -
     One statement, so the answer always matches the job's next state. Two conditional UPDATEs
     (one for ``queued``, one for ``running``) each see the row as of their own start under READ
     COMMITTED: a retry folded in between (``running`` to ``queued``) made both miss, and a job
-    that was going to run again was answered ``final`` (409; issue 9, item 4). A single UPDATE
+    that was going to run again was answered ``final`` (409). A single UPDATE
     waits for the writer's row lock and then re-reads the row's newest version, so it sees
     either ``running`` or ``queued``."""
     tenant_filter = "" if tenant_id is None else "AND tenant_id = %s"

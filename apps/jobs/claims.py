@@ -31,7 +31,7 @@ class ClaimedJob:
     max_attempts: int
     lease_expires_at: datetime
     result_key: str | None = None
-    tenant_id: uuid.UUID | None = None  # robots.txt rules (issue 11) and the attempt's log lines
+    tenant_id: uuid.UUID | None = None  # robots.txt rules and the attempt's log lines
     render: str = "none"  # FR-30: "browser" is rendered by the browser component
     browser_options: dict[str, Any] | None = None
 
@@ -43,7 +43,7 @@ def job_claim(*, job_id: uuid.UUID | str, worker: str, fetch_key: str | None = N
     its retry time): a duplicate broker message is a no-op. A job that was published but whose
     ``not_before`` has not come yet is put back in the outbox (``published_at`` cleared,
     ``not_before`` kept), so the publisher sends it again when it is due: the message is never
-    simply dropped (issue 9, item 3). A job parked on another job's fetch (single-flight,
+    simply dropped. A job parked on another job's fetch (single-flight,
     ``apps.jobs.singleflight``) is not taken; ``fetch_key``, when given, is stored with the claim,
     so that later jobs can be served this fetch's result.
 

@@ -1,7 +1,7 @@
 """What a failed database call says about the database: down, busy, or nothing (the error may be
 the caller's own). Used by the writer, which must not count the database's condition against a
-receipt (issue 9, item 2), and by the worker, which must send a message again rather than drop
-it when it could not ask the database whether to run it (issue 9, item 3)."""
+receipt, and by the worker, which must send a message again rather than drop
+it when it could not ask the database whether to run it."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ _BUSY_CLASSES = ("57014", "40", "55P03")
 
 def database_failure(exc: BaseException) -> str | None:
     """``DOWN`` or ``BUSY`` when this error is the database's condition rather than the
-    receipt's, None when it may be the receipt's (issue 9, item 2).
+    receipt's, None when it may be the receipt's.
 
     Django wraps psycopg's errors in ``django.db.utils.*`` with the original as ``__cause__``, so
     the whole chain is looked at. ``DOWN``: an ``InterfaceError`` (the connection is closed or

@@ -1,4 +1,4 @@
-"""Reads for the analytics export (issue 12, item 5): finished jobs of a time window and their
+"""Reads for the analytics export: finished jobs of a time window and their
 attempts, a bounded page at a time.
 
 The walk is a keyset on ``(finished_at, id)``, served by the ``jobs_final_by_finished`` index:

@@ -39,7 +39,7 @@ def jobs_notify_final(job_ids: Sequence[str]) -> None:
 
 def jobs_final_among(job_ids: Sequence[uuid.UUID | str]) -> set[str]:
     """Which of these jobs are final now: one statement for every ``?wait=`` caller of a web
-    process, run on a timer, so that a lost NOTIFY costs at most one interval (contract 6)."""
+    process, run on a timer, so that a lost NOTIFY costs at most one interval (FR-15)."""
     if not job_ids:
         return set()
     with connection.cursor() as cur:

@@ -2,7 +2,7 @@
 
 ``Model.save(force_insert=True)`` builds the same 34-column INSERT for every job: quoting each
 column, assembling placeholders, walking the compiler. For intake, where that statement is most
-of the CPU a submit costs (issue 7, NFR-2), it is built once from the model's own fields; each
+of the CPU a submit costs (NFR-2), it is built once from the model's own fields; each
 call only asks every field for its database value, exactly as the ORM does (``pre_save`` for
 ``auto_now``, ``get_db_prep_save`` for JSON and UUIDs), and sends one statement. No model signals
 are registered for Job (the style guide keeps logic out of signals), so nothing is skipped.

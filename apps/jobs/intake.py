@@ -43,7 +43,7 @@ def job_create(
     idempotency_key: str | None = None,
     idempotency_fingerprint: str | None = None,
 ) -> tuple[Job, bool]:
-    """Intake: one INSERT with an empty ``published_at`` (the outbox, contract 3.2).
+    """Intake: one INSERT with an empty ``published_at`` (the outbox, NFR-1).
 
     Returns ``(job, created)``. With an idempotency key already used by this tenant, returns the
     existing job and ``created=False``, or raises ``IdempotencyConflict`` when the body differs.
@@ -109,7 +109,7 @@ def job_create(
 
 def idempotency_ttl() -> timedelta:
     """How long an Idempotency-Key replays its job (``SCRAPEJOBS_IDEMPOTENCY_TTL_HOURS``, at
-    least 24 h: contract 2 keeps keys at least that long)."""
+    least 24 h: NFR-7 keeps keys at least that long)."""
     return timedelta(hours=settings.SCRAPEJOBS_IDEMPOTENCY_TTL_HOURS)
 
 

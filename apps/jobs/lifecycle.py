@@ -1,4 +1,4 @@
-"""What follows an attempt: the job's next state (the retry planner, contract 3.5).
+"""What follows an attempt: the job's next state (the retry planner, NFR-3).
 
 Pure functions, no I/O: the writer applies their answer inside its batch transaction, and tests
 check them directly as well as through the running system.
@@ -17,7 +17,7 @@ def backoff_seconds(*, attempt: int, base: float, cap: float, rng: random.Random
     """Exponential backoff with full jitter: uniform(0, min(cap, base * 2**(attempt-1))).
 
     Full jitter (not "equal" jitter) so that a thousand jobs that failed in the same second do
-    not come back in the same second (seed 002 step 27)."""
+    not come back in the same second."""
     ceiling = min(cap, base * (2 ** max(attempt - 1, 0)))
     return (rng or random).uniform(0, ceiling)
 

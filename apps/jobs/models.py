@@ -56,7 +56,7 @@ class AttemptOutcome(models.TextChoices):
 
 
 class WaitingFor(models.TextChoices):
-    """What a queued job waits for (GET /jobs/{id} ``waiting_for``, issue 11). The domain ones and
+    """What a queued job waits for (GET /jobs/{id} ``waiting_for``). The domain ones and
     ``dispatch`` after a refused gate are stored by the deferral; the others are read off the row."""
 
     DOMAIN_RATE = "domain_rate"  # its domain's requests per second are spent
@@ -114,7 +114,7 @@ class Job(models.Model):
     not_before = models.DateTimeField(null=True, blank=True)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
 
-    # Why the job waits (issue 11, "waiting_for"): the reason of the last domain deferral
+    # Why the job waits ("waiting_for"): the reason of the last domain deferral
     # (job_defer_for_domain) and the not_before it set. The reason holds only while not_before
     # still equals deferred_until: a retry or a requeue since then has set another not_before, so
     # nobody else has to clear these (apps/jobs/selectors.py job_waiting_for reads them).
@@ -125,9 +125,9 @@ class Job(models.Model):
     lease_owner = models.CharField(max_length=200, null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
 
-    # Outbox: empty means "to be sent to the broker" (contract 3.2).
+    # Outbox: empty means "to be sent to the broker" (NFR-1).
     published_at = models.DateTimeField(null=True, blank=True)
-    # Second outbox, for the end of a job (seed 002 step 15): set to null in the same write that
+    # Second outbox, for the end of a job: set to null in the same write that
     # makes the job final; the publisher turns it into webhook deliveries and stamps it.
     final_published_at = models.DateTimeField(null=True, blank=True)
 
@@ -157,10 +157,10 @@ class Job(models.Model):
     # The target's response headers with the stored body: bounded and masked (FR-25).
     result_headers = models.JSONField(null=True, blank=True)
 
-    # Retention (issue 13, item 6): when the retention task deleted the stored result. The row
+    # Retention: when the retention task deleted the stored result. The row
     # keeps its result metadata; /result answers 410 and GET /jobs/{id} says result_expired.
     result_deleted_at = models.DateTimeField(null=True, blank=True)
-    # Bulk intake (issue 12, apps/batches): a job loaded from a batch carries the batch's id and
+    # Bulk intake (apps/batches): a job loaded from a batch carries the batch's id and
     # its row number there, the natural key that makes a retried load insert nothing twice
     # (apps/jobs/bulk.py). Plain columns, not a foreign key: apps/jobs imports no other app.
     batch_id = models.UUIDField(null=True, blank=True)
@@ -226,7 +226,7 @@ class Job(models.Model):
             # (apps/scheduling/selectors.py): domain = %s. Django's automatic db_index also built a
             # varchar_pattern_ops twin for LIKE 'prefix%', which no query runs.
             models.Index(fields=["domain"], name="jobs_job_domain_3f0e0f84"),
-            # Retention and exports (issue 12 item 5, issue 13 item 6). results_due_for_expiry
+            # Retention and exports (FR-12, FR-13). results_due_for_expiry
             # (apps/jobs/retention.py): stored results not yet deleted, oldest first.
             models.Index(
                 fields=["result_stored_at"],
@@ -275,7 +275,7 @@ class Attempt(models.Model):
     # a plain fetch.
     subrequests_made = models.IntegerField(null=True, blank=True)
     subrequests_blocked = models.IntegerField(null=True, blank=True)
-    # Retention (issue 13, item 6): when the retention task deleted a body this attempt stored
+    # Retention: when the retention task deleted a body this attempt stored
     # that is not its job's result (an orphan), or its job's result when that expired.
     body_deleted_at = models.DateTimeField(null=True, blank=True)
     # Set when this attempt did not fetch: it was served the stored outcome of attempt

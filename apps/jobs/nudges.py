@@ -2,7 +2,7 @@
 
 Beat runs both every second; a nudge makes a job start, or a receipt land in the ledger, within
 milliseconds instead. A nudge is one element in a Redis list that never holds more than one
-(``LPUSH`` then ``LTRIM 0 0``): no broker message (issue 7: a Celery task per nudge cost the scrape
+(``LPUSH`` then ``LTRIM 0 0``): no broker message (a Celery task per nudge cost the scrape
 worker about a seventh of its interpreter time and the control process one more task to receive
 and acknowledge each time). The control process's listener (``scrapejobs/nudges.py``) takes the
 element with ``BLPOP`` and runs the publisher or the writer at once, each in a thread of its own,

@@ -1,4 +1,4 @@
-"""The outbox (contract 3.2): queued jobs with an empty ``published_at`` are the publisher's to
+"""The outbox (NFR-1): queued jobs with an empty ``published_at`` are the publisher's to
 send. Here are its reads and writes of the ledger: which priorities and tenants have backlog, the
 oldest due rows of each (locked), the stamp once their messages are sent, and a job put back into
 the outbox with a not-before time (a domain refused it).
@@ -41,8 +41,8 @@ _SELECT_PRIORITIES = """
 # order, after a given tenant or from the first, until ``limit`` due ones are found: a loose index
 # scan of jobs_outbox_due (priority, tenant_id, not_before NULLS FIRST), one probe per tenant with
 # backlog, whose first entry is the tenant's earliest not_before: due when it is empty or passed.
-# A tenant whose rows all wait (a domain deferral, a retry) is walked past, never listed (issue 11:
-# listing it cost its priority the round and kept the cursor on it). Due by the database's clock.
+# A tenant whose rows all wait (a domain deferral, a retry) is walked past, never listed
+# (listing it cost its priority the round and kept the cursor on it). Due by the database's clock.
 _SELECT_TENANTS = """
     WITH RECURSIVE tenants (tenant_id, due, n) AS (
         (SELECT tenant_id, due, due::int FROM (
@@ -65,7 +65,7 @@ _SELECT_TENANTS = """
 
 # The oldest due rows of each (priority, tenant, how many) asked for, locked. Due by the
 # database's clock (now()), which job_claim and the sweeper use too: the publisher's host clock
-# never decides (issue 9, item 3).
+# never decides.
 _SELECT_OLDEST = """
     SELECT w.priority, w.tenant_id::text, j.id::text, j.created_at, j.domain, j.timeout_s
       FROM unnest(%s::text[], %s::uuid[], %s::int[]) AS w (priority, tenant_id, n)
@@ -185,7 +185,7 @@ def job_defer_for_domain(*, job_id: uuid.UUID | str, wait_s: float, reason: Wait
             return False
         # ``wait_s`` is a duration (the politeness gate measures it on the Redis clock); it is
         # added to the database's clock, which the publisher compares ``not_before`` with, not
-        # to this worker's (issue 9, item 3: a worker 30 s ahead made its deferrals 30 s longer).
+        # to this worker's (item 3: a worker 30 s ahead made its deferrals 30 s longer).
         # deferred_until is the same expression in the same statement, hence equal to not_before:
         # the reason holds until something else moves not_before (apps.jobs.selectors).
         until = Now() + timedelta(seconds=wait_s)

@@ -1,6 +1,6 @@
 """The receipt fold: the writer folds finished-attempt receipts (``apps.jobs.receipts``) into the
 ledger, one statement per batch, closing each attempt and moving its job as the retry planner
-(``apps.jobs.lifecycle``) says. Replays and stale receipts change nothing (contract section 5)."""
+(``apps.jobs.lifecycle``) says. Replays and stale receipts change nothing (FR-W1 to FR-W4)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def attempts_apply_finished(
     """Fold finished-attempt receipts into the ledger, in one transaction of one statement
     whatever the number of receipts (the leased writer calls it once per batch).
 
-    The rule for replays and stale receipts (contract section 5, FR-W2 in REQUIREMENTS.md):
+    The rule for replays and stale receipts (FR-W1 to FR-W4, FR-W2 in REQUIREMENTS.md):
     - receipts are keyed by ``(job_id, attempt)``; within one call the first receipt of a key
       wins and later ones are ignored;
     - the attempt row is written only while it is still open (``finished_at IS NULL``), so a
@@ -92,7 +92,7 @@ def attempts_apply_finished(
     return stats
 
 
-# One statement per batch (issue #7; it was four, in three round trips):
+# One statement per batch (it was four, in three round trips):
 # - ``v``: the batch, one row per receipt, with the job's next state planned by Python
 #   (``plan_after_attempt``) for each of the three cases the job's row decides (see _apply_params);
 # - ``closed``: close the attempt rows still open (a replay changes nothing);
@@ -135,7 +135,7 @@ WITH v AS (
     SELECT v.*, p.status, p.status <> 'queued' AS final,
            -- The retry's delay from the database's clock, which the publisher compares
            -- not_before with; not from the worker's (its receipt's finished_at), which may be
-           -- off by any amount (issue 9, item 3).
+           -- off by any amount.
            CASE WHEN p.status = 'queued' THEN now() + make_interval(secs => v.go_delay_s) END
                AS not_before,
            p.status = 'succeeded' AND v.result_key IS NOT NULL AS has_result

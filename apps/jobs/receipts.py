@@ -1,4 +1,4 @@
-"""Write receipts: what a worker reports after it claimed a job (contract section 5).
+"""Write receipts: what a worker reports after it claimed a job (FR-W1 to FR-W4).
 
 A receipt is a compact JSON-able record keyed by its natural key ``(job_id, attempt)``. Applying
 the same receipt twice changes nothing, and a receipt whose attempt is no longer the job's
@@ -7,7 +7,7 @@ current one cannot move the job (the attempt number is the fencing token; see
 
 On the wire (``receipt_encode`` / ``receipt_decode``) a receipt is a JSON array whose first
 element is the format version, the fields in a fixed order after it: about half the bytes of the
-JSON object and a third of the decoding time, which the writer pays for every receipt (issue #7).
+JSON object and a third of the decoding time, which the writer pays for every receipt.
 The object form (``to_dict``, with ``"kind"``) is what receipts looked like before; it still
 decodes, so receipts already in a stream or in the dead letters when this shipped still apply.
 """
@@ -22,7 +22,7 @@ import orjson
 # The compact format's version: the first element of the array. A new layout gets a new number
 # and a branch in receipt_decode; the old numbers keep decoding.
 COMPACT_V1 = 1
-# Rolling upgrades (issue 9, item 9): workers and the writer of two releases run side by side, so
+# Rolling upgrades: workers and the writer of two releases run side by side, so
 # a new field is only ever appended, after these, and is optional. A writer applies the fields it
 # knows and ignores the ones after them (a newer worker's); a newer writer reading an older
 # receipt takes a missing trailing field as its default. Only a layout that cannot be read that

@@ -1,4 +1,4 @@
-"""The ledger's side of retention (issue 13, item 6): which stored bodies are due for deletion,
+"""The ledger's side of retention: which stored bodies are due for deletion,
 marking them deleted once the storage has deleted them, and pruning old final jobs.
 
 The storage is never called from here (apps.results.retention does that, outside any

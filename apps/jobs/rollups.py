@@ -1,4 +1,4 @@
-"""Reads of the ledger for the operators' rollups, dashboard and ``/metrics`` (issue 13), each
+"""Reads of the ledger for the operators' rollups, dashboard and ``/metrics``, each
 bounded by something other than the ledger's size: a range of attempt ids, the queued jobs, the
 running jobs. None of them scans jobs_job or jobs_attempt as a whole.
 

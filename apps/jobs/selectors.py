@@ -61,7 +61,7 @@ JOB_WAITING_COLUMNS = ("status", "attempts", "not_before", "published_at", "defe
 
 
 def job_waiting_for(job: Job, *, now: datetime) -> JobWait:
-    """Why a queued job has not started, from its row alone (issue 11, item 4).
+    """Why a queued job has not started, from its row alone.
 
     Stored where it happens: a domain's refusal (``job_defer_for_domain`` records its reason with
     the not_before it set). Read off the row: a job in the broker waits for a worker

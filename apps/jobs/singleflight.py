@@ -1,4 +1,4 @@
-"""Single-flight fetch (issue 10, item 1): jobs asking for the same thing share one fetch.
+"""Single-flight fetch: jobs asking for the same thing share one fetch.
 
 A job's **fetch key** is the SHA-256 of its request fingerprint (``request_fingerprint``: method,
 normalised URL, headers, body hash) and of its scope: the tenant, or ``shared`` when the tenant's

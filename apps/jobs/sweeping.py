@@ -1,4 +1,4 @@
-"""Sweeping the ledger (contract 3.3; seed 002 steps 17, 24): attempts lost with their worker,
+"""Sweeping the ledger (NFR-4): attempts lost with their worker,
 and published jobs nobody took.
 
 The sweeper never talks to the broker. It changes job rows and clears their publish mark, and
@@ -63,7 +63,7 @@ def jobs_lose_expired_leases(
 ) -> SweepStats:
     """Running jobs whose lease expired at least ``expired_for_s`` ago (their worker died or
     hangs) go back to ``queued``. Expired by the database's clock: leases are written on it too
-    (``apps.jobs.claims``), so no host's clock takes part (issue 9, item 3).
+    (``apps.jobs.claims``), so no host's clock takes part.
 
     The open attempt is closed as ``lost`` and the job follows the retry planner as for a
     temporary failure: back to ``queued`` after a backoff (``published_at`` cleared, so the

@@ -1,4 +1,4 @@
-"""The dashboard's figures (issue 13, contract section 8): charts over a window of 1 h, 24 h or
+"""The dashboard's figures (FR-9, FR-14): charts over a window of 1 h, 24 h or
 7 d, read from the rollup tables (apps/operators/rollups.py) with one GROUP BY per chart over the
 window's rows, plus the live queue and writer. Nothing here reads jobs_job or jobs_attempt beyond
 the bounded ``queue_snapshot``."""

@@ -1,7 +1,7 @@
 """The rollup task's work (beat, every SCRAPEJOBS_ROLLUP_INTERVAL_S): fold newly ended attempts
 into per-minute and running totals, record the queue and the writer as they are now, prune minute
 rows past SCRAPEJOBS_ROLLUP_RETENTION_DAYS. The dashboard and ``/metrics`` read only these tables
-and bounded queries, so their cost does not grow with the ledger (issue 13)."""
+and bounded queries, so their cost does not grow with the ledger."""
 
 from __future__ import annotations
 

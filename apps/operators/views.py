@@ -100,7 +100,7 @@ def metrics(request: HttpRequest) -> HttpResponse:
 @require_GET
 @staff_member_required
 def dashboard(request: HttpRequest) -> HttpResponse:
-    """Charts of what operators watch (contract section 8) over a window of 1 h, 24 h or 7 d."""
+    """Charts of what operators watch (FR-9, FR-14) over a window of 1 h, 24 h or 7 d."""
     name = request.GET.get("window", DEFAULT_WINDOW)
     if name not in WINDOWS:
         return HttpResponse(

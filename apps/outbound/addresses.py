@@ -1,4 +1,4 @@
-"""Which network addresses a target (or a callback) may be fetched from (contract section 2).
+"""Which network addresses a target (or a callback) may be fetched from (FR-1 to FR-7).
 
 Targets are untrusted: a URL naming ``localhost``, a private network, a link-local or cloud
 metadata address would let a tenant read our own infrastructure (SSRF). The rule is applied to

@@ -1,8 +1,8 @@
-"""Domain policies in the Django admin (contract sections 4 and 8, FR-9).
+"""Domain policies in the Django admin (NFR-5, FR-9, FR-14, FR-9).
 
 An operator adds or edits a domain's rate, burst and concurrency cap here; workers pick the change
 up within ``apps.politeness.selectors.POLICY_CACHE_S``. The list and the page also show what Redis
-holds for the domain right now, read-only: the adaptive rate in force (issue 11), and on the page
+holds for the domain right now, read-only: the adaptive rate in force, and on the page
 the requests in flight, tokens, pause and robots.txt Crawl-delay.
 """
 

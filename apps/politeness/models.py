@@ -1,4 +1,4 @@
-"""Per-domain politeness limits an operator sets in the admin (contract section 4, NFR-5).
+"""Per-domain politeness limits an operator sets in the admin (NFR-5).
 
 A domain without a row gets the ``SCRAPEJOBS_DOMAIN_DEFAULT_*`` settings. The rate set here is a
 ceiling: the rate actually granted adapts below it when the domain throttles (429/503, timeouts),

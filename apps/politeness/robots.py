@@ -1,4 +1,4 @@
-"""robots.txt (RFC 9309, issue 11): the rules, and one cached copy per origin for every worker.
+"""robots.txt (RFC 9309): the rules, and one cached copy per origin for every worker.
 
 **Parsing** follows the RFC, not ``urllib.robotparser`` (which takes the first matching rule, not
 the longest, and knows no ``*`` or ``$``): the group whose user-agent line names our product token

@@ -1,4 +1,4 @@
-"""Politeness per target domain (contract section 4, NFR-5): shared by every worker, in Redis.
+"""Politeness per target domain (NFR-5): shared by every worker, in Redis.
 
 Each domain has, in Redis (keys in ``apps.politeness.keys``):
 
@@ -6,7 +6,7 @@ Each domain has, in Redis (keys in ``apps.politeness.keys``):
 - a **concurrency cap** (``max_concurrency``): a sorted set of slot holders scored by their expiry,
   so the slot of a worker killed mid-fetch frees itself once the fetch could no longer be running
   (the job's timeout plus one lease), without anyone cleaning up;
-- an **adaptive rate** (issue 11): AIMD over a sliding window of the domain's recent answers,
+- an **adaptive rate**: AIMD over a sliding window of the domain's recent answers,
   like Scrapy's AutoThrottle but shared by every worker. When more than
   ``SCRAPEJOBS_DOMAIN_ADAPTIVE_BAD_SHARE`` of them were 429/503 or timeouts the rate is halved;
   while answers come it climbs back by one policy rate per ``SCRAPEJOBS_DOMAIN_ADAPTIVE_RECOVERY_S``;

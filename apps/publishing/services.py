@@ -1,4 +1,4 @@
-"""The outbox publisher, which is also the dispatcher (contract 3.2 and 4; NFR-9, NFR-10).
+"""The outbox publisher, which is also the dispatcher (NFR-1, NFR-5; NFR-9, NFR-10).
 
 Queued rows with an empty ``published_at`` become broker messages, one per job, on the queue of the
 job's priority. The broker is kept shallow (at most ``SCRAPEJOBS_DISPATCH_DEPTH`` messages waiting)
@@ -223,7 +223,7 @@ def _dispatch_pick(*, limit: int, render: str = "none", active: set[str] | None 
             break
         # Only tenants with due rows are planned, and a priority without any drops out before
         # the slots are shared: a tenant whose rows all wait (deferred by its domain, backing off
-        # a retry) can no longer be planned, find nothing and cost the others the round (issue 11).
+        # a retry) can no longer be planned, find nothing and cost the others the round.
         due = {
             p: _tenants_due(render=render, priority=p, turn=turns[p], exhausted=exhausted, limit=want)
             for p in active

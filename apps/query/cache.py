@@ -1,4 +1,4 @@
-"""The read cache of GET /jobs/{id} (issue 10, item 3): cache-aside in Redis, one key per job.
+"""The read cache of GET /jobs/{id}: cache-aside in Redis, one key per job.
 
 Status polling is the read side's hot path, and every poll used to be a PostgreSQL read on the
 database intake writes to. Now:

@@ -1,4 +1,4 @@
-"""GET /jobs/{id} answered from the read cache before Django's request handling (issue 10, item 3).
+"""GET /jobs/{id} answered from the read cache before Django's request handling.
 
 Status polling is the read side's hot path. Under ASGI, Django hands a request's synchronous
 parts to a thread made for that request (its start signal, the DRF view, the response's close):

@@ -26,7 +26,7 @@ JOB_COLUMNS = (
     "created_at",
     "started_at",
     "finished_at",
-    "result_deleted_at",  # result_expired (retention, issue 13 item 6)
+    "result_deleted_at",  # result_expired (retention)
     "render",  # FR-30
     "batch_id",  # batch, batch_row: a batch's rows map to their jobs (FR-10, FR-24)
     "batch_row",

@@ -181,7 +181,7 @@ async def job_detail(request: HttpRequest, job_id: str) -> HttpResponse:
     """GET /jobs/{id}[?wait=N]: a plain read, or a wait that holds no connection and no thread.
 
     The waiter registers with its process's hub before it reads (a change after the read wakes
-    it: contract 6), gives its connection back, then sleeps on an event until the hub says the
+    it: FR-15), gives its connection back, then sleeps on an event until the hub says the
     job may have changed (its notice, or the hub's timed re-check), reads again, and answers once
     the job is final or the time is up."""
     parsed = parse_job_id(job_id)

@@ -1,4 +1,4 @@
-"""?wait= without a connection per waiter (issue 10, item 2; contract section 6).
+"""?wait= without a connection per waiter (FR-15).
 
 Each web process (an event loop under the ASGI server) has one ``FinalHub``: ONE PostgreSQL
 connection LISTENs on ``JOB_FINAL_CHANNEL`` (payload: the job id) and wakes the requests of this

@@ -1,4 +1,4 @@
-"""The job page's link to its result (issue 13): an operator opens what the target answered
+"""The job page's link to its result: an operator opens what the target answered
 without a tenant's token.
 
 ``apps.jobs`` cannot make the link (it sits below ``apps.results``), so the job admin registered

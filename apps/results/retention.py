@@ -1,4 +1,4 @@
-"""Retention (issue 13, item 6): stored results older than SCRAPEJOBS_RESULT_RETENTION_DAYS, and
+"""Retention: stored results older than SCRAPEJOBS_RESULT_RETENTION_DAYS, and
 bodies that never became a result, are deleted from storage in batches; final jobs and their
 attempts are pruned after SCRAPEJOBS_JOB_RETENTION_DAYS when that is set.
 

@@ -1,4 +1,4 @@
-"""Reads about stored results: the time-limited link to a job's body (contract section 2)."""
+"""Reads about stored results: the time-limited link to a job's body (FR-1 to FR-7)."""
 
 from __future__ import annotations
 

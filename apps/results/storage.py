@@ -195,7 +195,7 @@ def _spool_open(storage: Storage, key: str) -> IO[bytes]:
     """A new spool file for ``key``. Next to local results it is named after the key and the
     writing thread (unique: one thread stores one attempt at a time; a leftover of a killed
     process is overwritten, not added to), which spares tempfile's random names and exclusive
-    create: about a third of storing a small body (issue 7). Elsewhere a temporary file."""
+    create: about a third of storing a small body. Elsewhere a temporary file."""
     directory = _spool_dir(storage)
     if directory is None:
         return tempfile.NamedTemporaryFile(prefix="result-", delete=False)  # noqa: SIM115 - closed by the caller
@@ -207,7 +207,7 @@ def _local_move(storage: FileSystemStorage, key: str, spool: str) -> str:
     """Put a finished spool file in place under ``key``: one rename on the same disk (atomic: a
     reader sees the old file or the new one, never half of one). What ``storage.save`` does for a
     file with a temporary path, without its name search and copy fallback, which cost about a
-    twentieth of the worker's time per job at a 1 ms target (issue 7); keys are unique per attempt
+    twentieth of the worker's time per job at a 1 ms target; keys are unique per attempt
     and a retried store replaces its own file, as ``allow_overwrite`` does."""
     final = Path(storage.path(key))
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -231,7 +231,7 @@ def _spool_dir(storage: Storage) -> str | None:
     return None
 
 
-# --- Files other than result bodies (exports, issue 12) ---------------------------------------
+# --- Files other than result bodies (exports) ---------------------------------------
 
 
 def storage_put_file(*, key: str, path: str, content_type: str) -> str:

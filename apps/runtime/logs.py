@@ -1,4 +1,4 @@
-"""What the service's log lines carry, and what they must not (issue 13, item 8 and item 5).
+"""What the service's log lines carry, and what they must not.
 
 - Every line logged while a job's attempt runs carries the job id, tenant, domain, attempt and URL
   (``job_log_context``: a context variable set by the scrape task, read by ``JobContextFilter``).

@@ -1,4 +1,4 @@
-"""Dead letters in the Django admin (contract 3.6, FR-8).
+"""Dead letters in the Django admin (FR-8).
 
 A list of failed jobs with their attempt history, a grouped page ("by domain and last error") so
 that a hundred jobs to one domain answering 401 show up as one row with a count, and two actions,

@@ -1,4 +1,4 @@
-"""Dead letters (contract 3.6): a dead letter is a ``failed`` job. Nothing is copied: the proxy
+"""Dead letters (FR-8): a dead letter is a ``failed`` job. Nothing is copied: the proxy
 model is the operators' view of the jobs ledger, and a discard is a small row of its own, so the
 ledger (owned by apps.jobs) stays untouched."""
 

@@ -1,4 +1,4 @@
-"""Reads for the dead letters (contract 3.6, FR-8)."""
+"""Reads for the dead letters (FR-8)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def dead_letters_annotated() -> QuerySet[DeadLetter]:
 
 # The grouped page counts the newest dead letters only: grouping every failed job of a large
 # ledger (80,000 of a million) took seconds; the newest few thousand say what is wrong now, and
-# the range of them is read from the jobs_dead_letter_newest index (issue 13).
+# the range of them is read from the jobs_dead_letter_newest index.
 GROUP_WINDOW = 5_000
 
 
@@ -35,7 +35,7 @@ def dead_letters_window_start(*, window: int = GROUP_WINDOW) -> datetime | None:
 
 def dead_letters_grouped(*, limit: int = 200, since: datetime | None = None) -> list[dict[str, Any]]:
     """One row per (domain, last error class, HTTP status) with a count, biggest first: a
-    hundred jobs to one domain answering 401 are one problem, one expired key (seed 002 step 27).
+    hundred jobs to one domain answering 401 are one problem, one expired key.
     ``since``: only dead letters that failed then or later (``dead_letters_window_start``)."""
     # values() by name: the annotations are not model fields, which the type checker only knows.
     columns = ("domain", "error_class", "error_http_status")

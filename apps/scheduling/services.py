@@ -1,5 +1,4 @@
-"""The scheduler's writes: the stuck-sweeper and the dead letters (contract 3.3, 3.6; seed 002
-steps 17, 24).
+"""The scheduler's writes: the stuck-sweeper and the dead letters (NFR-4, FR-8).
 
 The sweeper decides when to sweep and how far back an expired lease surely means a dead worker
 (the receipts still waiting for the writer say so); the sweeps themselves, like every change of a
@@ -43,7 +42,7 @@ def jobs_sweep_expired_leases(
     """Running jobs whose lease expired (their worker died or hangs) go back to ``queued``, their
     attempt lost (``apps.jobs.sweeping.jobs_lose_expired_leases``).
 
-    The rule (NFR-3, NFR-4; issue 9, item 2): an attempt is lost only when its lease expired in
+    The rule (NFR-3, NFR-4): an attempt is lost only when its lease expired in
     the database, **and** no receipt for it waits in the receipts stream (the writer will apply
     it: ``apps.writer.selectors.receipts_waiting``), **and** its worker's lease mark in Redis has
     lapsed (a live worker that could not renew in the database, PostgreSQL being away, keeps
@@ -56,7 +55,7 @@ def jobs_sweep_expired_leases(
     # that is not a dead worker: only leases that expired before the oldest receipt still
     # waiting were surely abandoned. Without this, a lagging writer made the sweeper mark
     # finished attempts lost and fetch them again, which made the writer lag more.
-    # One clock (issue 9, item 3): leases are written and compared on the database's; the
+    # One clock: leases are written and compared on the database's; the
     # receipt's wait is a duration measured on Redis's alone, so "expired before the oldest
     # waiting receipt" is "expired longer ago than that receipt has waited".
     waited_s = receipts_waiting_for_s()
@@ -96,7 +95,7 @@ def jobs_sweep_stuck() -> SweepStats:
     return stats
 
 
-# --- Dead letters (contract 3.6) ------------------------------------------------------------
+# --- Dead letters (FR-8) ------------------------------------------------------------
 
 
 def dead_letters_discard(*, job_ids: Iterable[uuid.UUID | str], discarded_by: str = "") -> int:

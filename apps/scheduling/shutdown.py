@@ -1,4 +1,4 @@
-"""Graceful stop for Celery workers, with a bound (issue 4, item 6).
+"""Graceful stop for Celery workers, with a bound.
 
 What Celery does on SIGTERM (a warm shutdown): the worker stops consuming, and the threads pool
 waits for the running tasks (``ThreadPoolExecutor.shutdown``) without any limit; soft and hard

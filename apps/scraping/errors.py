@@ -1,4 +1,4 @@
-"""How a fetch fails: ``FetchError`` and the failure classes of contract 3.5.
+"""How a fetch fails: ``FetchError`` and the failure classes of NFR-3.
 
 What counts as success: a 2xx answer whose body was read completely. Every other status is a
 failure and its body is not stored: redirects are followed, so a 3xx that is left over (304,

@@ -32,7 +32,7 @@ that the connection itself is guarded:
   chunks; it is never held whole in memory.
 
 Success is a 2xx answer whose body was read completely; every failure raises ``FetchError``,
-classified as the table in ``apps.scraping.errors`` says (contract 3.5).
+classified as the table in ``apps.scraping.errors`` says (NFR-3).
 """
 
 from __future__ import annotations
@@ -155,7 +155,9 @@ class Fetched:
         self._interrupt = interrupt
         self.url = url
         self.status = response.status
-        self.headers = response.headers
+        # As the target sent them, for a rendered page's subresources (apps/scraping/render.py);
+        # ``headers`` is what is stored with the result (bounded, credentials masked, FR-25).
+        self.raw_headers = response.headers
         self.content_type: str | None = (response.headers.get("Content-Type") or "")[:255] or None
         self.headers = response_headers_kept(response.headers.items())
         self.complete = False
@@ -309,7 +311,7 @@ def _open_final(
 class RedirectDeferred(Exception):
     """A redirect hop's domain has no turn for this fetch now (NFR-24): the attempt ends as a
     deferral, and the job starts again from its own URL after ``wait_s``, when its place in that
-    domain's line comes. Waiting for it here would hold the worker thread (contract section 4:
+    domain's line comes. Waiting for it here would hold the worker thread (NFR-5:
     waiting for a domain holds no worker slot)."""
 
     def __init__(self, *, host: str, wait_s: float, reason: str):

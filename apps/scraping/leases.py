@@ -139,7 +139,7 @@ class LeaseKeeper:
             return
         now = time.monotonic()
         # The mark, like the lease, stops for an attempt past its deadline (renew_until): a stuck
-        # attempt's mark must lapse so that the sweeper takes the job back (issue 9, item 5).
+        # attempt's mark must lapse so that the sweeper takes the job back.
         due = [
             h
             for h in held

@@ -155,7 +155,9 @@ class PageRequests:
         try:
             with fetch_open(request=request, limits=self.limits) as fetched:
                 data = b"".join(fetched.chunks())
-                passed = {k.lower(): v for k, v in fetched.headers.items() if k.lower() in _PASSED_HEADERS}
+                passed = {
+                    k.lower(): v for k, v in fetched.raw_headers.items() if k.lower() in _PASSED_HEADERS
+                }
                 return SubAnswer("fulfill", status=fetched.status, headers=passed, body=data)
         except FetchError as e:
             if e.error_class == "address_refused":

@@ -1,4 +1,4 @@
-"""One attempt at a job, from claim to receipt (contract 3.2-3.5).
+"""One attempt at a job, from claim to receipt (NFR-1-3.5).
 
 ``job_run_attempt`` claims the job with a conditional update (a duplicate message gets None and
 does nothing), then, outside any transaction, fetches the URL through the guarded fetcher and
@@ -78,7 +78,7 @@ def job_run_attempt(
     ``domain`` and ``timeout_s`` are the job's, sent in the broker message by the publisher, so
     that the politeness gate needs no read of the row (``job_domain_turn``).
 
-    What the attempt costs the shared services (issue 7): PostgreSQL twice, the single-flight
+    What the attempt costs the shared services: PostgreSQL twice, the single-flight
     read (one statement; a job with ``max_age_s`` > 0 adds one short transaction) and the claim
     (one statement), and its connection goes back to the pool before the fetch, so a fetch of any
     length holds no database connection and the number of fetches in flight is set by the
@@ -90,7 +90,7 @@ def job_run_attempt(
     # once); the slot is released when the block ends, whatever happens in it, or with the receipt.
     with ExitStack() as held:
         # Up to the claim, a failure leaves the job published with nobody holding it: it raises
-        # ClaimUndecided and the task has the message delivered again (issue 9, item 3). The
+        # ClaimUndecided and the task has the message delivered again. The
         # turn's slot, if one was granted, is released by the stack either way.
         try:
             decision = job_fetch_decide(job_id=job_id)
@@ -212,7 +212,7 @@ def attempt_run(*, claimed: ClaimedJob, worker: str, obey_robots: bool | None = 
         )
 
     # The fetch ends by timeout_s; storing the body gets the allowance on top. Past this the
-    # upload is given up and the lease no longer renewed (issue 9, item 5).
+    # upload is given up and the lease no longer renewed.
     deadline = started + claimed.timeout_s + settings.SCRAPEJOBS_STORAGE_ALLOWANCE_S
     try:
         with lease_keeper().hold(
@@ -297,7 +297,7 @@ def _stop_check(*, job_id: str, attempt: int, lease: LeaseHandle) -> Callable[[]
     the fetch stops it before the target is asked); after that the lease keeper's watcher, which
     asks for the flags of every held job in one round trip every ``CANCEL_WATCH_INTERVAL_S``, sets
     ``lease.cancelled`` and breaks off any read in progress. A poll of its own per fetch would
-    cost a round trip per job every 0.25 s (issue 7: a 500 ms fetch made two) to learn sooner
+    cost a round trip per job every 0.25 s (a 500 ms fetch made two) to learn sooner
     than the watcher what the watcher learns within half a second."""
     polled = False
     key = cancel_flag_key(job_id, attempt)

@@ -9,14 +9,14 @@ returns without a claim must leave the job either deferred in the outbox (``publ
 cleared: the politeness gate, or a job not due yet by the database's clock, see ``job_claim``) or
 with a new message: when the claim cannot be decided (the database is unreachable,
 ``ClaimUndecided``) the task sends its message again (a Celery retry) after a short pause, instead
-of letting the job sit published for ``SCRAPEJOBS_REPUBLISH_AFTER_S`` (issue 9, item 3). Only a
+of letting the job sit published for ``SCRAPEJOBS_REPUBLISH_AFTER_S``. Only a
 worker that dies before its claim (or a retry that cannot be sent: the broker is down too) leaves
 that to the sweeper, which publishes the job again after those 5 minutes; after its claim the
 lease brings it back. Redelivering an unacknowledged message would only come after the
 broker's visibility timeout (an hour). And a late acknowledgement is made by the worker's consumer
 thread, which runs it only when its event loop next wakes (up to a second later when no broker
 read is pending, celery#4378), while the message still counts against the prefetch limit: with 100
-threads against a 500 ms target the worker kept on average about half its threads busy (issue 7).
+threads against a 500 ms target the worker kept on average about half its threads busy.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from apps.scraping.services import ClaimUndecided, job_run_attempt
 
 logger = logging.getLogger(__name__)
 
-# A job's timeout is at most 300 s (contract 2) and bounds the whole fetch; storing the body
+# A job's timeout is at most 300 s (FR-1 to FR-7) and bounds the whole fetch; storing the body
 # comes on top. Note: Celery's threads pool does not enforce time limits; the fetch's own
 # deadline does. They matter when the task runs in a prefork pool.
 SOFT_TIME_LIMIT_S = 300 + 60

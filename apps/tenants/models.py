@@ -23,12 +23,12 @@ class Tenant(models.Model):
     # Requests per second per token for this tenant; null: the service default.
     rate_limit_per_second = models.PositiveIntegerField(null=True, blank=True)
     is_active = models.BooleanField(default=True)
-    # robots.txt (issue 11): an operator may let a tenant's jobs ignore it (a site's owner
+    # robots.txt: an operator may let a tenant's jobs ignore it (a site's owner
     # crawling their own site); a domain policy and SCRAPEJOBS_ROBOTS_OBEY can switch it off too.
     obey_robots = models.BooleanField(
         default=True, help_text="Jobs of this tenant read and obey the target's robots.txt."
     )
-    # Fair dispatch (issue 11, item 6): within a priority, a tenant with backlog takes this many
+    # Fair dispatch: within a priority, a tenant with backlog takes this many
     # turns to a weight-1 tenant's one (apps/publishing/services.py).
     weight = models.PositiveSmallIntegerField(
         default=1,

@@ -1,4 +1,4 @@
-"""Per-token rate limit: a token bucket in Redis, shared by every web process (contract 2).
+"""Per-token rate limit: a token bucket in Redis, shared by every web process (FR-1 to FR-7).
 
 It fails open: when Redis does not answer within ``FAIL_OPEN_TIMEOUT_S`` the request is let
 through (NFR-1: accepting a job depends only on PostgreSQL), a warning is logged at most every

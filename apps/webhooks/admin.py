@@ -1,4 +1,4 @@
-"""Webhook deliveries and their attempt log in the Django admin (contract 8, FR-7).
+"""Webhook deliveries and their attempt log in the Django admin (FR-9, FR-14, FR-7).
 
 Read-only; the one thing an operator does is redeliver (with the change permission), through
 ``apps.webhooks.services.webhook_deliveries_redeliver``, and re-enable a callback URL that a

@@ -1,4 +1,4 @@
-"""Webhook deliveries and their log (contract 2, "Webhook"; FR-7).
+"""Webhook deliveries and their log (FR-1 to FR-7, "Webhook"; FR-7).
 
 One ``WebhookDelivery`` per final state a job reached with a ``callback_url`` (a requeued job
 that ends again gets another one), and one ``WebhookAttempt`` per HTTP try, kept with its status

@@ -1,4 +1,4 @@
-"""Webhook deliveries (contract 2, "Webhook"; FR-7; seed 002 step 15).
+"""Webhook deliveries (FR-1 to FR-7, "Webhook"; FR-7).
 
 The flow, each step a short transaction and no network I/O inside any of them:
 
@@ -73,7 +73,7 @@ def _disabled_among(*, pairs: Iterable[tuple[uuid.UUID, str]]) -> set[tuple[uuid
 
 
 def webhook_body(*, job_id: uuid.UUID | str, status: str, finished_at: datetime | None) -> str:
-    """The event: ``{id, status, finished_at}`` (contract 2), compact JSON."""
+    """The event: ``{id, status, finished_at}`` (FR-1 to FR-7), compact JSON."""
     payload = {
         "id": str(job_id),
         "status": status,

@@ -129,8 +129,8 @@ def dead_receipts_list(*, limit: int = 200) -> list[DeadReceipt]:
 def receipts_waiting_for_s() -> float | None:
     """How long the oldest receipt still waiting has waited, in seconds, measured on the Redis
     clock alone (its stream id is Redis's time when it was added; Redis's ``TIME`` now): a
-    duration, which the sweeper may set against the database's clock without mixing the two
-    (issue 9, item 3). None when no receipt waits."""
+    duration, which the sweeper may set against the database's clock without mixing the two.
+    None when no receipt waits."""
     since = receipts_waiting_since()
     return None if since is None else max(0.0, (since[1] - since[0]) / 1000)
 
@@ -172,7 +172,7 @@ def receipts_waiting_since() -> tuple[int, int] | None:
 
 def receipts_waiting(attempts: Iterable[tuple[str, int]]) -> set[tuple[str, int]]:
     """Which of these ``(job_id, attempt)`` have their receipt in the stream, submitted and not
-    yet applied nor set aside (issue 9, item 2): the sweeper must not call those attempts lost,
+    yet applied nor set aside: the sweeper must not call those attempts lost,
     whatever their lease says, since the writer will apply their receipt.
 
     ``WAITING`` names each receipt's stream id; an entry whose receipt is no longer in the stream

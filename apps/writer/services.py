@@ -1,4 +1,4 @@
-"""The leased batching writer (contract section 5, seed 000; FR-W1..FR-W4 in REQUIREMENTS.md).
+"""The leased batching writer (FR-W1 to FR-W4; FR-W1..FR-W4 in REQUIREMENTS.md).
 
 Workers append receipts to the Redis stream ``sj:receipts`` (``apps.writer.submit.receipt_submit``)
 and go back to the network. A flush (nudged by every receipt, ``apps.jobs.nudges``, so a finished
@@ -23,7 +23,7 @@ left in its budget, repeats:
 Failures (FR-W4): a batch that fails is split in halves and each half applied on its own, down
 to single receipts, so one poison receipt never holds back the rest of its batch.
 
-The database's failures are not the receipts' (issue 9, item 2; ``apps.writer.appliers.
+The database's failures are not the receipts' (``apps.writer.appliers.
 database_failure`` (apps.jobs.db_failures) tells them apart by the error's class and SQLSTATE). When the database is
 down (connection refused or lost, shutdown, restart, out of resources) or no longer answers, the
 batch is not bisected and its receipts are *deferred*: left pending, tried again after

@@ -1,4 +1,4 @@
-"""The writer's Redis keys, its consumer name and its stream helpers (contract section 5, FR-W1).
+"""The writer's Redis keys, its consumer name and its stream helpers (FR-W1 to FR-W4, FR-W1).
 
 Workers append receipts to ``STREAM`` (``apps.writer.submit``); the flush (``apps.writer.services``)
 reads them in the consumer group ``GROUP``, and sets the poisoned ones aside in ``DEAD_RECEIPTS``
@@ -30,7 +30,7 @@ TOTALS = "sj:writer:totals"  # hash: running counters since the Redis database w
 BATCH_RECORDS = 50
 WANTED_KEY = "sj:writer:wanted"  # a flush found the lease taken: the holder drains once more
 FIELD = "r"  # the one field of a stream entry: the receipt (apps.jobs.receipts.receipt_encode)
-# hash: "<job id>:<attempt>" -> stream id, for every receipt in STREAM (issue 9, item 2). Written
+# hash: "<job id>:<attempt>" -> stream id, for every receipt in STREAM. Written
 # with the receipt (``SUBMIT``), removed with it when applied or set aside; the sweeper asks it
 # whether a job whose lease ran out has its receipt waiting (apps.writer.selectors).
 WAITING = "sj:receipts:waiting"
@@ -90,7 +90,7 @@ def stream_read_new(r: Any, *, count: int) -> list[tuple[str, list[str]]]:
 
     Sent without redis-py's reply callback, which turns every entry's fields into a dict (and a
     RESP3 reply into the RESP2 shape): a few microseconds per receipt on the writer's busiest
-    thread (issue #7). Both reply shapes are read here: RESP3 ``{stream: entries}`` and RESP2
+    thread. Both reply shapes are read here: RESP3 ``{stream: entries}`` and RESP2
     ``[[stream, entries]]``."""
     reply = _callback_free(r.connection_pool).execute_command(
         "XREADGROUP", "GROUP", GROUP, CONSUMER, "COUNT", count, "STREAMS", STREAM, ">"

@@ -1,4 +1,4 @@
-"""The error shape of contract section 2 everywhere: 401, 404 for unknown API paths, 429 with
+"""The error shape of FR-1 to FR-7 everywhere: 401, 404 for unknown API paths, 429 with
 Retry-After (FR-1 (submit), NFR-6 (tenant isolation))."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""/healthz, /readyz, /metrics: what operators and orchestrators probe (contract section 8). What
+"""/healthz, /readyz, /metrics: what operators and orchestrators probe (FR-9, FR-14). What
 /metrics reports, and who may read it, is in tests/operators/test_metrics.py."""
 
 from __future__ import annotations

@@ -116,7 +116,7 @@ SNAPSHOT = Path(__file__).with_name("openapi.json")
 def test_the_schema_matches_the_committed_snapshot():
     """The API's contract changes only on purpose: a change to a view, a serializer or a field
     that moves the OpenAPI document fails here until `make schema` rewrites the snapshot, so the
-    change shows in review (issue 8: a refactor leaves this file's diff empty)."""
+    change shows in review (a refactor leaves this file's diff empty)."""
     out = io.StringIO()
     call_command("spectacular", "--format", "openapi-json", stdout=out)
     assert json.loads(out.getvalue()) == json.loads(SNAPSHOT.read_text()), "run `make schema`"

@@ -1,4 +1,4 @@
-"""GET /jobs/{id} says what a queued job waits for and from when it may start (issue 11, item 4):
+"""GET /jobs/{id} says what a queued job waits for and from when it may start:
 each case is reached through the path that causes it (the worker's gate against the real Redis,
 a real fetch and the writer's fold for a retry, the publisher for a sent job), then read over
 HTTP."""

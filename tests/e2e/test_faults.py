@@ -1,5 +1,5 @@
 """Never lost, never stuck: real worker, writer and beat processes, real Redis and PostgreSQL, and
-things killed on purpose (issue 4; NFR-3, NFR-4, NFR-5, FR-7).
+things killed on purpose (NFR-3, NFR-4, NFR-5, FR-7).
 
 Leases and cadences are shortened through settings (``fault_support.FAST``), never by mocking
 time. Each test would fail without the code it names: the sweeper, the republisher, the
@@ -90,7 +90,7 @@ def test_every_queued_job_succeeds_after_the_broker_lost_all_its_messages(
 
 
 def test_a_duplicate_message_for_a_job_is_a_no_op(services, make_tenant, target, tmp_path):
-    """Contract 3.2: the publisher dies between sending and stamping, so the job is sent twice;
+    """NFR-1: the publisher dies between sending and stamping, so the job is sent twice;
     the conditional claim makes the second message do nothing: one attempt, one result."""
     svc = services(**fast_env(tmp_path, SCRAPEJOBS_REPUBLISH_AFTER_S="600"))
     svc.start("writer")
@@ -118,7 +118,7 @@ def test_a_duplicate_message_for_a_job_is_a_no_op(services, make_tenant, target,
 
 
 def test_temporary_failures_are_retried_and_permanent_ones_are_not(services, make_tenant, target, tmp_path):
-    """Contract 3.5: 503 three times then 200 succeeds on attempt 4; 404 fails after one."""
+    """NFR-3: 503 three times then 200 succeeds on attempt 4; 404 fails after one."""
     svc = services(**fast_env(tmp_path))
     svc.start_all(worker_concurrency=8)
     tenant, _, _ = make_tenant()
@@ -155,7 +155,7 @@ def test_a_429_with_retry_after_is_not_retried_before_the_target_allows(
 
 
 def test_the_gaps_of_a_long_retry_run_grow_and_stay_under_the_cap(services, make_tenant, target, tmp_path):
-    """Contract 3.5: backoff ceilings base * 2**(n-1) up to the cap (here 0.5 s doubling to 3 s),
+    """NFR-3: backoff ceilings base * 2**(n-1) up to the cap (here 0.5 s doubling to 3 s),
     full jitter. Every gap stays under the cap plus scheduling slack; the first under its own
     ceiling. With full jitter single gaps are random: that no later gap exceeds the first
     ceiling happens by chance less than once in 30,000 runs."""

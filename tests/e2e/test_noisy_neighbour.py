@@ -1,4 +1,4 @@
-"""Fair dispatch between tenants with real processes (issue 11; NFR-10, contract 4; seed 002
+"""Fair dispatch between tenants with real processes (NFR-10, NFR-5; seed 002
 step 29): a writer, beat and two worker processes of four threads each (eight worker slots)
 against a local target that logs request times. Every tenant here submits into ``normal``.
 
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.e2e
 # A broker kept about one publisher tick of the pool's throughput deep (README: keep the depth
 # near one second of throughput), so the order in which work starts is the publisher's.
 ENV = {"SCRAPEJOBS_PUBLISH_INTERVAL_S": "0.25", "SCRAPEJOBS_DISPATCH_DEPTH": "4"}
-# The bound on a small tenant's wait from submission to first attempt (issue 11: "within 2 s").
+# The bound on a small tenant's wait from submission to first attempt ("within 2 s").
 START_BOUND = timedelta(seconds=2)
 
 

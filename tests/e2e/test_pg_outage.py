@@ -1,4 +1,4 @@
-"""A PostgreSQL outage throws away no finished work (issue 9, item 2; NFR-3, NFR-4, FR-W4).
+"""A PostgreSQL outage throws away no finished work (NFR-3, NFR-4, FR-W4).
 
 The database really stops (a private PostgreSQL, tests/support/private_pg.py) while 200 jobs are
 being fetched by real workers; the writer, beat and the workers keep running. Jobs finish during

@@ -1,5 +1,5 @@
 """Scrape jobs through the HTTP API with the real writer, beat and worker processes running
-against local target servers (contract 2 and 3; issue 2's "done when")."""
+against local target servers (FR-1 to FR-7, NFR-3; issue 2's "done when")."""
 
 import hashlib
 import time

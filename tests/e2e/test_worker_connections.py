@@ -1,4 +1,4 @@
-"""A fetch holds no database connection (issue 7, NFR-8): the number of fetches one worker process
+"""A fetch holds no database connection (NFR-8): the number of fetches one worker process
 has in flight is set by its threads alone, not by its PostgreSQL pool."""
 
 import pytest

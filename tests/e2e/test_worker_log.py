@@ -1,4 +1,4 @@
-"""The worker's log says what needs a person, not every task (issue 7): Celery's two INFO lines per
+"""The worker's log says what needs a person, not every task: Celery's two INFO lines per
 task are off, while a task that fails is still logged."""
 
 import pytest

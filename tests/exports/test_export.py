@@ -1,4 +1,4 @@
-"""Analytics exports (issue 12, item 5): finished jobs and their attempts as zstd Parquet parts
+"""Analytics exports: finished jobs and their attempts as zstd Parquet parts
 plus a manifest written last, read back with pyarrow and DuckDB, row by row against the ledger."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Idempotency-Key on POST /api/v1/jobs: FR-1 (submit), contract 2 "Rules every call keeps"."""
+"""Idempotency-Key on POST /api/v1/jobs: FR-1 (submit), FR-1 to FR-7 "Rules every call keeps"."""
 
 from __future__ import annotations
 
@@ -163,7 +163,7 @@ def test_concurrent_retries_over_real_http_create_exactly_one_job(make_tenant, l
     assert Job.objects.filter(idempotency_key="http-race").count() == 1
 
 
-# --- Expiry (SCRAPEJOBS_IDEMPOTENCY_TTL_HOURS; NFR-7 "keys kept >= 24 h"; issue 9, item 8) ------
+# --- Expiry (SCRAPEJOBS_IDEMPOTENCY_TTL_HOURS; NFR-7 "keys kept >= 24 h") ------
 
 
 def _age(job_id: str, hours: float) -> None:

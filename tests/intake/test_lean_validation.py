@@ -1,4 +1,4 @@
-"""The lean path of POST /jobs (issue 7) against the serializer it stands in for: it accepts
+"""The lean path of POST /jobs against the serializer it stands in for: it accepts
 exactly what JobCreateInput accepts, with the same validated data (so the same job and the same
 idempotency fingerprint), and leaves everything else to the serializer's answer."""
 

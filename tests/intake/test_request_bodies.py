@@ -1,6 +1,6 @@
-"""Request bodies over the limit, and bodies without a Content-Length (issue 9, item 6).
+"""Request bodies over the limit, and bodies without a Content-Length.
 
-NFR-1 (intake answers without a 5xx) and contract section 2 ("Bad input is 400, 413 for a body
+NFR-1 (intake answers without a 5xx) and FR-1 to FR-7 ("Bad input is 400, 413 for a body
 over the size limit, never 500, and creates nothing"); NFR-2 for the chunked submission that is
 accepted. These go through Django's test client; tests/intake/test_request_bodies_e2e.py sends the
 same requests to the real gunicorn over a socket.

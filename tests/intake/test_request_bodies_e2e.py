@@ -1,4 +1,4 @@
-"""Request bodies through the real web process (issue 9, item 6; NFR-1, NFR-2, contract section 2).
+"""Request bodies through the real web process (NFR-1, NFR-2, FR-1 to FR-7).
 
 gunicorn runs with the project's own command line (scrapejobs.processes.web) and every request is
 written to a raw socket, so that nothing between the test and gunicorn rewrites it: a 5 MB body

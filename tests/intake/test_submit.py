@@ -1,4 +1,4 @@
-"""POST /api/v1/jobs: FR-1 (submit), NFR-2 (intake latency: query budget), errors of contract 2."""
+"""POST /api/v1/jobs: FR-1 (submit), NFR-2 (intake latency: query budget), errors of FR-1 to FR-7."""
 
 from __future__ import annotations
 

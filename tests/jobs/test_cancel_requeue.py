@@ -1,6 +1,6 @@
-"""Cancel and requeue (contract 2 "POST /jobs/{id}/cancel", contract 3.6; FR-6 and FR-9 in REQUIREMENTS.md):
+"""Cancel and requeue (FR-1 to FR-7 "POST /jobs/{id}/cancel", FR-8; FR-6 and FR-9 in REQUIREMENTS.md):
 a cancel stops only the attempt it was asked for, and its answer always matches what the job
-does next, even when a retry is being planned at the same instant (issue 9, item 4)."""
+does next, even when a retry is being planned at the same instant."""
 
 from __future__ import annotations
 
@@ -135,7 +135,7 @@ def test_a_cancel_of_a_running_job_still_holds_while_redis_is_down(tenant, setti
 def test_a_job_cancelled_while_running_and_requeued_runs_its_next_attempt_to_success(
     services, make_tenant, target
 ):
-    """Issue 9 item 4: the cancel of attempt 1 must not stop attempt 2 after the admin's requeue."""
+    """the cancel of attempt 1 must not stop attempt 2 after the admin's requeue."""
     _tenant, _token, api = make_tenant()
     services().start_all(worker_concurrency=4)
     # About 3 s of dripping: long enough to cancel while it runs, short enough for attempt 2.

@@ -1,4 +1,4 @@
-"""Background nudges (issue 9, NFR-1, NFR-2): asking never waits on the work, a burst of asks is
+"""Background nudges (NFR-1, NFR-2): asking never waits on the work, a burst of asks is
 folded into few runs, and a failing run is logged and does not stop the next ones."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""List pages that stay cheap on a ledger of millions (issue 13, item 3): no page counts a whole
+"""List pages that stay cheap on a ledger of millions: no page counts a whole
 table, and the error-class filters offer the known classes without reading the ledger. The
 timings at 1,000,000 jobs and 3,000,000 attempts are bench/admin.py's."""
 

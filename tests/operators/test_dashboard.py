@@ -1,5 +1,5 @@
-"""The operators' dashboard (issue 13, item 1): staff only, linked from the admin index, one chart
-per figure of contract section 8 over 1 h, 24 h or 7 d, read from the rollups; empty states and
+"""The operators' dashboard: staff only, linked from the admin index, one chart
+per figure of FR-9, FR-14 over 1 h, 24 h or 7 d, read from the rollups; empty states and
 errors in words."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The dashboard in a real browser (issue 13, item 9): headless Debian Chromium driven by
+"""The dashboard in a real browser: headless Debian Chromium driven by
 Selenium logs into the admin on a real server, follows the admin index's link to the dashboard,
 switches to the 7-day window of a generated week-long ledger, and checks that every chart drew
 (points in its Chart.js instance, pixels on its canvas). The screenshot is kept as an artifact.

@@ -1,4 +1,4 @@
-"""The service's logs (issue 13, item 8): structured (JSON, or readable text for development),
+"""The service's logs: structured (JSON, or readable text for development),
 every line of a job's attempt carrying its job id, tenant, domain and attempt, a failed scrape
 naming its job and URL, housekeeping that did nothing saying nothing, and Flower behind a
 password outside this machine."""

@@ -1,4 +1,4 @@
-"""Credentials stay out of what operators and logs see (issue 13, item 5): a job's credential
+"""Credentials stay out of what operators and logs see: a job's credential
 headers and its body are masked on its admin page, credential values are masked in log lines,
 and a signed result link never reaches the web server's access log."""
 

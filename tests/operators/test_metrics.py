@@ -1,4 +1,4 @@
-"""/metrics (issue 13, item 2): prometheus_client's text format, the queue read live through
+"""/metrics: prometheus_client's text format, the queue read live through
 partial indexes, attempt counters and the time-to-first-attempt histogram from the rollups,
 request metrics from every web process, and a guard for production."""
 

@@ -1,4 +1,4 @@
-"""A staff member who may only view is refused every change the admin offers (issue 13, item 4).
+"""A staff member who may only view is refused every change the admin offers.
 
 The tests walk the admin site itself: every registered ModelAdmin, every action it has, and every
 URL it adds to Django's standard ones. A new action or custom view is covered the day it is

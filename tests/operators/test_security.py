@@ -1,4 +1,4 @@
-"""Production defaults (issue 9, item 7): no component starts with the public placeholder secret
+"""Production defaults: no component starts with the public placeholder secret
 key outside development; behind a TLS proxy, links are https:// and cookies and HSTS follow."""
 
 from __future__ import annotations

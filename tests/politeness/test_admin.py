@@ -1,5 +1,5 @@
 """Operators edit domain policies in the Django admin, as a superuser through the test client
-(NFR-5 (politeness), FR-9, contract 4 and 8); workers see an edit within the policy cache time."""
+(NFR-5 (politeness), FR-9, NFR-5, FR-9, FR-14); workers see an edit within the policy cache time."""
 
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def test_the_change_page_shows_the_live_state_of_the_domain(admin_client: Client
 
 
 def test_the_list_and_the_page_show_the_adaptive_rate_in_force(admin_client: Client, settings) -> None:
-    """Issue 11, item 1: after a run of 503s the admin shows the lowered rate, next to the
+    """after a run of 503s the admin shows the lowered rate, next to the
     policy's; a registrable-domain policy shows the state its hosts share."""
     settings.SCRAPEJOBS_DOMAIN_ADAPTIVE = True
     policy = DomainPolicy.objects.create(

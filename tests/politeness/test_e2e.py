@@ -1,5 +1,5 @@
 """Politeness with the real writer, beat and worker processes against a local target (NFR-5
-(politeness), contract 4): a domain's rate and concurrency cap hold across every worker thread,
+(politeness), NFR-5): a domain's rate and concurrency cap hold across every worker thread,
 waiting spends no attempt and no worker slot, and a Retry-After slows down only its own domain.
 
 Two domains on one local server: ``127.0.0.1`` and ``localhost`` are different domain strings.
@@ -77,7 +77,7 @@ def test_a_domain_capped_at_2_concurrent_requests_never_sees_a_third(services, m
 def test_a_retry_after_pauses_its_own_domain_for_every_worker_while_other_domains_proceed(
     services, make_tenant, target, tmp_path
 ):
-    """NFR-5 (politeness), contract 4 ("a busy domain delays only its own jobs"): a 429 with
+    """NFR-5 (politeness), NFR-5 ("a busy domain delays only its own jobs"): a 429 with
     Retry-After: 2 from 127.0.0.1 keeps every other 127.0.0.1 job away from the target for 2 s,
     while jobs to localhost (same server, another domain) run meanwhile, on a worker with only
     two threads: the waiting jobs hold none of them."""

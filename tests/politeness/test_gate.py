@@ -1,4 +1,4 @@
-"""The worker's gate before the claim, in this process (NFR-5 (politeness), contract 4): a job
+"""The worker's gate before the claim, in this process (NFR-5 (politeness), NFR-5): a job
 refused by its domain is deferred in the database without spending an attempt or contacting the
 target; a granted one gives its slot back; a target's 429 slows its domain down."""
 
@@ -163,7 +163,7 @@ def test_a_job_refused_before_the_publishers_stamp_commits_is_still_deferred(ten
 
 
 def test_a_message_naming_the_jobs_domain_is_gated_and_claimed_without_reading_the_row_first(tenant, target):
-    # Issue 7: the publisher puts the domain and timeout in the message, so the only statement
+    # the publisher puts the domain and timeout in the message, so the only statement
     # before the fetch is the claim itself; the slot goes back with the receipt's round trip.
     from django.test.utils import CaptureQueriesContext
 
@@ -172,7 +172,7 @@ def test_a_message_naming_the_jobs_domain_is_gated_and_claimed_without_reading_t
     with CaptureQueriesContext(connection) as queries:
         receipt = job_run_attempt(job_id=job.id, worker="w:1:1", domain=DOMAIN, timeout_s=job.timeout_s)
     assert receipt is not None and receipt.outcome == "succeeded"
-    # Through Django: the single-flight read of the job's request (issue 10: decided before the
+    # Through Django: the single-flight read of the job's request (decided before the
     # gate, so a job served or parked asks the domain for nothing; one primary-key read, the only
     # one for a job with max_age_s 0) and the domain's policy (cached afterwards for
     # POLICY_CACHE_S); the claim is a prepared statement on the raw connection.

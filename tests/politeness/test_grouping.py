@@ -1,4 +1,4 @@
-"""Domain grouping and redirect hops (issue 11, item 5): a policy may group every host of a
+"""Domain grouping and redirect hops: a policy may group every host of a
 registrable domain under one budget (the public-suffix list the package ships), and a redirect
 hop takes a token (and for another domain a slot) of the host it goes to, through the worker's
 real path."""

@@ -1,4 +1,4 @@
-"""The per-domain limits in Redis, one Lua script per operation (NFR-5 (politeness), contract 4):
+"""The per-domain limits in Redis, one Lua script per operation (NFR-5 (politeness), NFR-5):
 token bucket, concurrency cap with self-expiring slots, cooldown, and the deferred jobs' line.
 Real Redis, real time; policies are real rows."""
 
@@ -150,7 +150,7 @@ def adaptive(settings):
 
 
 def test_a_domain_whose_answers_are_one_in_five_503s_has_its_rate_halved_for_every_worker(adaptive):
-    """Issue 11, item 1: 429/503 answers and timeouts above the bad share of the window halve the
+    """429/503 answers and timeouts above the bad share of the window halve the
     rate (once per window of answers, not once per bad answer); the acquire script then grants
     tokens at the lower rate, and its burst shrinks with it."""
     policy(rps=100, burst=100, concurrency=1000)
@@ -170,7 +170,7 @@ def test_a_domain_whose_answers_are_one_in_five_503s_has_its_rate_halved_for_eve
 
 
 def test_a_domain_answering_503_to_one_percent_keeps_its_full_rate(adaptive):
-    """Issue 11, item 1: a large API answering 503 to 1 % of requests loses nothing (the cliff
+    """a large API answering 503 to 1 % of requests loses nothing (the cliff
     paused it every few seconds)."""
     policy(rps=200, burst=200, concurrency=1000)
     for i in range(2000):

@@ -1,4 +1,4 @@
-"""A redirect hop whose domain has no turn ends the attempt as a deferral (NFR-24, contract 4:
+"""A redirect hop whose domain has no turn ends the attempt as a deferral (NFR-24, NFR-5:
 waiting for a domain holds no worker slot), with the real writer, beat and worker processes.
 
 The scenario, scaled to this machine: 40 hosts (127.0.0.10 to 127.0.0.49, each its own domain,

@@ -1,4 +1,4 @@
-"""robots.txt (issue 11, item 3; RFC 9309): the rules, the one shared copy per origin, and what
+"""robots.txt (RFC 9309): the rules, the one shared copy per origin, and what
 a job sees through the worker's real path: a disallowed URL fails ``robots_disallowed`` with no
 request to it; a robots.txt answering 5xx defers the job; 4xx allows everything; the operator's
 switches per tenant and per domain policy."""

@@ -1,4 +1,4 @@
-"""Fair dispatch (contract 4): NFR-9 (priorities) and NFR-10 (tenant fairness).
+"""Fair dispatch (NFR-5): NFR-9 (priorities) and NFR-10 (tenant fairness).
 
 The publisher keeps the broker shallow and fills the free room in weighted-fair order. These tests
 run it against the real database and the real Redis broker; "the broker drained" is simulated by
@@ -249,7 +249,7 @@ def _defer_all(tenant, *, seconds: int = 3600) -> None:
 @pytest.mark.parametrize("capacity", [1, 2])
 @pytest.mark.django_db
 def test_a_tenant_whose_jobs_all_wait_does_not_stall_the_others_in_its_priority(make_tenant, capacity):
-    """NFR-10 (issue 11, item 2): a tenant with backlog that is all deferred used to be planned,
+    """NFR-10: a tenant with backlog that is all deferred used to be planned,
     have nothing due, and cost its priority the round, the cursor never moving past it."""
     tenants = sorted((make_tenant()[0] for _ in range(3)), key=lambda t: str(t.id))
     waiting, *others = tenants  # first in round-robin order: planned first every round
@@ -265,7 +265,7 @@ def test_a_tenant_whose_jobs_all_wait_does_not_stall_the_others_in_its_priority(
 @pytest.mark.parametrize("capacity", [1, 4, 10])
 @pytest.mark.django_db
 def test_a_tenant_of_weight_three_gets_three_times_the_share_of_a_weight_one_tenant(make_tenant, capacity):
-    """Issue 11, item 6: Tenant.weight scales the share within a priority; a turn cut by a small
+    """Tenant.weight scales the share within a priority; a turn cut by a small
     free room carries over to the next run."""
     heavy, _, _ = make_tenant()
     light, _, _ = make_tenant()

@@ -54,7 +54,7 @@ def test_each_unpublished_job_is_sent_once_and_stamped(make_tenant):
 
 @pytest.mark.django_db
 def test_a_message_carries_the_domain_and_timeout_the_workers_gate_needs(make_tenant):
-    # Issue 7: the worker's politeness gate runs before the claim; with these in the message it
+    # the worker's politeness gate runs before the claim; with these in the message it
     # reads nothing from PostgreSQL before the claim.
     tenant, _, _ = make_tenant()
     job = job_create(tenant_id=tenant.id, url="http://shop.test/a", domain="shop.test", timeout_s=17)[0]

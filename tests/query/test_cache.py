@@ -1,4 +1,4 @@
-"""The read cache of GET /api/v1/jobs/{id} (issue 10, item 3): requests in, database queries
+"""The read cache of GET /api/v1/jobs/{id}: requests in, database queries
 counted, real Redis (and a Redis cut off by a TCP proxy), real PostgreSQL."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """GET /api/v1/jobs/{id}?wait=N through the real web process (gunicorn, uvicorn workers, ASGI),
-contract section 6 and issue 10 item 2: one listener per process wakes the waiters, a waiter holds
+FR-15 and one listener per process wakes the waiters, a waiter holds
 no database connection, a timer covers a lost notification. Real PostgreSQL, real processes."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""500 callers waiting (?wait=30) on the whole stack while intake keeps answering (issue 10, "Done
+"""500 callers waiting (?wait=30) on the whole stack while intake keeps answering ("Done
 when"): the web command line of scrapejobs/processes.py (gunicorn, uvicorn workers), a real worker,
 writer and beat, a local target that takes 5 s per answer. The figures are printed."""
 

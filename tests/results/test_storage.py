@@ -229,7 +229,7 @@ def test_an_s3_result_downloads_through_a_presigned_link(s3_results, make_tenant
     assert "X-Amz-Signature=" in link.url and "X-Amz-Expires=120" in link.url and f"/{bucket}/" in link.url
     with urllib.request.urlopen(link.url, timeout=10) as response:
         assert response.read() == data
-        # Never rendered inline under the bucket's origin (issue 9, item 7), as local links.
+        # Never rendered inline under the bucket's origin, as local links.
         assert response.headers["Content-Disposition"] == "attachment"
     client.delete_object(Bucket=bucket, Key=stored.key)
     with pytest.raises(ResultGone):
@@ -237,7 +237,7 @@ def test_an_s3_result_downloads_through_a_presigned_link(s3_results, make_tenant
 
 
 def test_a_spool_directory_removed_under_a_running_process_is_made_again(local_results):
-    # The spool directory is made once per process (issue 7); an operator's clean-up that
+    # The spool directory is made once per process; an operator's clean-up that
     # removes it must not make every later store fail.
     import shutil
 

@@ -1,4 +1,4 @@
-"""Retention (issue 13, item 6): expired results and orphan bodies are deleted from real storage
+"""Retention: expired results and orphan bodies are deleted from real storage
 (local files, and S3 through a moto server), their jobs answer 410 and say result_expired, each
 deletion is recorded once, and job rows are pruned only by their own setting."""
 

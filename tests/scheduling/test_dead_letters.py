@@ -1,4 +1,4 @@
-"""Dead letters in the admin (FR-8, contract 3.6), through the Django test client as a superuser."""
+"""Dead letters in the admin (FR-8), through the Django test client as a superuser."""
 
 from __future__ import annotations
 

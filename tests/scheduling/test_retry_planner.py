@@ -1,4 +1,4 @@
-"""The retry planner (contract 3.5, NFR-3, NFR-5): pure functions, checked with a seeded rng."""
+"""The retry planner (NFR-3, NFR-5): pure functions, checked with a seeded rng."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The stuck-sweeper against the real database (NFR-3, NFR-4; contract 3.3)."""
+"""The stuck-sweeper against the real database (NFR-3, NFR-4; NFR-4)."""
 
 from __future__ import annotations
 
@@ -120,7 +120,7 @@ def test_a_swept_job_is_claimed_again_as_its_next_attempt(make_tenant):
 
 @pytest.mark.django_db
 def test_a_job_published_long_ago_and_never_taken_is_published_again(make_tenant, settings):
-    """A broker that lost its messages loses no job (contract 3.3)."""
+    """A broker that lost its messages loses no job (NFR-4)."""
     settings.SCRAPEJOBS_REPUBLISH_AFTER_S = 60
     tenant, _, _ = make_tenant()
     old = queued_job(tenant)

@@ -99,7 +99,7 @@ def test_with_nothing_waiting_the_watermark_is_empty():
     assert receipts_waiting_for_s() is None
 
 
-# --- A PostgreSQL outage (issue 9, item 2; NFR-3, NFR-4) ---------------------------------------
+# --- A PostgreSQL outage (NFR-3, NFR-4) ---------------------------------------
 # While the database is away workers cannot renew their leases, so leases run out although the
 # workers are alive; receipts handed over during the outage come after those leases ran out, so
 # the watermark above does not cover them. The sweeper asks about each job instead.

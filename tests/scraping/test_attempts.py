@@ -172,7 +172,7 @@ def test_the_lease_keeper_renews_held_leases_and_flags_a_lost_one(tenant):
 
 @pytest.mark.django_db
 def test_a_message_for_a_job_not_due_yet_puts_it_back_in_the_outbox_instead_of_dropping_it(tenant):
-    """Issue 9, item 3: a published job whose not-before time has not come by the database's
+    """a published job whose not-before time has not come by the database's
     clock is not claimed, and it is not left published without a message either: its publish
     mark is cleared (its not-before time kept) so the publisher sends it again when it is due."""
     from datetime import timedelta
@@ -190,7 +190,7 @@ def test_a_message_for_a_job_not_due_yet_puts_it_back_in_the_outbox_instead_of_d
 
 @pytest.mark.django_db
 def test_a_message_from_a_newer_publisher_with_arguments_this_release_does_not_know_runs(tenant, target):
-    """Rolling upgrades (issue 9, item 9): a newer publisher may add arguments to the scrape
+    """Rolling upgrades: a newer publisher may add arguments to the scrape
     message; this worker runs the job rather than fail the message (which would strand it
     published until the sweeper's republish)."""
     from apps.scraping.tasks import scrape_job

@@ -1,5 +1,5 @@
 """A running attempt stops promptly on a cancel or a lost lease even while its fetch is blocked
-waiting for the target (contract 2: "the worker stops at its next check"): the lease keeper's
+waiting for the target (FR-1 to FR-7: "the worker stops at its next check"): the lease keeper's
 watcher breaks the read off instead of waiting for it to end."""
 
 import threading

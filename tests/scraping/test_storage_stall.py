@@ -1,4 +1,4 @@
-"""A result storage that stalls must not keep a job `running` for ever (NFR-4, contract 3.3;
+"""A result storage that stalls must not keep a job `running` for ever (NFR-4;
 issue 9, item 5): the upload is bounded by the job's deadline plus SCRAPEJOBS_STORAGE_ALLOWANCE_S,
 and the lease keeper stops renewing a lease past that same deadline, so the sweeper takes back
 a job whose worker is stuck anywhere else."""

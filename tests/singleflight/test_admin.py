@@ -1,5 +1,5 @@
 """Cross-tenant sharing of fetches is switched on per tenant by an operator, in the admin, and is
-off for a tenant made anywhere else (issue 10, item 1)."""
+off for a tenant made anywhere else."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Single-flight fetch through the whole service (issue 10, item 1 and its "done when"): jobs in
+"""Single-flight fetch through the whole service (item 1 and its "done when"): jobs in
 through the HTTP API, real writer, beat and worker processes, a local target that counts the
 requests it receives, rows and stored bodies out."""
 

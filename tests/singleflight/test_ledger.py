@@ -1,4 +1,4 @@
-"""Single-flight in the ledger (issue 10, item 1): the decision, the fold that serves the parked
+"""Single-flight in the ledger: the decision, the fold that serves the parked
 jobs, and the hand-overs, driven step by step through the same functions the worker, the writer,
 the sweeper and the cancel call, against the real PostgreSQL."""
 

@@ -1,5 +1,5 @@
 """A ledger of a production's size, built in seconds with COPY: for the tests and benchmarks that
-must show a page, a filter or a scrape costs the same at a million jobs as at ten (issue 13).
+must show a page, a filter or a scrape costs the same at a million jobs as at ten.
 
 ``ledger_build(jobs=1_000_000, attempts_per_job=3)`` writes the rows straight into jobs_job and
 jobs_attempt with text-format ``COPY ... FROM STDIN`` (the ORM would take minutes), then ANALYZEs
@@ -22,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.db import connection
 
-# Failure classes a dead letter of the generated ledger ends with (contract 3.5), most common first.
+# Failure classes a dead letter of the generated ledger ends with (NFR-3), most common first.
 ERROR_CLASSES = ("http_404", "timeout", "http_503", "connection_error", "http_429", "dns_error", "tls_error")
 
 _JOB_COLUMNS = (

@@ -1,4 +1,4 @@
-"""A private PostgreSQL for tests that stop the database (issue 9, item 2).
+"""A private PostgreSQL for tests that stop the database.
 
 The machine's PostgreSQL cannot be stopped from a test, so such a test runs its own server: the
 PostgreSQL 16 binaries of the ``pgserver`` wheel (as scrapejobs/embedded.py uses them), with a

@@ -1,5 +1,5 @@
 """Result storages that stall, for the worker processes of tests/scraping/test_storage_stall.py
-(a stuck disk or object store; issue 9, item 5). A test selects one with
+(a stuck disk or object store). A test selects one with
 ``SCRAPEJOBS_TEST_RESULTS_BACKEND`` (read by settings/test.py only)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A TCP proxy a test can cut: one service process reaches PostgreSQL through it, and the test
-makes the database unreachable for that process alone (issue 9, item 3).
+makes the database unreachable for that process alone.
 
 ``cut()`` closes every proxied connection and refuses new ones (accepted, then closed at once:
 what a client sees from a server that is restarting); ``restore()`` forwards again.

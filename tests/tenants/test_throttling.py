@@ -1,4 +1,4 @@
-"""The per-token rate limit fails open (issue 9, NFR-1): without Redis a request passes at once,
+"""The per-token rate limit fails open (NFR-1): without Redis a request passes at once,
 a warning says so (not once per request), and Redis is not tried again for a moment."""
 
 from __future__ import annotations

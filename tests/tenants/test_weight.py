@@ -1,4 +1,4 @@
-"""Tenant weights (issue 11, item 6): an operator sets them in the admin, validated > 0. Their
+"""Tenant weights: an operator sets them in the admin, validated > 0. Their
 effect on the fair dispatch is tested in tests/publishing/test_dispatch.py."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Webhook deliveries against a real local receiver and the real database (FR-7, contract 2)."""
+"""Webhook deliveries against a real local receiver and the real database (FR-7, FR-1 to FR-7)."""
 
 from __future__ import annotations
 

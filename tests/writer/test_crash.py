@@ -53,7 +53,7 @@ def _expected_fold(
     current: dict[str, AttemptFinished],
     stale: dict[tuple[str, int], AttemptFinished],
 ) -> tuple[dict[str, dict[str, Any]], dict[tuple[str, int], dict[str, Any]], set[str]]:
-    """The ledger the receipts must produce, from the rules of contract section 5 alone."""
+    """The ledger the receipts must produce, from the rules of FR-W1 to FR-W4 alone."""
     jobs: dict[str, dict[str, Any]] = {}
     attempts: dict[tuple[str, int], dict[str, Any]] = {}
     moved: set[str] = set()
@@ -268,7 +268,7 @@ def test_ten_thousand_receipts_survive_a_writer_killed_mid_batch_and_fold_exactl
             got["last_error"] = json.loads(got["last_error"])
         assert got == jobs[s.id], s
         if got["status"] == "queued":  # backoff with full jitter, never sooner than Retry-After
-            # On the database's clock from when the writer folded the receipt (issue 9, item 3),
+            # On the database's clock from when the writer folded the receipt,
             # not from the receipt's finished_at (the worker's clock).
             r_ = current[s.id]
             ceiling = max(min(cap_s, base_s * 2 ** (s.attempt - 1)), r_.retry_after_s or 0)

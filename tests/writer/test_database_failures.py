@@ -1,4 +1,4 @@
-"""Which failures are the database's and which the receipt's (issue 9, item 2; FR-W4).
+"""Which failures are the database's and which the receipt's (FR-W4).
 
 A receipt counts a failure (and ends among the dead receipts after MAX_ATTEMPTS) only when the
 failure may be its own; the database being down or busy counts nothing. The errors here are the

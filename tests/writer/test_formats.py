@@ -1,4 +1,4 @@
-"""The receipt's wire format (issue #7): the compact array the workers write now, and the JSON
+"""The receipt's wire format: the compact array the workers write now, and the JSON
 object they wrote before, which the writer still applies (receipts already in a stream, or
 replayed from the dead receipts, when the compact format shipped)."""
 
@@ -121,7 +121,7 @@ def test_a_dead_receipt_shows_its_receipt_in_either_format() -> None:
     assert shown == [3, 2, None]
 
 
-# --- Rolling upgrades (issue 9, item 9) ------------------------------------------------------
+# --- Rolling upgrades ------------------------------------------------------
 
 
 def _newer_worker_receipts(r: AttemptFinished) -> list[str]:

@@ -68,7 +68,7 @@ def test_a_receipt_is_applied_by_the_writer_process_with_no_beat_running(service
 
 def test_a_burst_of_receipts_leaves_one_nudge_and_no_broker_message() -> None:
     """No writer consumes the nudges here: 500 receipts leave one pending nudge, not 500, and the
-    nudge is no Celery task (issue 7: a task per nudge cost the worker a seventh of its time)."""
+    nudge is no Celery task (a task per nudge cost the worker a seventh of its time)."""
     specs = [RunningJob(id=new_id(), attempt=1, max_attempts=5) for _ in range(500)]
     running_jobs_create(specs)
     for s in specs:

@@ -1,4 +1,4 @@
-"""Fewer index writes per receipt the writer applies (issue #7, NFR-W1).
+"""Fewer index writes per receipt the writer applies (NFR-W1).
 
 A receipt moves its job (the status changes, so the row is rewritten with an entry in every
 index of ``jobs_job``: never a HOT update) and closes its attempt. A profile of the writer's

@@ -1,4 +1,4 @@
-"""Expiring idempotency keys (issue 9, item 8; NFR-7).
+"""Expiring idempotency keys (NFR-7).
 
 ``jobs_idempotency_by_created`` (created_at) WHERE idempotency_key IS NOT NULL serves
 ``idempotency_keys_expire`` (apps/jobs/intake.py), the hourly clean-up that releases keys older

@@ -1,4 +1,4 @@
-"""Retention markers and the indexes of retention and exports (issue 13 item 6, issue 12 item 5).
+"""Retention markers and the indexes of retention and exports.
 
 - ``jobs_job.result_deleted_at`` and ``jobs_attempt.body_deleted_at``: when retention deleted the
   stored object (apps/jobs/retention.py), so nothing is deleted twice. Nullable without a

@@ -1,4 +1,4 @@
-"""The queued jobs, oldest first, carrying tenant and priority (issue 13): the operators' reads of
+"""The queued jobs, oldest first, carrying tenant and priority: the operators' reads of
 the backlog (apps/jobs/rollups.py, ``queue_snapshot``) - age of the oldest queued job, queue depth
 per tenant and priority - are one index-only scan of the queued jobs instead of a pass over the
 whole ledger. Only queued rows are in it, so it costs a write only when a job enters the queue.

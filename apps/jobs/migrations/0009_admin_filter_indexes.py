@@ -1,4 +1,4 @@
-"""Indexes for the admin's list filters (apps/jobs/admin.py, issue 13): each answers "this value,
+"""Indexes for the admin's list filters (apps/jobs/admin.py): each answers "this value,
 newest first, 50 rows" from the index instead of walking the primary key past every other row
 (a rare status or error class among a million jobs or three million attempts is a scan).
 

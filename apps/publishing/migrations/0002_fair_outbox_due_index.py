@@ -1,4 +1,4 @@
-"""The index of the fair dispatcher's tenant walk (apps/jobs/outbox.py ``_SELECT_TENANTS``, issue 11).
+"""The index of the fair dispatcher's tenant walk (apps/jobs/outbox.py ``_SELECT_TENANTS``).
 
 The walk lists only tenants with DUE unpublished rows: a tenant whose rows all wait (a domain
 deferral, a retry backoff) must not be planned, or it costs its priority the round. Ordered by

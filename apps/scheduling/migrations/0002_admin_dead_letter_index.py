@@ -1,4 +1,4 @@
-"""The index behind the dead-letter pages (apps/scheduling/admin.py, selectors.py; issue 13).
+"""The index behind the dead-letter pages (apps/scheduling/admin.py, selectors.py).
 
 A dead letter is a failed job. The one-by-one list is newest failure first, and the grouped page
 counts the newest ``GROUP_WINDOW`` dead letters: it finds where that window starts by walking

@@ -1,4 +1,4 @@
-"""A skewed clock for one test process (issue 9, item 3), without libfaketime.
+"""A skewed clock for one test process, without libfaketime.
 
 Put this directory first on the PYTHONPATH of a service process and set
 ``SCRAPEJOBS_TEST_CLOCK_SKEW_S`` (seconds, may be negative): at interpreter start, before Django or
