@@ -14,7 +14,12 @@ from typing import Any
 from django.core.asgi import get_asgi_application
 from django.urls import get_resolver
 
+from apps.tracing import tracing_start
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "settings.base")
+# One trace per job (FR-29, docs/tracing.md): before the application loads its middleware, so
+# that Django's instrumentation is in it; with tracing off nothing of OpenTelemetry is imported.
+tracing_start(component="web", instrument=("django", "psycopg", "redis", "urllib3"))
 django_application = get_asgi_application()
 
 from django.conf import settings  # noqa: E402 - after Django is set up

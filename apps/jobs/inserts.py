@@ -19,8 +19,10 @@ from apps.jobs.models import Job
 
 
 @functools.cache
-def _statement() -> tuple[str, tuple[Field, ...]]:
-    fields = tuple(Job._meta.concrete_fields)
+def _statement(*, traced: bool) -> tuple[str, tuple[Field, ...]]:
+    # Without a trace context (tracing off, FR-29) the column is left out: the statement is the
+    # one it was before tracing existed, and the row gets NULL.
+    fields = tuple(f for f in Job._meta.concrete_fields if traced or f.name != "trace_context")
     quote = connection.ops.quote_name
     columns = ", ".join(quote(f.column) for f in fields)
     placeholders = ", ".join(["%s"] * len(fields))
@@ -29,7 +31,7 @@ def _statement() -> tuple[str, tuple[Field, ...]]:
 
 def job_insert(job: Job) -> None:
     """What ``job.save(force_insert=True)`` does for a new job: one INSERT of every column."""
-    sql, fields = _statement()
+    sql, fields = _statement(traced=job.trace_context is not None)
     params = [f.get_db_prep_save(f.pre_save(job, True), connection) for f in fields]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)

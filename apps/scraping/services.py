@@ -14,14 +14,17 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import replace
 from typing import Any
+from urllib.parse import urlsplit
 
 import redis
 from django.conf import settings
 from django.db import connection
 
+from apps import tracing
 from apps.jobs.claims import ClaimedJob, job_claim
 from apps.jobs.db_failures import database_failure
 from apps.jobs.models import AttemptOutcome, Render
@@ -37,6 +40,7 @@ from apps.scraping.errors import FetchError
 from apps.scraping.fetch import FetchRequest, fetch_open
 from apps.scraping.leases import LeaseHandle, lease_keeper
 from apps.scraping.render import render_and_store
+from apps.tracing import traceparent_current, tracing_on
 from apps.writer.submit import receipt_submit
 
 logger = logging.getLogger(__name__)
@@ -62,6 +66,7 @@ def job_run_attempt(
     worker: str,
     domain: str | None = None,
     timeout_s: int | None = None,
+    trace_context: str | None = None,
 ) -> AttemptFinished | None:
     """Claim ``job_id`` and run one attempt; None when the claim is not ours (duplicate message,
     job final or cancelled, or its retry time not yet come: then it is deferred, see
@@ -78,7 +83,47 @@ def job_run_attempt(
     (one statement), and its connection goes back to the pool before the fetch, so a fetch of any
     length holds no database connection and the number of fetches in flight is set by the
     worker's threads alone; Redis three times: the gate's script before the claim, one cancel
-    check as the fetch starts, and one pipeline after it (slot release, receipt, nudges)."""
+    check as the fetch starts, and one pipeline after it (slot release, receipt, nudges).
+
+    ``trace_context``: the traceparent the publisher sent (FR-29, docs/tracing.md); the attempt
+    is then a ``job.attempt`` span of the job's trace, its steps spans inside it. None (tracing
+    off, or a job without a trace): nothing of the kind is made."""
+    if trace_context is None or not tracing_on():
+        return _attempt_claim_and_run(job_id=job_id, worker=worker, domain=domain, timeout_s=timeout_s)
+    with tracing.span(
+        "job.attempt", parent=trace_context, attributes={"scrapejobs.job_id": str(job_id)}
+    ) as attempt:
+        receipt = _attempt_claim_and_run(
+            job_id=job_id,
+            worker=worker,
+            domain=domain,
+            timeout_s=timeout_s,
+            attempt_span=traceparent_current(),
+        )
+        if receipt is not None:
+            tracing.span_set(
+                attempt,
+                **{
+                    "scrapejobs.attempt": receipt.attempt,
+                    "scrapejobs.outcome": receipt.outcome,
+                    "scrapejobs.error_class": receipt.error_class,
+                },
+            )
+        return receipt
+
+
+def _attempt_claim_and_run(
+    *,
+    job_id: uuid.UUID | str,
+    worker: str,
+    domain: str | None,
+    timeout_s: int | None,
+    attempt_span: str | None = None,
+) -> AttemptFinished | None:
+    """``job_run_attempt``'s work; ``attempt_span``: the traceparent of the attempt span this
+    runs in (FR-29), each step then a span inside it, and the receipt carrying it."""
+    traced = attempt_span is not None
+    step = tracing.span if traced else _untraced
     # Politeness (NFR-5, apps.politeness): the job's domain must grant a token and a concurrency
     # slot BEFORE the claim, so that waiting spends no attempt. A refused job is already deferred
     # in the database when the turn is None (not held in this thread: the worker slot is free at
@@ -92,10 +137,14 @@ def job_run_attempt(
             if decision.kind != "fetch":
                 logger.info("job %s %s by single-flight: no fetch of its own", job_id, decision.kind)
                 return None
-            turn = held.enter_context(job_domain_turn(job_id=job_id, domain=domain, timeout_s=timeout_s))
+            with step("job.politeness_wait", attributes={"scrapejobs.domain": domain or ""}) as waited:
+                turn = held.enter_context(job_domain_turn(job_id=job_id, domain=domain, timeout_s=timeout_s))
+                tracing.span_set(waited, **{"scrapejobs.granted": turn is not None})
             if turn is None:
                 return None
-            claimed = job_claim(job_id=job_id, worker=worker, fetch_key=decision.key)
+            with step("job.claim") as claim:
+                claimed = job_claim(job_id=job_id, worker=worker, fetch_key=decision.key)
+                tracing.span_set(claim, **{"scrapejobs.claimed": claimed is not None})
         except Exception as e:
             # Only what says a dependency was away or busy (Redis, PostgreSQL): a bad message (a
             # job id that is no UUID) or a bug fails the task, logged, not sent again 20 times.
@@ -108,7 +157,9 @@ def job_run_attempt(
             logger.info("job %s not claimable (duplicate message or not queued): skipped", job_id)
             return None
         job_log_context_claimed(tenant_id=claimed.tenant_id, attempt=claimed.attempt, url=claimed.url)
-        receipt = attempt_run(claimed=claimed, worker=worker, obey_robots=_robots_obeyed(claimed))
+        receipt = attempt_run(
+            claimed=claimed, worker=worker, obey_robots=_robots_obeyed(claimed), traced=traced
+        )
         if receipt.outcome in (AttemptOutcome.PERMANENT, AttemptOutcome.TEMPORARY):
             job_attempt_failure_log(logger, error_class=receipt.error_class, error=receipt.error)
         # Every answer moves the adaptive rate of the domain that gave it (429/503 and timeouts
@@ -126,8 +177,16 @@ def job_run_attempt(
             _proxy_auth_failure_record(receipt.error or "")
         # One round trip: the slot goes back, the receipt goes to the writer, and the publisher
         # is asked to refill the broker for the worker slot this frees.
-        receipt_submit(receipt, also=turn.release_into, nudge_publisher=True)
+        with step("job.receipt"):
+            if traced:  # the writer's fold links to the attempt span (the receipt's last field)
+                receipt = replace(receipt, trace_context=attempt_span)
+            receipt_submit(receipt, also=turn.release_into, nudge_publisher=True)
     return receipt
+
+
+@contextmanager
+def _untraced(name: str, **_: Any) -> Iterator[None]:
+    yield None
 
 
 PROXY_ERROR_CLASSES = frozenset({"proxy_error", "proxy_auth"})
@@ -166,9 +225,13 @@ def _robots_obeyed(claimed: ClaimedJob) -> bool:
         _connection_release()
 
 
-def attempt_run(*, claimed: ClaimedJob, worker: str, obey_robots: bool | None = None) -> AttemptFinished:
+def attempt_run(
+    *, claimed: ClaimedJob, worker: str, obey_robots: bool | None = None, traced: bool = False
+) -> AttemptFinished:
     """Fetch and store; never raises: every outcome, a bug included, becomes the receipt.
-    ``obey_robots`` None: looked up here (``_robots_obeyed``)."""
+    ``obey_robots`` None: looked up here (``_robots_obeyed``). ``traced``: the fetch and the
+    upload are spans (FR-29)."""
+    step = tracing.span if traced else _untraced
     if obey_robots is None:
         obey_robots = _robots_obeyed(claimed)
     started = time.monotonic()
@@ -217,16 +280,25 @@ def attempt_run(*, claimed: ClaimedJob, worker: str, obey_robots: bool | None = 
                     subrequests_made=rendered.subrequests_made,
                     subrequests_blocked=rendered.subrequests_blocked,
                 )
-            with fetch_open(request=request, check=check, interrupt=lease.interrupt) as fetched:
+            with (
+                step(
+                    "job.fetch", attributes={"server.address": urlsplit(claimed.url).hostname or ""}
+                ) as fetch,
+                fetch_open(request=request, check=check, interrupt=lease.interrupt) as fetched,
+            ):
                 answered_url = fetched.url
-                stored = result_store(
-                    job_id=claimed.id,
-                    attempt=claimed.attempt,
-                    chunks=fetched.chunks(),
-                    content_type=fetched.content_type,
-                    http_status=fetched.status,
-                    deadline=deadline,
-                )
+                tracing.span_set(fetch, **{"http.response.status_code": fetched.status})
+                # The body streams from the fetch into storage: the upload is inside the fetch.
+                with step("job.upload"):
+                    stored = result_store(
+                        job_id=claimed.id,
+                        attempt=claimed.attempt,
+                        chunks=fetched.chunks(),
+                        content_type=fetched.content_type,
+                        http_status=fetched.status,
+                        deadline=deadline,
+                    )
+                tracing.span_set(fetch, **{"scrapejobs.bytes": stored.size})
         return finished(
             AttemptOutcome.SUCCEEDED, http_status=stored.http_status, result=stored, answered_url=answered_url
         )
