@@ -189,6 +189,19 @@ def _untraced(name: str, **_: Any) -> Iterator[None]:
     yield None
 
 
+@contextmanager
+def _fetch_step(step: Callable[..., Any], *, url: str) -> Iterator[Any]:
+    """The fetch's span: the target host, and the status (also of an answer that failed it)."""
+    with step("job.fetch", attributes={"server.address": urlsplit(url).hostname or ""}) as span:
+        try:
+            yield span
+        except FetchError as e:
+            tracing.span_set(
+                span, **{"http.response.status_code": e.http_status, "error.type": e.error_class}
+            )
+            raise
+
+
 PROXY_ERROR_CLASSES = frozenset({"proxy_error", "proxy_auth"})
 
 
@@ -281,9 +294,7 @@ def attempt_run(
                     subrequests_blocked=rendered.subrequests_blocked,
                 )
             with (
-                step(
-                    "job.fetch", attributes={"server.address": urlsplit(claimed.url).hostname or ""}
-                ) as fetch,
+                _fetch_step(step, url=claimed.url) as fetch,
                 fetch_open(request=request, check=check, interrupt=lease.interrupt) as fetched,
             ):
                 answered_url = fetched.url
