@@ -22,7 +22,12 @@ from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIHandler
 from django.urls import get_resolver
 
+from apps.tracing import tracing_start
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "settings.base")
+# One trace per job (FR-29, docs/tracing.md): before the handler below loads its middleware, so
+# that Django's instrumentation is in it; with tracing off nothing of OpenTelemetry is imported.
+tracing_start(component="web", instrument=("django", "psycopg", "redis", "urllib3"))
 django.setup(set_prefix=False)
 
 from django.conf import settings  # noqa: E402 - after Django is set up

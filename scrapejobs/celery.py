@@ -207,6 +207,20 @@ def _refuse_insecure_start(sender: object = None, **_: object) -> None:
         raise SystemExit("refusing to start: " + " ".join(problems))
 
 
+@worker_init.connect
+@beat_init.connect
+def _tracing_start(sender: object = None, **_: object) -> None:
+    """One trace per job (FR-29, docs/tracing.md): the SDK is set up once per process, before any
+    task runs, when tracing is configured; otherwise nothing of OpenTelemetry is imported."""
+    if getattr(sender, "app", None) is not app:
+        return
+    from apps.tracing import tracing_start  # noqa: PLC0415 - settings are loaded by now
+
+    # The node name (worker@host, writer@host) names the component; beat has none.
+    component = str(getattr(sender, "hostname", "") or "beat").partition("@")[0]
+    tracing_start(component=component, instrument=("celery", "psycopg", "redis", "urllib3"))
+
+
 @worker_ready.connect
 def _start_nudge_listener(sender: object = None, **_: object) -> None:
     # The component that runs the control tasks also answers nudges (scrapejobs/nudges.py).

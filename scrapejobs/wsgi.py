@@ -5,8 +5,12 @@ from django.core.wsgi import get_wsgi_application
 from django.urls import get_resolver
 
 from apps.operators.checks import refuse_insecure_start
+from apps.tracing import tracing_start
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "settings.base")
+# One trace per job (FR-29, docs/tracing.md): before the application loads its middleware, so
+# that Django's instrumentation is in it; with tracing off nothing of OpenTelemetry is imported.
+tracing_start(component="web", instrument=("django", "psycopg", "redis", "urllib3"))
 application = get_wsgi_application()
 refuse_insecure_start()  # no web with a public secret key, outside development (DJANGO_DEBUG)
 

@@ -602,6 +602,20 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env.str("SCRAPEJOBS_LOG_LEVEL", default="INFO")},
 }
 
+# --- Tracing (FR-29, docs/tracing.md) ----------------------------------------------------
+# One trace per job with OpenTelemetry, off unless an exporter is configured: then apps/tracing.py
+# imports nothing and a job costs what it did. OTEL_TRACES_EXPORTER: otlp (the default once
+# OTEL_EXPORTER_OTLP_ENDPOINT is set), console, file (SCRAPEJOBS_TRACE_FILE) or none (off).
+TRACES_EXPORTERS = ("otlp", "console", "file", "none")
+_otlp_endpoint = env.str("OTEL_EXPORTER_OTLP_ENDPOINT", default="").strip()
+SCRAPEJOBS_TRACES_EXPORTER = env.str("OTEL_TRACES_EXPORTER", default="").strip().lower() or (
+    "otlp" if _otlp_endpoint else "none"
+)
+if SCRAPEJOBS_TRACES_EXPORTER not in TRACES_EXPORTERS:
+    raise environ.ImproperlyConfigured(f"OTEL_TRACES_EXPORTER must be one of {', '.join(TRACES_EXPORTERS)}")
+SCRAPEJOBS_TRACE_FILE = env.str("SCRAPEJOBS_TRACE_FILE", default=str(SCRAPEJOBS_RUN_DIR / "spans.jsonl"))
+SCRAPEJOBS_TRACING = SCRAPEJOBS_TRACES_EXPORTER != "none"
+
 # --- Waiting and the read cache --------------------------------
 # ?wait=: each web process re-checks the jobs its callers wait for this often, in one query, so a
 # lost NOTIFY (or one sent while its listener was reconnecting) delays an answer by at most this.

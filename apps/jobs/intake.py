@@ -15,6 +15,7 @@ from django.utils import timezone
 from apps.jobs.inserts import job_insert
 from apps.jobs.models import Job
 from apps.jobs.nudges import PUBLISH, BackgroundNudge, nudges_send
+from apps.tracing import traceparent_current
 
 
 class IdempotencyConflict(Exception):
@@ -75,6 +76,9 @@ def job_create(
         idempotency_key=idempotency_key,
         idempotency_fingerprint=idempotency_fingerprint,
         created_at=timezone.now(),
+        # The request's span (FR-29): the job's later steps are spans of its trace. None when
+        # tracing is off, and the INSERT then leaves the column out.
+        trace_context=traceparent_current(),
     )
     # Normally one pass: one INSERT. A key that is taken sends us round again only when the
     # job holding it is older than the TTL (its key is released first) or when the clean-up

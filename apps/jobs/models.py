@@ -92,6 +92,10 @@ class Job(models.Model):
         max_length=8, choices=Render.choices, default=Render.NONE, db_default=Render.NONE
     )
     browser_options = models.JSONField(null=True, blank=True)
+    # The W3C traceparent of the request that created the job (FR-29, docs/tracing.md): the
+    # publish, attempts and fold of the job are spans of that trace. Null when tracing is off,
+    # and then intake's INSERT leaves the column out (apps/jobs/inserts.py).
+    trace_context = models.TextField(null=True, blank=True)
     # The attempt limit. A requeue from the dead letters raises it by `attempt_budget` (what the
     # caller asked for), so attempt numbers keep growing and history stays unique.
     max_attempts = models.PositiveSmallIntegerField(default=5)

@@ -68,6 +68,9 @@ class AttemptFinished:
     # plain fetch, whose receipt then has the first layout's fields only.
     subrequests_made: int | None = None
     subrequests_blocked: int | None = None
+    # The attempt span's W3C traceparent (FR-29, docs/tracing.md): the writer's fold links to it.
+    # None when tracing is off, and then the receipt carries no such field.
+    trace_context: str | None = field(default=None, compare=False)
 
     kind = "attempt_finished"
 
@@ -99,7 +102,9 @@ def receipt_encode(r: AttemptFinished) -> bytes:
     res = r.result
     # Appended after the first layout's fields (see V1_FIELDS), and only when there is something
     # to say: a plain attempt's receipt is byte for byte what it was.
-    tail = [] if r.subrequests_made is None else [r.subrequests_made, r.subrequests_blocked]
+    tail: list[Any] = [] if r.subrequests_made is None else [r.subrequests_made, r.subrequests_blocked]
+    if r.trace_context is not None:  # appended after those two, only when tracing is on
+        tail = [*(tail or [None, None]), r.trace_context]
     return orjson.dumps(
         [
             COMPACT_V1,
@@ -145,7 +150,7 @@ def receipt_decode(raw: str | bytes) -> AttemptFinished:
     ]
     if type(job_id) is not str or type(attempt) is not int:
         raise TypeError(f"bad natural key: {job_id!r}, {attempt!r}")
-    made, blocked = (d[V1_FIELDS : V1_FIELDS + 2] + [None, None])[:2]
+    made, blocked, trace_context = (d[V1_FIELDS : V1_FIELDS + 3] + [None, None, None])[:3]
     return AttemptFinished(
         job_id,
         attempt,
@@ -160,4 +165,5 @@ def receipt_decode(raw: str | bytes) -> AttemptFinished:
         None if res is None else ResultStored(*res[:RESULT_FIELDS_KNOWN]),
         subrequests_made=made if type(made) is int else None,
         subrequests_blocked=blocked if type(blocked) is int else None,
+        trace_context=trace_context if type(trace_context) is str else None,
     )

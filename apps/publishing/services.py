@@ -41,12 +41,14 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from contextlib import nullcontext
 from typing import Any, NamedTuple
 
 from celery import current_app
 from django.conf import settings
 from django.db import connection, transaction
 
+from apps import tracing
 from apps.jobs.outbox import (
     outbox_oldest_lock,
     outbox_priorities_pending,
@@ -55,6 +57,7 @@ from apps.jobs.outbox import (
 )
 from apps.jobs.redis import state_redis
 from apps.tenants.selectors import tenant_weights_get
+from apps.tracing import TRACEPARENT, traceparent_current, tracing_on
 
 SCRAPE_TASK = "apps.scraping.tasks.scrape_job"
 PRIORITIES = ("high", "normal", "low")
@@ -132,25 +135,54 @@ def outbox_publish_batch(*, limit: int, depth: int | None = None, browser_depth:
                 return 0
             pending = outbox_priorities_pending(renders=open_renders, priorities=PRIORITIES)
             picked: list[Pick] = []
+            started_ns = time.time_ns()
             for render in open_renders:
                 if render not in pending:
                     continue
                 lane = _dispatch_pick(limit=rooms[render], render=render, active=pending[render])
                 for pick in lane:
-                    # The domain and timeout ride along: the worker's politeness gate needs them
-                    # before the claim, and would otherwise read the row for them.
-                    app.send_task(
-                        SCRAPE_TASK,
-                        args=[pick.job_id],
-                        kwargs={"domain": pick.domain, "timeout_s": pick.timeout_s},
-                        queue=scrape_queue(pick.priority, render),
-                        producer=producer,
-                    )
+                    _scrape_message_send(app, producer, pick=pick, render=render)
                 picked += lane
             if not picked:
                 return 0
+            # FR-29: the batch is one span of its own (from its first send), linked to every
+            # job it sent, whose publish span is in that job's trace. An empty batch (most
+            # ticks) makes none, nor does anything when tracing is off.
+            if tracing_on():
+                with tracing.span(
+                    "outbox.publish_batch",
+                    root=True,
+                    start_ns=started_ns,
+                    links=[pick.trace_context for pick in picked],
+                    attributes={"scrapejobs.jobs": len(picked)},
+                ):
+                    pass
         outbox_published_stamp(job_ids=[pick.job_id for pick in picked])
     return len(picked)
+
+
+def _scrape_message_send(app: Any, producer: Any, *, pick: Pick, render: str) -> None:
+    """One scrape message. The domain and timeout ride along: the worker's politeness gate needs
+    them before the claim, and would otherwise read the row for them. With tracing on (FR-29)
+    and a job that has a trace, the send is that trace's ``job.publish`` span, whose
+    ``traceparent`` the message carries to the attempt (an extra keyword an older worker takes
+    into ``**later``); without one the message is what it always was."""
+    kwargs: dict[str, Any] = {"domain": pick.domain, "timeout_s": pick.timeout_s}
+    with (
+        tracing.span("job.publish", parent=pick.trace_context, attributes={"scrapejobs.job_id": pick.job_id})
+        if pick.trace_context is not None
+        else nullcontext()
+    ):
+        traceparent = traceparent_current() if pick.trace_context is not None else None
+        if traceparent is not None:
+            kwargs[TRACEPARENT] = traceparent
+        app.send_task(
+            SCRAPE_TASK,
+            args=[pick.job_id],
+            kwargs=kwargs,
+            queue=scrape_queue(pick.priority, render),
+            producer=producer,
+        )
 
 
 def outbox_publish(
@@ -175,6 +207,7 @@ class Pick(NamedTuple):
     priority: str
     domain: str
     timeout_s: int
+    trace_context: str | None = None  # the job's trace (FR-29); None when tracing is off
 
 
 class Turn(NamedTuple):
@@ -243,8 +276,8 @@ def _dispatch_pick(*, limit: int, render: str = "none", active: set[str] | None 
             for tenant in plan.order:
                 queue = rows.get((p, tenant))
                 if queue:
-                    job_id, domain, timeout_s = queue.pop(0)
-                    picked.append(Pick(job_id, p, domain, timeout_s))
+                    job_id, domain, timeout_s, trace_context = queue.pop(0)
+                    picked.append(Pick(job_id, p, domain, timeout_s, trace_context))
                 else:
                     exhausted.add((p, tenant))
             # The cursor moves to where the plan ended, whether or not that tenant's rows came

@@ -1,7 +1,8 @@
 """What the service's log lines carry, and what they must not.
 
 - Every line logged while a job's attempt runs carries the job id, tenant, domain, attempt and URL
-  (``job_log_context``: a context variable set by the scrape task, read by ``JobContextFilter``).
+  (``job_log_context``: a context variable set by the scrape task, read by ``JobContextFilter``);
+  with tracing on, every line logged inside a span carries its ``trace_id`` (FR-29).
 - ``SCRAPEJOBS_LOG_FORMAT``: ``json`` (one object per line, for a log pipeline; the production
   default) or ``text`` (readable, for development), see ``JsonFormatter`` / ``TextFormatter``.
 - Credentials never reach a log: header values whose names suggest a credential are masked
@@ -29,6 +30,7 @@ from typing import Any
 from gunicorn.glogging import Logger as GunicornLogger
 
 from apps.admin_mixins import MASK, error_readable, header_is_secret
+from apps.tracing import trace_id_current
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,8 @@ def job_attempt_failure_log(logger: logging.Logger, *, error_class: str | None, 
 
 
 class JobContextFilter(logging.Filter):
-    """Puts the current job's fields on every record (empty strings outside a job)."""
+    """Puts the current job's fields on every record (empty strings outside a job), and the
+    current trace's id when tracing is on (FR-29, docs/tracing.md)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         current = _job.get()
@@ -85,6 +88,8 @@ class JobContextFilter(logging.Filter):
         for name in ("job_id", "tenant", "domain", "attempt", "url"):
             if not hasattr(record, name):
                 setattr(record, name, fields.get(name) or "")
+        if not hasattr(record, "trace_id"):
+            record.trace_id = trace_id_current()
         return True
 
 
@@ -130,7 +135,7 @@ class BeatTickFilter(logging.Filter):
         return not str(record.msg).startswith("Scheduler: Sending due task")
 
 
-_JOB_FIELDS = ("job_id", "tenant", "domain", "attempt", "url")
+_JOB_FIELDS = ("job_id", "tenant", "domain", "attempt", "url", "trace_id")
 
 
 class JsonFormatter(logging.Formatter):
@@ -158,7 +163,11 @@ class TextFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
-        fields = [f"{name}={getattr(record, name)}" for name in _JOB_FIELDS[:4] if getattr(record, name, "")]
+        fields = [
+            f"{name}={getattr(record, name)}"
+            for name in (*_JOB_FIELDS[:4], "trace_id")
+            if getattr(record, name, "")
+        ]
         if not fields:
             return line
         first, _, rest = line.partition("\n")

@@ -15,14 +15,17 @@ import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import Callable
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import replace
 from typing import Any
+from urllib.parse import urlsplit
 
 import redis
 from django.conf import settings
 from django.db import connection
 
+from apps import tracing
 from apps.jobs.claims import ClaimedJob, job_claim
 from apps.jobs.db_failures import database_failure
 from apps.jobs.models import AttemptOutcome, Render
@@ -38,6 +41,7 @@ from apps.scraping.errors import FetchError
 from apps.scraping.fetch import FetchRequest, RedirectDeferred, fetch_open
 from apps.scraping.leases import LeaseHandle, lease_keeper
 from apps.scraping.render import render_and_store
+from apps.tracing import traceparent_current, tracing_on
 from apps.writer.submit import receipt_submit
 
 logger = logging.getLogger(__name__)
@@ -67,6 +71,7 @@ def job_run_attempt(
     worker: str,
     domain: str | None = None,
     timeout_s: int | None = None,
+    trace_context: str | None = None,
 ) -> AttemptFinished | None:
     """Claim ``job_id`` and run one attempt; None when the claim is not ours (duplicate message,
     job final or cancelled, or its retry time not yet come: then it is deferred, see
@@ -83,7 +88,47 @@ def job_run_attempt(
     (one statement), and its connection goes back to the pool before the fetch, so a fetch of any
     length holds no database connection and the number of fetches in flight is set by the
     worker's threads alone; Redis three times: the gate's script before the claim, one cancel
-    check as the fetch starts, and one pipeline after it (slot release, receipt, nudges)."""
+    check as the fetch starts, and one pipeline after it (slot release, receipt, nudges).
+
+    ``trace_context``: the traceparent the publisher sent (FR-29, docs/tracing.md); the attempt
+    is then a ``job.attempt`` span of the job's trace, its steps spans inside it. None (tracing
+    off, or a job without a trace): nothing of the kind is made."""
+    if trace_context is None or not tracing_on():
+        return _attempt_claim_and_run(job_id=job_id, worker=worker, domain=domain, timeout_s=timeout_s)
+    with tracing.span(
+        "job.attempt", parent=trace_context, attributes={"scrapejobs.job_id": str(job_id)}
+    ) as attempt:
+        receipt = _attempt_claim_and_run(
+            job_id=job_id,
+            worker=worker,
+            domain=domain,
+            timeout_s=timeout_s,
+            attempt_span=traceparent_current(),
+        )
+        if receipt is not None:
+            tracing.span_set(
+                attempt,
+                **{
+                    "scrapejobs.attempt": receipt.attempt,
+                    "scrapejobs.outcome": receipt.outcome,
+                    "scrapejobs.error_class": receipt.error_class,
+                },
+            )
+        return receipt
+
+
+def _attempt_claim_and_run(
+    *,
+    job_id: uuid.UUID | str,
+    worker: str,
+    domain: str | None,
+    timeout_s: int | None,
+    attempt_span: str | None = None,
+) -> AttemptFinished | None:
+    """``job_run_attempt``'s work; ``attempt_span``: the traceparent of the attempt span this
+    runs in (FR-29), each step then a span inside it, and the receipt carrying it."""
+    traced = attempt_span is not None
+    step = tracing.span if traced else _untraced
     # Politeness (NFR-5, apps.politeness): the job's domain must grant a token and a concurrency
     # slot BEFORE the claim, so that waiting spends no attempt. A refused job is already deferred
     # in the database when the turn is None (not held in this thread: the worker slot is free at
@@ -97,10 +142,14 @@ def job_run_attempt(
             if decision.kind != "fetch":
                 logger.info("job %s %s by single-flight: no fetch of its own", job_id, decision.kind)
                 return None
-            turn = held.enter_context(job_domain_turn(job_id=job_id, domain=domain, timeout_s=timeout_s))
+            with step("job.politeness_wait", attributes={"scrapejobs.domain": domain or ""}) as waited:
+                turn = held.enter_context(job_domain_turn(job_id=job_id, domain=domain, timeout_s=timeout_s))
+                tracing.span_set(waited, **{"scrapejobs.granted": turn is not None})
             if turn is None:
                 return None
-            claimed = job_claim(job_id=job_id, worker=worker, fetch_key=decision.key)
+            with step("job.claim") as claim:
+                claimed = job_claim(job_id=job_id, worker=worker, fetch_key=decision.key)
+                tracing.span_set(claim, **{"scrapejobs.claimed": claimed is not None})
         except Exception as e:
             # Only what says a dependency was away or busy (Redis, PostgreSQL): a bad message (a
             # job id that is no UUID) or a bug fails the task, logged, not sent again 20 times.
@@ -113,7 +162,7 @@ def job_run_attempt(
             logger.info("job %s not claimable (duplicate message or not queued): skipped", job_id)
             return None
         job_log_context_claimed(tenant_id=claimed.tenant_id, attempt=claimed.attempt, url=claimed.url)
-        receipt = attempt_run(claimed=claimed, worker=worker)
+        receipt = attempt_run(claimed=claimed, worker=worker, traced=traced)
         # One round trip: the slot goes back, the receipt goes to the writer, and the publisher
         # is asked to refill the broker for the worker slot this frees. First, before anything
         # that may read the database: once the attempt's lease hold has ended no lease mark says
@@ -121,7 +170,10 @@ def job_run_attempt(
         # the job. (Recording the answer first read the domain's policy, which waited 30 s for
         # the connection pool while PostgreSQL was away, or failed at once without it and lost
         # the receipt: the finished fetch was swept ``lost`` and done again, NFR-3.)
-        receipt_submit(receipt, also=turn.release_into, nudge_publisher=True)
+        with step("job.receipt"):
+            if traced:  # the writer's fold links to the attempt span (the receipt's last field)
+                receipt = replace(receipt, trace_context=attempt_span)
+            receipt_submit(receipt, also=turn.release_into, nudge_publisher=True)
         if receipt.outcome in (AttemptOutcome.PERMANENT, AttemptOutcome.TEMPORARY):
             job_attempt_failure_log(logger, error_class=receipt.error_class, error=receipt.error)
         # Every answer moves the adaptive rate of the domain that gave it (429/503 and timeouts
@@ -140,6 +192,24 @@ def job_run_attempt(
         if receipt.error_class == "proxy_auth":
             _proxy_auth_failure_record(receipt.error or "")
     return receipt
+
+
+@contextmanager
+def _untraced(name: str, **_: Any) -> Iterator[None]:
+    yield None
+
+
+@contextmanager
+def _fetch_step(step: Callable[..., Any], *, url: str) -> Iterator[Any]:
+    """The fetch's span: the target host, and the status (also of an answer that failed it)."""
+    with step("job.fetch", attributes={"server.address": urlsplit(url).hostname or ""}) as span:
+        try:
+            yield span
+        except FetchError as e:
+            tracing.span_set(
+                span, **{"http.response.status_code": e.http_status, "error.type": e.error_class}
+            )
+            raise
 
 
 PROXY_ERROR_CLASSES = frozenset({"proxy_error", "proxy_auth"})
@@ -178,14 +248,18 @@ def _robots_obeyed(claimed: ClaimedJob) -> bool:
         _connection_release()
 
 
-def attempt_run(*, claimed: ClaimedJob, worker: str, obey_robots: bool | None = None) -> AttemptFinished:
+def attempt_run(
+    *, claimed: ClaimedJob, worker: str, obey_robots: bool | None = None, traced: bool = False
+) -> AttemptFinished:
     """Fetch and store; never raises: every outcome, a bug included, becomes the receipt.
-    ``obey_robots`` None: looked up here (``_robots_obeyed``), under the lease.
+    ``obey_robots`` None: looked up here (``_robots_obeyed``), under the lease. ``traced``: the
+    fetch and the upload are spans (FR-29).
 
     Everything after the claim runs under the lease keeper's hold, the database read of the
     tenant's robots.txt switch included: that read can wait for the connection pool (30 s) when
     PostgreSQL is away, and before the hold no lease mark says in Redis that this worker is alive
     (NFR-3, NFR-4)."""
+    step = tracing.span if traced else _untraced
     started = time.monotonic()
 
     def finished(outcome: str, **kw: Any) -> AttemptFinished:
@@ -236,16 +310,23 @@ def attempt_run(*, claimed: ClaimedJob, worker: str, obey_robots: bool | None = 
                     subrequests_made=rendered.subrequests_made,
                     subrequests_blocked=rendered.subrequests_blocked,
                 )
-            with fetch_open(request=request, check=check, interrupt=lease.interrupt) as fetched:
+            with (
+                _fetch_step(step, url=claimed.url) as fetch,
+                fetch_open(request=request, check=check, interrupt=lease.interrupt) as fetched,
+            ):
                 answered_url = fetched.url
-                stored = result_store(
-                    job_id=claimed.id,
-                    attempt=claimed.attempt,
-                    chunks=fetched.chunks(),
-                    content_type=fetched.content_type,
-                    http_status=fetched.status,
-                    deadline=deadline,
-                )
+                tracing.span_set(fetch, **{"http.response.status_code": fetched.status})
+                # The body streams from the fetch into storage: the upload is inside the fetch.
+                with step("job.upload"):
+                    stored = result_store(
+                        job_id=claimed.id,
+                        attempt=claimed.attempt,
+                        chunks=fetched.chunks(),
+                        content_type=fetched.content_type,
+                        http_status=fetched.status,
+                        deadline=deadline,
+                    )
+                tracing.span_set(fetch, **{"scrapejobs.bytes": stored.size})
                 stored = dataclasses.replace(stored, headers=fetched.headers)
         if answered_url and answered_url != claimed.url:
             # Redirected: the job's representation names the URL that answered (FR-25); a plain

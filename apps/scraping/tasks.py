@@ -33,6 +33,7 @@ from celery import shared_task
 from apps.jobs.intake import publisher_nudge
 from apps.runtime.logs import job_log_context
 from apps.scraping.services import ClaimUndecided, job_run_attempt
+from apps.tracing import TRACEPARENT
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +73,8 @@ def scrape_job(
                 worker=f"{host}:{os.getpid()}:{threading.get_ident()}",
                 domain=domain,
                 timeout_s=timeout_s,
+                # FR-29: the publish span's traceparent, sent only when tracing is on.
+                trace_context=later.get(TRACEPARENT),
             )
     except ClaimUndecided as e:
         _redeliver(self, e)

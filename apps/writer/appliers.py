@@ -14,15 +14,18 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
 from django.db import connection
 
+from apps import tracing
 from apps.jobs.db_failures import BUSY, DOWN, database_failure
 from apps.jobs.receipt_fold import ApplyStats, attempts_apply_finished
+from apps.tracing import traceparent_current, tracing_on
 from apps.writer.streams import Entry
 
 
@@ -160,9 +163,10 @@ def _batch_apply_isolating(batch: list[Entry]) -> Outcome:
     of being deferred for ever (FR-W4)."""
     t0 = time.monotonic()
     try:
-        stats = attempts_apply_finished(
-            [e.receipt for e in batch], timeout_s=settings.SCRAPEJOBS_DATABASE_WRITE_TIMEOUT_SECONDS
-        )
+        with _fold_traced(batch) if tracing_on() else nullcontext():
+            stats = attempts_apply_finished(
+                [e.receipt for e in batch], timeout_s=settings.SCRAPEJOBS_DATABASE_WRITE_TIMEOUT_SECONDS
+            )
     except Exception as exc:  # noqa: BLE001 - any database error: isolate, retry, set aside
         error = f"{type(exc).__name__}: {exc}"
         record = _record(size=len(batch), ms=time.monotonic() - t0, failed=True)
@@ -180,6 +184,33 @@ def _batch_apply_isolating(batch: list[Entry]) -> Outcome:
         return out
     record = _record(size=len(batch), ms=time.monotonic() - t0, applied=stats.applied)
     return Outcome(ok=list(batch), stats=stats, transactions=[record])
+
+
+@contextmanager
+def _fold_traced(batch: list[Entry]) -> Iterator[None]:
+    """FR-29: the fold of a batch is one ``receipts.fold`` span, linked to the attempt span of
+    each receipt that carries one; and each of those jobs gets a ``job.fold`` span in its own
+    trace, under its attempt, linked back to the batch (so the job's trace shows when its
+    receipt was applied, and by which batch)."""
+    traced = [e.receipt for e in batch if e.receipt.trace_context]
+    started_ns = time.time_ns()
+    with tracing.span(
+        "receipts.fold",
+        root=True,
+        links=[r.trace_context for r in traced],
+        attributes={"scrapejobs.receipts": len(batch)},
+    ):
+        yield
+        batch_parent = traceparent_current()
+    for r in traced:
+        with tracing.span(
+            "job.fold",
+            parent=r.trace_context,
+            links=[batch_parent],
+            start_ns=started_ns,
+            attributes={"scrapejobs.job_id": r.job_id, "scrapejobs.attempt": r.attempt},
+        ):
+            pass
 
 
 def _record(*, size: int, ms: float, applied: int = 0, failed: bool = False) -> dict[str, Any]:
