@@ -13,20 +13,23 @@ from __future__ import annotations
 import functools
 
 from django.db import connection
-from django.db.models import NOT_PROVIDED, Field
+from django.db.models import Field
 
 from apps.jobs.models import Job
+
+DATABASE_FILLED = frozenset({"version"})
 
 
 @functools.cache
 def _statement(*, traced: bool) -> tuple[str, tuple[Field, ...]]:
-    # Columns the database fills itself (db_default: jobs_job.version) are left to it. Without a
-    # trace context (tracing off, FR-29) its column is left out too: the statement is the one it
+    # The columns only the database fills (jobs_job.version: every write bumps it, NFR-13) are
+    # left to it; a column with a database default that intake sets (render) is written. Without
+    # a trace context (tracing off, FR-29) its column is left out too: the statement is the one it
     # was before tracing existed, and the row gets NULL.
     fields = tuple(
         f
         for f in Job._meta.concrete_fields
-        if f.db_default is NOT_PROVIDED and (traced or f.name != "trace_context")
+        if f.name not in DATABASE_FILLED and (traced or f.name != "trace_context")
     )
     quote = connection.ops.quote_name
     columns = ", ".join(quote(f.column) for f in fields)

@@ -9,6 +9,7 @@ before and after.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import pytest
@@ -25,7 +26,7 @@ from apps.jobs.intake import job_create
 from apps.jobs.models import Attempt, Job, JobStatus
 from apps.politeness.models import DomainPolicy
 from apps.tenants.services import tenant_create
-from apps.webhooks.models import WebhookDelivery
+from apps.webhooks.models import DisabledCallback, WebhookDelivery
 from apps.writer.streams import DEAD_RECEIPTS, writer_redis
 
 pytestmark = pytest.mark.django_db
@@ -42,8 +43,15 @@ def rows_for_every_admin() -> None:
     running, _ = job_create(tenant_id=tenant.pk, url="https://shop.example/r", domain="shop.example")
     job_claim(job_id=running.id, worker="w")
     Job.objects.filter(pk=failed.pk).update(status=JobStatus.FAILED, finished_at=timezone.now())
-    WebhookDelivery.objects.create(
+    delivery = WebhookDelivery.objects.create(
         job=failed, event="failed", url="https://hooks.example/", body="{}", created_at=timezone.now()
+    )
+    DisabledCallback.objects.create(
+        tenant=tenant,
+        url="https://hooks.example/",
+        url_sha256=hashlib.sha256(b"https://hooks.example/").hexdigest(),
+        disabled_at=timezone.now(),
+        delivery=delivery,
     )
     DomainPolicy.objects.create(domain="shop.example", requests_per_second=1, burst=1, max_concurrency=1)
     writer_redis().xadd(DEAD_RECEIPTS, {"receipt": "not a receipt"})
