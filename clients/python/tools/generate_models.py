@@ -121,9 +121,12 @@ def generate(doc: dict[str, Any]) -> str:
     for name, prop in job_in["properties"].items():
         rule: dict[str, Any] = {}
         refs = [x["$ref"] for x in prop.get("allOf", []) if "$ref" in x]
-        if refs:
+        referenced = schemas[_ref_name(refs[0])] if refs else None
+        if referenced is not None and "enum" in referenced:
             rule["type"] = "string"
-            rule["enum"] = list(schemas[_ref_name(refs[0])]["enum"])
+            rule["enum"] = list(referenced["enum"])
+        elif referenced is not None:  # a nested object (render's browser options): the API checks it
+            rule["type"] = referenced.get("type", "object")
         else:
             rule["type"] = prop.get("type")
         for key in ("minimum", "maximum", "minLength", "maxLength", "pattern", "maxProperties", "nullable"):

@@ -79,6 +79,7 @@ class Job(Model):
     method: str
     status: str
     priority: str
+    render: str
     attempts: int
     max_attempts: int
     last_error: LastError | None
@@ -117,6 +118,7 @@ class Attempt(Model):
     error_class: str | None
     error: str | None
     duration_ms: int | None
+    subrequests: Any | None
     served_from: ServedFrom | None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     _nested: ClassVar[dict[str, str]] = {"served_from": "ServedFrom"}
@@ -131,6 +133,7 @@ class Result(Model):
     sha256: str
     content_type: str | None
     http_status: int
+    screenshot: Any | None
     headers: dict[str, Any]
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     _nested: ClassVar[dict[str, str]] = {}
@@ -204,6 +207,9 @@ JOB_FIELDS: dict[str, dict[str, Any]] = {
         "pattern": "^[^\\u0000]*$",
         "type": "string"
     },
+    "browser": {
+        "type": "object"
+    },
     "callback_url": {
         "maxLength": 8192,
         "minLength": 1,
@@ -261,6 +267,13 @@ JOB_FIELDS: dict[str, dict[str, Any]] = {
             "high",
             "normal",
             "low"
+        ],
+        "type": "string"
+    },
+    "render": {
+        "enum": [
+            "none",
+            "browser"
         ],
         "type": "string"
     },
