@@ -18,12 +18,16 @@ from typing import Any
 
 import pytest
 
+from scrapejobs import processes
 from tests.support.procs import ROOT, service_env, wait_for
 from tests.support.target import TargetServer, body_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
-CHILDREN = ("web", "worker", "writer", "beat", "flower")
+# make run starts the browser component too where a Chromium is found (scrapejobs/supervise.py).
+CHILDREN = ("web", "worker", "writer", "beat", "flower") + (
+    ("browser",) if processes.chromium_executable(dict(os.environ)) is not None else ()
+)
 
 
 def free_port() -> int:

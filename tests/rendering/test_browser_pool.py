@@ -55,6 +55,7 @@ def _render(pool: BrowserPool, url: str, options: dict | None = None):
     return pool.render(spec, check=lambda: None)
 
 
+@pytest.mark.django_db(transaction=True)  # the page's fetch threads read the domain policy (egress proxy)
 def test_one_chromium_serves_its_share_of_pages_then_a_fresh_one_takes_over(pool, site):
     url = site.html(
         "/count", "<p id=n></p><script>document.getElementById('n').textContent = 6 * 7;</script>"
@@ -85,6 +86,7 @@ def test_requests_to_the_pages_own_domain_take_a_token_or_are_blocked_without_wa
     assert rendered.html.count('="ran"') == 2
 
 
+@pytest.mark.django_db(transaction=True)  # the page's fetch threads read the domain policy (egress proxy)
 def test_a_blocked_resource_type_is_not_fetched(pool, site):
     site.pages["/pic.png"] = Page(b"\x89PNG", "image/png")
     url = site.html("/img", "<body><img src=/pic.png><p>text</p></body>")
