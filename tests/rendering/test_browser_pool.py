@@ -15,7 +15,7 @@ from apps.politeness.selectors import domain_limits_cache_clear
 from apps.scraping.browser import BrowserPool, RenderSpec
 from apps.scraping.fetch import FetchLimits, FetchRequest, fetch_open
 from apps.scraping.render import Document, PageRequests
-from tests.rendering.pages import Page, PageServer
+from tests.rendering.pages import Page
 
 CHROMIUM = "/usr/bin/chromium"
 pytestmark = [
@@ -25,13 +25,6 @@ pytestmark = [
         reason=f"no {CHROMIUM}: `make test` installs Debian's chromium where it can (apt-get as root)",
     ),
 ]
-
-
-@pytest.fixture
-def site():
-    server = PageServer("127.0.0.1").start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

@@ -29,13 +29,6 @@ FINAL = ("succeeded", "failed", "cancelled")
 
 
 @pytest.fixture
-def site():
-    server = PageServer("127.0.0.1").start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
 def rendering(services):
     """Writer, beat and the browser component (two pages at once); returns the Services."""
 
