@@ -17,6 +17,28 @@ _names = itertools.count(1)
 
 
 @pytest.fixture(autouse=True)
+def _no_settings_left_overridden() -> Iterator[None]:
+    """Every test ends with the settings it started with. Overrides undone out of order (a
+    ``settings`` fixture set up before an ``override_settings`` fixture but changed after it) leave
+    the inner override in force for every later test: a results storage left pointing at one
+    test's temporary directory made every later end-to-end test read results where none were
+    written. Set up before any other fixture, so this checks after all of them are undone."""
+    from django.conf import settings as django_settings
+
+    before = django_settings._wrapped
+    yield
+    after = django_settings._wrapped
+    if after is not before:
+        leaked = sorted(set(vars(after)) - {"default_settings", "_deleted", "SETTINGS_MODULE"})
+        django_settings._wrapped = before
+        from django.core.files.storage import storages
+
+        storages._backends = None
+        storages._storages = {}
+        pytest.fail(f"this test left settings overridden: {leaked}")
+
+
+@pytest.fixture(autouse=True)
 def _clean_redis() -> Iterator[None]:
     """Each test starts with empty service state and an empty broker (both are real Redis)."""
     for url in {settings.REDIS_URL, settings.CELERY_BROKER_URL}:

@@ -10,7 +10,7 @@ import threading
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection
-from django.test import Client
+from django.test import Client, override_settings
 
 from apps.batches.loader import batch_load
 from apps.batches.models import Batch
@@ -27,11 +27,14 @@ BATCHES = "/api/v1/batches"
 
 
 @pytest.fixture(autouse=True)
-def _fresh_counts(settings, local_results):  # noqa: F811
-    settings.SCRAPEJOBS_TENANT_BACKLOG_RECOUNT_S = 0  # count on every POST: the cap is exact
-    tenant_backlog_counts_clear()
-    yield local_results
-    tenant_backlog_counts_clear()
+def _fresh_counts(local_results):  # noqa: F811
+    # Nested inside local_results's override, and undone before it: pytest-django's ``settings``
+    # fixture, set up before local_results but changed after it, would be undone after it and
+    # put local_results's storage back for every later test (tests/conftest.py checks for that).
+    with override_settings(SCRAPEJOBS_TENANT_BACKLOG_RECOUNT_S=0):  # count on every POST: the cap is exact
+        tenant_backlog_counts_clear()
+        yield local_results
+        tenant_backlog_counts_clear()
 
 
 def _post_job(api, n: int, **headers):
