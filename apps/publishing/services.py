@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Sequence
 from contextlib import nullcontext
 from typing import Any, NamedTuple
 
@@ -80,14 +81,14 @@ def scrape_queue(priority: str, render: str = "none") -> str:
     return BROWSER_QUEUE if render == "browser" else f"jobs.{priority}"
 
 
-def broker_depths(channel: Any) -> dict[str, int]:
-    """Scrape messages waiting in the broker, per render, in one round trip. kombu's Redis
-    transport keeps one list per queue and priority step, named ``<queue>`` for priority 0 (ours)
-    and ``<queue><sep><step>`` otherwise; messages already reserved by a worker are no longer in
-    them."""
+def broker_depths(channel: Any, renders: Sequence[str] = RENDERS) -> dict[str, int]:
+    """Scrape messages waiting in the broker for each of ``renders``, in one round trip. kombu's
+    Redis transport keeps one list per queue and priority step, named ``<queue>`` for priority 0
+    (ours) and ``<queue><sep><step>`` otherwise; messages already reserved by a worker are no
+    longer in them."""
     keys = [
         (render, channel._q_for_pri(queue, step))
-        for render in RENDERS
+        for render in renders
         for queue in sorted({scrape_queue(p, render) for p in PRIORITIES})
         for step in channel.priority_steps
     ]
@@ -95,7 +96,7 @@ def broker_depths(channel: Any) -> dict[str, int]:
         for _, key in keys:
             pipe.llen(key)
         lengths = pipe.execute()
-    depths = dict.fromkeys(RENDERS, 0)
+    depths = dict.fromkeys(renders, 0)
     for (render, _), length in zip(keys, lengths, strict=True):
         depths[render] += length
     return depths
@@ -122,18 +123,12 @@ def outbox_publish_batch(*, limit: int, depth: int | None = None, browser_depth:
         if not cur.fetchone()[0]:
             return 0
         with app.producer_or_acquire() as producer:
-            # The free room of both renders in one round trip, then which priorities of the
-            # renders with room have backlog in one statement: what a plain batch cost before.
-            rooms = dict.fromkeys(RENDERS, limit)
-            if depth is not None or browser_depth is not None:
-                waiting = broker_depths(producer.channel)
-                for render, bound in (("none", depth), ("browser", browser_depth)):
-                    if bound is not None:
-                        rooms[render] = min(limit, bound - waiting[render])
+            rooms, pending = _rooms_and_pending(
+                producer.channel, limit=limit, depth=depth, browser_depth=browser_depth
+            )
             open_renders = [render for render in RENDERS if rooms[render] > 0]
             if not open_renders:
                 return 0
-            pending = outbox_priorities_pending(renders=open_renders, priorities=PRIORITIES)
             picked: list[Pick] = []
             started_ns = time.time_ns()
             for render in open_renders:
@@ -159,6 +154,36 @@ def outbox_publish_batch(*, limit: int, depth: int | None = None, browser_depth:
                     pass
         outbox_published_stamp(job_ids=[pick.job_id for pick in picked])
     return len(picked)
+
+
+def _rooms_and_pending(
+    channel: Any, *, limit: int, depth: int | None, browser_depth: int | None
+) -> tuple[dict[str, int], dict[str, set[str]]]:
+    """The broker room of each render and which priorities of the renders with room have
+    backlog. A plain job's publish costs what it cost before rendering existed (NFR-15): the
+    plain queues' depths in one round trip, then one statement for the backlog of both renders;
+    the browser queue's depth is read only when rendered jobs are waiting to be sent (a second
+    round trip then), or when the plain queues are full and only rendered jobs could go."""
+    bounds = {"none": depth, "browser": browser_depth}
+    rooms = dict.fromkeys(RENDERS, limit)
+
+    def measure(renders: Sequence[str]) -> None:
+        measured = [render for render in renders if bounds[render] is not None]
+        if measured:
+            waiting = broker_depths(channel, measured)
+            for render in measured:
+                rooms[render] = min(limit, int(bounds[render] or 0) - waiting[render])
+
+    measure(["none"])
+    if rooms["none"] > 0:
+        pending = outbox_priorities_pending(renders=RENDERS, priorities=PRIORITIES)
+        if "browser" in pending:
+            measure(["browser"])
+        return rooms, pending
+    measure(["browser"])
+    if rooms["browser"] <= 0:
+        return rooms, {}
+    return rooms, outbox_priorities_pending(renders=["browser"], priorities=PRIORITIES)
 
 
 def _scrape_message_send(app: Any, producer: Any, *, pick: Pick, render: str) -> None:
