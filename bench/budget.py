@@ -100,6 +100,9 @@ class Budget:
     phases: dict[str, dict[str, float]] = field(default_factory=dict)
     indexes: dict[str, list[str]] = field(default_factory=dict)
     succeeded: int = 0
+    # With tracing on (measure(tracing=True)): spans exported, jobs that kept a trace context.
+    spans: int = 0
+    traced_jobs: int = 0
 
     def per_job(self) -> dict[str, float]:
         return {k: v / self.jobs for k, v in sorted(self.totals.items())}
@@ -437,11 +440,22 @@ def measure(
     writer_batch: int = WRITER_BATCH,
     worker_concurrency: int = WORKER_CONCURRENCY,
     target: str | None = None,
+    tracing: bool = False,
 ) -> Budget:
-    """Run ``jobs`` jobs through the service phase by phase (module docstring) and count."""
+    """Run ``jobs`` jobs through the service phase by phase (module docstring) and count. With
+    ``tracing``, every process exports its spans to a file (``OTEL_TRACES_EXPORTER=file``), so a
+    job keeps its request's trace context and every step is a span (FR-29): what tracing adds to a
+    job's counts; ``Budget.spans`` is how many spans were written. Without it, tracing is off
+    whatever this process's environment says."""
     from scrapejobs import processes
 
     results = Path(tempfile.mkdtemp(prefix="sj-budget-results-"))
+    spans_file = results / "spans.jsonl"
+    tracing_env = (
+        {"OTEL_TRACES_EXPORTER": "file", "SCRAPEJOBS_TRACE_FILE": str(spans_file)}
+        if tracing
+        else {"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": ""}
+    )
     with ExitStack() as stack:
         stack.callback(shutil.rmtree, results, True)
         if target is None:
@@ -459,6 +473,7 @@ def measure(
             # One applying connection: how a round splits over several depends on the job ids.
             SCRAPEJOBS_DATABASE_WRITER_CONCURRENCY="1",
             SCRAPEJOBS_WORKER_CONCURRENCY=str(worker_concurrency),
+            **tracing_env,
         )
         _tenant, token = create_tenant(env)
         state, broker = CountingRedis(state_url), CountingRedis(broker_url)
@@ -512,6 +527,11 @@ def measure(
             for k, v in counts.items():
                 budget.totals[k] = budget.totals.get(k, 0) + v
         budget.succeeded = meter.sql("SELECT count(*) FROM jobs_job WHERE status = 'succeeded'")[0][0]
+        if tracing:
+            budget.spans = len(spans_file.read_text().splitlines()) if spans_file.exists() else 0
+            budget.traced_jobs = meter.sql("SELECT count(*) FROM jobs_job WHERE trace_context IS NOT NULL")[
+                0
+            ][0]
         return budget
 
 
@@ -598,6 +618,16 @@ def budget_problems(measured: Budget, budget: dict[str, Any]) -> list[str]:
     return problems
 
 
+def budget_with_tracing(budget: dict[str, Any]) -> dict[str, Any]:
+    """The budget of a job with tracing on (FR-29): every count as with tracing off, but for what
+    the ``tracing`` entry names (the trace context kept with the job and carried by its receipt
+    is WAL, not statements or commands)."""
+    traced = json.loads(json.dumps(budget))
+    for key, value in budget.get("tracing", {}).get("per_job", {}).items():
+        traced["per_job"][key] = value
+    return traced
+
+
 def budget_propose(measured: Budget, budget: dict[str, Any]) -> dict[str, Any]:
     """``budget`` with its exact counts replaced by this measurement's (rounded up to 1e-4 per
     job): what to commit after a deliberate change. Timing-dependent ceilings are kept, or raised
@@ -625,6 +655,7 @@ def run() -> None:
         )
         measured = measure(target=target)
         bare = bare_task_redis(jobs=JOBS, target=target)
+        traced = measure(target=target, tracing=True)
     finally:
         target_proc.stop()
     print(measured.table(), flush=True)
@@ -646,6 +677,13 @@ def run() -> None:
     bare_cmds = sum(bare.values())
     figure("budget_bare_redis_commands_per_job", round(bare_cmds, 3))
     figure("budget_redis_commands_to_bare_ratio", (state_cmds + broker_cmds) / bare_cmds)
+    # The same jobs with tracing on (FR-29): only the counts that differ from tracing off.
+    traced_per_job = traced.per_job()
+    figure("budget_tracing_spans_per_job", round(traced.spans / traced.jobs, 2))
+    figure("budget_tracing_jobs_with_a_trace", traced.traced_jobs)
+    for key in sorted(set(per_job) | set(traced_per_job)):
+        if abs(traced_per_job.get(key, 0.0) - per_job.get(key, 0.0)) > 1e-9:
+            figure(f"budget_tracing_{key}", round(traced_per_job.get(key, 0.0), 4))
 
 
 def _run_step(name: str) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.budget import Budget, budget_problems, budget_propose, measure, statement_kind
+from bench.budget import Budget, budget_problems, budget_propose, budget_with_tracing, measure, statement_kind
 from tests.support.target import TargetServer
 
 BUDGET_FILE = Path(__file__).with_name("budget.json")
@@ -40,6 +40,34 @@ def test_a_job_costs_no_more_than_its_budget(target: TargetServer) -> None:
         "over the budget in tests/budget.json:\n  "
         + "\n  ".join(problems)
         + f"\n\n{measured.table()}\n\nthis run's counts as a budget:\n{json.dumps(proposal, indent=2)}"
+    )
+
+
+@pytest.mark.e2e
+def test_a_traced_job_costs_what_an_untraced_one_does_but_for_its_trace_context(target: TargetServer) -> None:
+    """FR-29: with tracing on, every job keeps its request's trace context and its steps are
+    spans; what that adds to a job's counts is held by tests/budget.json's ``tracing`` entry (WAL:
+    the context is written with the job and carried by its receipt), every other count stays
+    within the untraced budget: no statement or Redis command is added for tracing."""
+    budget = json.loads(BUDGET_FILE.read_text())
+    run = budget["run"]
+    measured = measure(
+        jobs=run["jobs"],
+        publish_batch=run["publish_batch"],
+        writer_batch=run["writer_batch"],
+        worker_concurrency=run["worker_concurrency"],
+        target=target.base_url,
+        tracing=True,
+    )
+    assert measured.succeeded == run["jobs"], measured.table()
+    assert measured.traced_jobs == run["jobs"], "tracing was not on: no job kept a trace context"
+    assert measured.spans >= 5 * run["jobs"], f"{measured.spans} spans for {run['jobs']} jobs"
+    traced = budget_with_tracing(budget)
+    problems = budget_problems(measured, traced)
+    assert not problems, (
+        "over the traced budget (tests/budget.json, per_job with tracing's entries):\n  "
+        + "\n  ".join(problems)
+        + f"\n\n{measured.table()}"
     )
 
 
