@@ -24,17 +24,15 @@ def _no_settings_left_overridden() -> Iterator[None]:
     test's temporary directory made every later end-to-end test read results where none were
     written. Set up before any other fixture, so this checks after all of them are undone."""
     from django.conf import settings as django_settings
+    from django.test.signals import storages_changed
 
-    before = django_settings._wrapped
+    before = vars(django_settings)["_wrapped"]
     yield
-    after = django_settings._wrapped
+    after = vars(django_settings)["_wrapped"]
     if after is not before:
         leaked = sorted(set(vars(after)) - {"default_settings", "_deleted", "SETTINGS_MODULE"})
-        django_settings._wrapped = before
-        from django.core.files.storage import storages
-
-        storages._backends = None
-        storages._storages = {}
+        setattr(django_settings, "_wrapped", before)  # noqa: B010 - LazySettings' private slot
+        storages_changed(setting="STORAGES")  # built anew from the restored settings
         pytest.fail(f"this test left settings overridden: {leaked}")
 
 
