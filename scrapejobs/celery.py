@@ -51,6 +51,8 @@ EXPORT_DAILY_INTERVAL_S = 3600
 # Parts left without a manifest are removed after SCRAPEJOBS_BATCH_ORPHAN_GRACE_S; looking every
 # 15 minutes keeps them at most that much longer.
 BATCH_ORPHANS_INTERVAL_S = 900
+# A batch's own callback (FR-10) is enqueued at most this long after its last job ended.
+BATCH_CALLBACKS_INTERVAL_S = 5
 
 
 def _beat_schedule() -> dict:
@@ -143,6 +145,14 @@ def _beat_schedule() -> dict:
                 "queue": CONTROL_QUEUE,
                 "expires": max(settings.SCRAPEJOBS_BATCH_RESUME_INTERVAL_S * 2, 5),
             },
+        },
+        # Batches whose every job is final get their callback (apps/batches/completion.py). If it
+        # stops: batches with a callback_url are never announced (GET /batches/{id} still shows
+        # their jobs by status); a restart announces every one that ended meanwhile, once.
+        "batches-completion-announce": {
+            "task": "apps.batches.tasks.batches_completion_announce",
+            "schedule": BATCH_CALLBACKS_INTERVAL_S,
+            "options": {"queue": CONTROL_QUEUE, "expires": BATCH_CALLBACKS_INTERVAL_S * 2},
         },
         # Parts without a manifest (intake died midway) are removed after the grace period. If it
         # stops: they stay in storage (never loaded); batches stuck `receiving` are not failed.

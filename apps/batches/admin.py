@@ -59,6 +59,8 @@ class BatchAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "created_at",
         "updated_at",
         "finished_at",
+        "callback_url",
+        "callback_enqueued_at",
     )
     readonly_fields = fields
     inlines = (BatchLeaseInline, BatchPartInline)

@@ -40,6 +40,15 @@ class Batch(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # The batch's own webhook (FR-10, docs/webhooks.md): called once every job of the batch is
+    # final. NULL: none asked for.
+    callback_url = models.TextField(null=True, blank=True)
+    # When that call was enqueued as a webhook delivery; set by a conditional UPDATE (only while
+    # NULL), so two checkers racing enqueue it once (apps/batches/completion.py).
+    callback_enqueued_at = models.DateTimeField(null=True, blank=True)
+    # Every job of the batch whose batch_row is below this was final at the last check: the next
+    # check starts here instead of rescanning the batch (apps/batches/completion.py).
+    final_below_row = models.PositiveIntegerField(default=0)
 
     class Meta:
         verbose_name_plural = "batches"
@@ -56,6 +65,13 @@ class Batch(models.Model):
                 fields=["status", "updated_at"],
                 condition=Q(status__in=["receiving", "accepted", "loading"]),
                 name="batches_unfinished",
+            ),
+            # batches_completion_announce (apps/batches/completion.py): batches whose callback is
+            # not enqueued yet. Only batches that asked for one are in it.
+            models.Index(
+                fields=["id"],
+                condition=Q(callback_url__isnull=False, callback_enqueued_at__isnull=True),
+                name="batches_callback_pending",
             ),
         ]
 

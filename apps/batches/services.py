@@ -51,10 +51,13 @@ def batch_submit(
     idempotency_key: str | None,
     fingerprint: str,
     on_accepted: Callable[[uuid.UUID], None],
+    callback_url: str | None = None,
 ) -> tuple[Batch, bool]:
     """Take a batch; returns ``(batch, created)``. A replayed key returns the batch it made
     (``created`` False); a key used for another body raises ``BatchIdempotencyConflict``.
-    ``on_accepted(batch_id)`` runs once the batch is recorded as accepted (after commit)."""
+    ``on_accepted(batch_id)`` runs once the batch is recorded as accepted (after commit).
+    ``callback_url`` (already checked) is called once every job of the batch is final
+    (apps/batches/completion.py)."""
     if source.count is not None and source.count > settings.SCRAPEJOBS_BATCH_MAX_ROWS:
         raise TooManyRows(source.count)
     try:
@@ -74,6 +77,7 @@ def batch_submit(
                 total=source.count or 0,
                 idempotency_key=idempotency_key,
                 idempotency_fingerprint=fingerprint if idempotency_key else None,
+                callback_url=callback_url,
             )
     except IntegrityError:
         existing = Batch.objects.filter(tenant_id=tenant_id, idempotency_key=idempotency_key).first()
@@ -225,9 +229,12 @@ def batches_to_resume(*, limit: int = 100) -> list[uuid.UUID]:
     )
 
 
-def batch_fingerprint_of(fh: IO[bytes], *, format: str) -> str:
-    """SHA-256 of the submitted bytes and their format: the same file again is a replay."""
-    digest = hashlib.sha256(format.encode() + b"\0")
+def batch_fingerprint_of(fh: IO[bytes], *, format: str, callback_url: str | None = None) -> str:
+    """SHA-256 of the submitted bytes, their format and the batch's callback URL: the same file
+    with the same callback again is a replay. Without a callback the digest is what it was before
+    batches had one (a format name never holds a \\x01, so the two forms cannot collide)."""
+    prefix = format.encode() + (b"\0" if callback_url is None else b"\x01" + callback_url.encode() + b"\0")
+    digest = hashlib.sha256(prefix)
     fh.seek(0)
     while chunk := fh.read(1 << 20):
         digest.update(chunk)

@@ -7,6 +7,7 @@ import uuid
 
 from celery import shared_task
 
+from apps.batches.completion import batches_completion_announce as _batches_completion_announce
 from apps.batches.loader import batch_load
 from apps.batches.services import batches_orphans_remove, batches_to_resume
 
@@ -40,3 +41,12 @@ def batches_resume() -> int:
 )
 def batches_orphans_remove_task() -> list[int]:
     return list(batches_orphans_remove())
+
+
+# Beat runs it every BATCH_CALLBACKS_INTERVAL_S (scrapejobs/celery.py). Safe to run twice at once:
+# the announcement is claimed by a conditional UPDATE (apps/batches/completion.py).
+@shared_task(
+    name="apps.batches.tasks.batches_completion_announce", queue="control", soft_time_limit=50, time_limit=60
+)
+def batches_completion_announce() -> int:
+    return _batches_completion_announce()

@@ -28,7 +28,7 @@ from apps.batches.rows import (
 from apps.batches.serializers import BatchCancelOutput, BatchOutput, batch_representation
 from apps.batches.services import BatchIdempotencyConflict, batch_fingerprint_of, batch_submit
 from apps.batches.tasks import batch_load_enqueue
-from apps.intake.serializers import idempotency_key_validate
+from apps.intake.serializers import callback_url_validate, idempotency_key_validate
 from apps.jobs.cancel_requeue import jobs_cancel_batch
 from apps.tenants.backlog import BacklogFull
 
@@ -99,7 +99,9 @@ class BatchCreateView(APIView):
         "`headers` as a JSON object in its cell) or Parquet, as the body or as the multipart field "
         "`file`. Every row is checked with POST /jobs's rules: bad rows are rejected with their row "
         "number and reasons, good rows become jobs. Answers 202 once the rows are stored as Parquet "
-        "parts with their manifest; a loader then loads them (follow `links.self`).",
+        "parts with their manifest; a loader then loads them (follow `links.self`). With "
+        "`callback_url`, the batch itself is announced there once every one of its jobs is final "
+        "(docs/webhooks.md).",
         request={
             "application/json": OpenApiTypes.OBJECT,
             "application/x-ndjson": OpenApiTypes.BINARY,
@@ -118,10 +120,21 @@ class BatchCreateView(APIView):
                 description="As on POST /jobs: the same key and file give back the same batch "
                 "(Idempotent-Replayed: true); with another file it is 422.",
             ),
+            OpenApiParameter(
+                "callback_url",
+                OpenApiTypes.URI,
+                OpenApiParameter.QUERY,
+                description="An http(s) URL, checked as a job's callback_url: called once, signed "
+                "like every delivery, when every job of the batch is final (type batch.completed), "
+                "or the batch failed and its jobs, if any, are final (batch.failed). Part of the "
+                "request for Idempotency-Key.",
+            ),
         ],
         responses={
             202: BatchOutput,
-            400: OpenApiResponse(ErrorOutput, description="The file cannot be read in its format."),
+            400: OpenApiResponse(
+                ErrorOutput, description="The file cannot be read in its format, or callback_url is refused."
+            ),
             401: _ERR,
             413: OpenApiResponse(
                 ErrorOutput,
@@ -139,9 +152,10 @@ class BatchCreateView(APIView):
     )
     def post(self, request: Request) -> Response:
         key = idempotency_key_validate(request.META.get("HTTP_IDEMPOTENCY_KEY"))
+        callback_url = callback_url_validate(request.query_params.get("callback_url"))
         fh, kind = _upload(request)
         with fh:
-            fingerprint = batch_fingerprint_of(fh, format=kind)
+            fingerprint = batch_fingerprint_of(fh, format=kind, callback_url=callback_url)
             try:
                 source = rows_open(fh, format=kind)
                 batch, created = batch_submit(
@@ -150,6 +164,7 @@ class BatchCreateView(APIView):
                     format=kind,
                     idempotency_key=key,
                     fingerprint=fingerprint,
+                    callback_url=callback_url,
                     on_accepted=batch_load_enqueue,
                 )
             except UnreadableFile as e:

@@ -306,6 +306,19 @@ class JobCreateInput(StrictObjectInput):
         return attrs
 
 
+def callback_url_validate(raw: str | None) -> str | None:
+    """A ``callback_url`` given beside a request's body rather than in it (POST /batches' query
+    parameter, FR-10): checked by JobCreateInput's own field and rule, so it is refused with the
+    same messages, under the same field name, as a job's."""
+    if raw is None:
+        return None
+    field = JobCreateInput().fields["callback_url"]
+    try:
+        return _http_url(field.run_validation(raw), what="callback_url")
+    except serializers.ValidationError as e:
+        raise serializers.ValidationError({"callback_url": e.detail}) from None
+
+
 # --- The lean path ----------------------------------------------------------------------
 # JobCreateInput is the specification and the source of every error message, but building a DRF
 # serializer (a deep copy of its fields) and running it costs more CPU than the rest of a submit

@@ -33,6 +33,7 @@ class WebhookDeliveryAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = (
         "id",
         "job",
+        "batch_id",
         "event",
         "url",
         "status",
@@ -51,6 +52,8 @@ class WebhookDeliveryAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     actions = ("redeliver",)
     fields = readonly_fields = (
         "job",
+        "batch_id",
+        "tenant",
         "event",
         "url",
         "body",

@@ -1,8 +1,9 @@
 """Webhook deliveries and their log (FR-1 to FR-7, "Webhook"; FR-7).
 
 One ``WebhookDelivery`` per final state a job reached with a ``callback_url`` (a requeued job
-that ends again gets another one), and one ``WebhookAttempt`` per HTTP try, kept with its status
-code and timing. Polling stays the source of truth: a delivery may fail for good.
+that ends again gets another one) or per batch whose jobs all ended, when the batch named a
+``callback_url`` (FR-10), and one ``WebhookAttempt`` per HTTP try, kept with its status code and
+timing. Polling stays the source of truth: a delivery may fail for good.
 """
 
 from __future__ import annotations
@@ -21,8 +22,19 @@ class DeliveryStatus(models.TextChoices):
 
 
 class WebhookDelivery(models.Model):
-    job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="webhook_deliveries")
-    # The job's final status this delivery announces.
+    # The job it announces; NULL for a batch's delivery.
+    job = models.ForeignKey(
+        "jobs.Job", null=True, blank=True, on_delete=models.CASCADE, related_name="webhook_deliveries"
+    )
+    # A batch's delivery (FR-10): the batch and its tenant. Plain id, not a foreign key: apps/batches
+    # builds on this app, not the reverse. A job's delivery leaves both NULL and belongs to its
+    # job's tenant. No index on tenant: deliveries are found by due time, never by tenant alone.
+    batch_id = models.UUIDField(null=True, blank=True)
+    tenant = models.ForeignKey(
+        "tenants.Tenant", null=True, blank=True, on_delete=models.CASCADE, related_name="+", db_index=False
+    )
+    # What it announces: the job's final status, or the batch's event ("batch.completed",
+    # "batch.failed").
     event = models.CharField(max_length=16)
     url = models.TextField()
     # The exact JSON body, fixed when the delivery is created: every attempt (and a redelivery)
@@ -54,7 +66,8 @@ class WebhookDelivery(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.job_id} {self.event} -> {self.url} [{self.status}]"
+        about = self.job_id if self.job_id is not None else f"batch {self.batch_id}"
+        return f"{about} {self.event} -> {self.url} [{self.status}]"
 
 
 class DisabledCallback(models.Model):

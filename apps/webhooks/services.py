@@ -5,6 +5,8 @@ The flow, each step a short transaction and no network I/O inside any of them:
 1. ``webhooks_enqueue_final``: the end-of-job outbox. Whatever made a job final set its
    ``final_published_at`` to NULL in the same write; this turns such jobs into delivery rows (for
    those with a ``callback_url``) and stamps them, in one transaction.
+   A batch's announcement (FR-10) is made by apps/batches/completion.py through
+   ``webhook_delivery_create_for_batch``; from here on it is a delivery like any other.
 2. ``webhook_deliveries_claim_due``: a deliverer claims due deliveries (SKIP LOCKED) and pushes
    their due time out by a short lease, so a deliverer that dies mid-call only delays them.
 3. ``webhook_post`` (apps/webhooks/sending.py) makes the call, outside any transaction.
@@ -37,10 +39,13 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Q
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from apps.jobs.final_notices import jobs_final_announced_stamp, jobs_final_unannounced_lock
 from apps.jobs.selectors import jobs_webhook_secrets
+from apps.tenants.selectors import tenants_webhook_secrets
 from apps.webhooks.models import DeliveryStatus, DisabledCallback, WebhookAttempt, WebhookDelivery
 from apps.webhooks.sending import PostOutcome, webhook_post
 from apps.webhooks.signing import SIGNATURE_HEADER, signature_header, standard_headers
@@ -120,6 +125,27 @@ def webhooks_enqueue_final(*, batch_size: int = ENQUEUE_BATCH_SIZE) -> int:
             return created
 
 
+def webhook_delivery_create_for_batch(
+    *, tenant_id: uuid.UUID, batch_id: uuid.UUID, event: str, url: str, body: str
+) -> WebhookDelivery:
+    """A batch's announcement (FR-10): one delivery, sent, signed and retried as a job's is, or
+    recorded ``skipped`` when the tenant's URL is disabled (FR-23). Call it inside the transaction
+    that marks the batch announced, so the two commit together."""
+    now = timezone.now()
+    skipped = bool(_disabled_among(pairs=[(tenant_id, url)]))
+    return WebhookDelivery.objects.create(
+        tenant_id=tenant_id,
+        batch_id=batch_id,
+        event=event,
+        url=url,
+        body=body,
+        created_at=now,
+        status=DeliveryStatus.SKIPPED if skipped else DeliveryStatus.PENDING,
+        next_attempt_at=None if skipped else now,
+        last_error=SKIPPED_NOTE if skipped else None,
+    )
+
+
 @dataclass(frozen=True)
 class ClaimedDelivery:
     id: int
@@ -150,21 +176,29 @@ def webhook_deliveries_claim_due(*, limit: int, now: datetime | None = None) -> 
                SET attempts = d.attempts + 1, next_attempt_at = %s
               FROM due
              WHERE d.id = due.id
-         RETURNING d.id, d.attempts, d.url, d.body, d.job_id
+         RETURNING d.id, d.attempts, d.url, d.body, d.job_id, d.tenant_id
             """,
             [now, limit, lease_until],
         )
         rows = cur.fetchall()
     if not rows:
         return []
-    # The signing secrets are the job's tenant's. A job deleted meanwhile took its deliveries
-    # with it (on_delete=CASCADE): nothing to send for those.
-    signing = jobs_webhook_secrets(job_ids=[job_id for *_, job_id in rows], now=now)
-    return [
-        ClaimedDelivery(delivery_id, attempt, url, body, signing[str(job_id)].secrets)
-        for delivery_id, attempt, url, body, job_id in rows
-        if str(job_id) in signing
-    ]
+    # The signing secrets are the tenant's: the job's, or the batch delivery's own. A job deleted
+    # meanwhile took its deliveries with it (on_delete=CASCADE): nothing to send for those.
+    by_job = jobs_webhook_secrets(job_ids=[job_id for *_, job_id, _t in rows if job_id is not None], now=now)
+    by_tenant = tenants_webhook_secrets(
+        tenant_ids=[tenant_id for *_, job_id, tenant_id in rows if job_id is None and tenant_id is not None],
+        now=now,
+    )
+    claimed = []
+    for delivery_id, attempt, url, body, job_id, tenant_id in rows:
+        if job_id is not None:
+            secrets = by_job[str(job_id)].secrets if str(job_id) in by_job else None
+        else:
+            secrets = by_tenant.get(str(tenant_id))
+        if secrets is not None:
+            claimed.append(ClaimedDelivery(delivery_id, attempt, url, body, secrets))
+    return claimed
 
 
 def _retry_delay(*, retry_index: int, rng: random.Random | None = None) -> float | None:
@@ -240,7 +274,11 @@ def webhook_attempt_record(
 def _callback_disable(*, delivery_id: int, now: datetime) -> None:
     """A 410 Gone: disable the delivery's URL for its tenant and skip the tenant's other pending
     deliveries to it. Inside the caller's transaction."""
-    tenant_id, url = WebhookDelivery.objects.filter(id=delivery_id).values_list("job__tenant_id", "url").get()
+    tenant_id, url = (
+        WebhookDelivery.objects.filter(id=delivery_id)
+        .values_list(Coalesce("tenant_id", "job__tenant_id"), "url")
+        .get()
+    )
     DisabledCallback.objects.bulk_create(
         [
             DisabledCallback(
@@ -253,9 +291,11 @@ def _callback_disable(*, delivery_id: int, now: datetime) -> None:
         ],
         ignore_conflicts=True,
     )
-    WebhookDelivery.objects.filter(status=DeliveryStatus.PENDING, url=url, job__tenant_id=tenant_id).exclude(
-        id=delivery_id
-    ).update(status=DeliveryStatus.SKIPPED, next_attempt_at=None, last_error=SKIPPED_NOTE)
+    WebhookDelivery.objects.filter(
+        Q(job__tenant_id=tenant_id) | Q(tenant_id=tenant_id), status=DeliveryStatus.PENDING, url=url
+    ).exclude(id=delivery_id).update(
+        status=DeliveryStatus.SKIPPED, next_attempt_at=None, last_error=SKIPPED_NOTE
+    )
 
 
 def callbacks_reenable(*, callback_ids: Iterable[int]) -> int:

@@ -213,11 +213,13 @@ class AsyncClient:
         *,
         file: str | os.PathLike[str] | None = None,
         idempotency_key: str | None = None,
+        callback_url: str | None = None,
     ) -> Batch:
         """POST /batches: a list of job rows, or a CSV / JSON-lines / Parquet file (by its
-        suffix). Answers once the rows are stored; they become jobs when the batch is loaded."""
+        suffix). Answers once the rows are stored; they become jobs when the batch is loaded.
+        ``callback_url``: the batch is announced there (signed, once) when all its jobs are final."""
         headers = {"Idempotency-Key": idempotency_key or _core.new_idempotency_key()}
-        params: dict[str, str] | None = None
+        params = None if callback_url is None else {"callback_url": callback_url}
         if file is not None:
             path = Path(file)
             headers["Content-Type"] = _content_type(path)

@@ -261,16 +261,28 @@ def cancel(ctx: click.Context, job_id: str, as_json: bool | None) -> int:
 @click.option(
     "--timeout", type=float, default=None, help="With --wait: give up after this many seconds (exit 4)."
 )
+@click.option(
+    "--callback-url",
+    default=None,
+    help="Have the batch announced at this URL (a signed POST, once) when every job of it is final.",
+)
 @json_option
 @click.pass_context
 @_api_errors
-def batch(ctx: click.Context, file: Path, wait: bool, timeout: float | None, as_json: bool | None) -> int:
+def batch(
+    ctx: click.Context,
+    file: Path,
+    wait: bool,
+    timeout: float | None,
+    callback_url: str | None,
+    as_json: bool | None,
+) -> int:
     """Submit a CSV, JSON-lines or Parquet file of job rows as one batch."""
     c = _ctx(ctx, as_json)
     deadline = None if timeout is None else time.monotonic() + timeout
     with c.client() as client:
         try:
-            receipt = client.submit_batch(file=file)
+            receipt = client.submit_batch(file=file, callback_url=callback_url)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="FILE") from exc
         if receipt.rejected:
