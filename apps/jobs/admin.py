@@ -253,7 +253,9 @@ class JobAdmin(ScaledListMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="attempts")
     def attempts_of_max(self, obj: Job) -> str:
-        return f"{obj.attempts}/{obj.max_attempts}"
+        # Counted attempts of the limit; deferred ones (NFR-24) are not counted.
+        counted = f"{obj.attempts - obj.deferred_attempts}/{obj.max_attempts}"
+        return f"{counted} (+{obj.deferred_attempts} deferred)" if obj.deferred_attempts else counted
 
     @admin.display(description="last error")
     def last_error_shown(self, obj: Job) -> str:

@@ -145,8 +145,9 @@ def jobs_requeue(*, job_ids: Iterable[uuid.UUID | str], statuses: Iterable[str] 
     """Give failed or cancelled jobs (those of ``job_ids`` in one of ``statuses``) a fresh attempt
     budget; their history stays. Returns how many were requeued.
 
-    The attempt budget restarts by raising ``max_attempts`` above the attempts already made, so
-    attempt numbers keep growing and the natural key of every old attempt stays unique."""
+    The attempt budget restarts by raising ``max_attempts`` above the attempts already counted
+    (deferred ones are not, NFR-24), so attempt numbers keep growing and the natural key of every
+    old attempt stays unique."""
     ids = [str(i) for i in job_ids]
     allowed = [str(s) for s in statuses]
     if not ids:
@@ -158,7 +159,7 @@ def jobs_requeue(*, job_ids: Iterable[uuid.UUID | str], statuses: Iterable[str] 
             """
             UPDATE jobs_job
                SET status = 'queued',
-                   max_attempts = attempts + attempt_budget,
+                   max_attempts = attempts - deferred_attempts + attempt_budget,
                    not_before = NULL, published_at = NULL, finished_at = NULL,
                    cancel_requested_at = NULL, lease_owner = NULL, lease_expires_at = NULL,
                    last_error = NULL, final_published_at = NULL, updated_at = now(),

@@ -74,7 +74,7 @@ def job_claim(*, job_id: uuid.UUID | str, worker: str, fetch_key: str | None = N
                        started_at = COALESCE(started_at, t.now), updated_at = t.now,
                        fetch_key = COALESCE(%(fetch_key)s, fetch_key)
                   FROM t
-                 WHERE id = %(id)s AND status = 'queued' AND attempts < max_attempts
+                 WHERE id = %(id)s AND status = 'queued' AND attempts - deferred_attempts < max_attempts
                    AND (not_before IS NULL OR not_before <= t.now)
                    AND cancel_requested_at IS NULL AND fetch_parked_at IS NULL
              RETURNING id, attempts, method, url, headers, body, timeout_s, max_attempts,

@@ -17,14 +17,14 @@ from django.db.models import Field
 
 from apps.jobs.models import Job
 
-DATABASE_FILLED = frozenset({"version"})
+DATABASE_FILLED = frozenset({"version", "deferred_attempts"})
 
 
 @functools.cache
 def _statement(*, traced: bool) -> tuple[str, tuple[Field, ...]]:
-    # The columns only the database fills (jobs_job.version: every write bumps it, NFR-13) are
-    # left to it; a column with a database default that intake sets (render) is written. Without
-    # a trace context (tracing off, FR-29) its column is left out too: the statement is the one it
+    # The columns only the database fills (jobs_job.version: every write bumps it, NFR-13;
+    # deferred_attempts: the fold counts deferrals, NFR-24) are left to it; a column with a
+    # database default that intake sets (render) is written. Without a trace context (tracing off, FR-29) its column is left out too: the statement is the one it
     # was before tracing existed, and the row gets NULL.
     fields = tuple(
         f
@@ -43,6 +43,7 @@ def job_insert(job: Job) -> None:
     params = [f.get_db_prep_save(f.pre_save(job, True), connection) for f in fields]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-    job.version = 0  # what the database's default wrote (apps/jobs/models.py)
+    job.version = 0  # what the database's defaults wrote (apps/jobs/models.py)
+    job.deferred_attempts = 0
     job._state.adding = False
     job._state.db = connection.alias

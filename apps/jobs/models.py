@@ -50,8 +50,8 @@ class AttemptOutcome(models.TextChoices):
     # The worker vanished (killed, lease expired); recorded by the sweeper.
     LOST = "lost"
     # Stopped before its fetch ended because a redirect hop's domain had no turn for it (NFR-24):
-    # the job starts again from its own URL when that turn comes. Not counted: the fold raises
-    # max_attempts by one with it, as a requeue raises it by the budget.
+    # the job starts again from its own URL when that turn comes. Not counted: the fold adds it
+    # to the job's deferred_attempts, which the claim and the planner leave out of the budget.
     DEFERRED = "deferred"
 
 
@@ -96,8 +96,9 @@ class Job(models.Model):
     # publish, attempts and fold of the job are spans of that trace. Null when tracing is off,
     # and then intake's INSERT leaves the column out (apps/jobs/inserts.py).
     trace_context = models.TextField(null=True, blank=True)
-    # The attempt limit. A requeue from the dead letters raises it by `attempt_budget` (what the
-    # caller asked for), so attempt numbers keep growing and history stays unique.
+    # The attempt limit: attempts that count (``attempts - deferred_attempts``) stop at it. A
+    # requeue from the dead letters raises it by `attempt_budget` (what the caller asked for), so
+    # attempt numbers keep growing and history stays unique.
     max_attempts = models.PositiveSmallIntegerField(default=5)
     attempt_budget = models.PositiveSmallIntegerField(default=5)
 
@@ -108,7 +109,12 @@ class Job(models.Model):
 
     # State.
     status = models.CharField(max_length=16, choices=JobStatus.choices, default=JobStatus.QUEUED)
+    # Attempts started (each one's number; the fencing token of the running one), deferred ones
+    # included.
     attempts = models.PositiveSmallIntegerField(default=0)
+    # Of those, the ones that ended as a deferral (NFR-24): not counted toward max_attempts.
+    # db_default: raw INSERTs (apps/jobs/bulk.py, intake) need not name the column.
+    deferred_attempts = models.PositiveSmallIntegerField(db_default=0, editable=False)
     last_error = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)  # first attempt
@@ -186,8 +192,8 @@ class Job(models.Model):
                 name="jobs_unique_idempotency_key_per_tenant",
             ),
             models.CheckConstraint(
-                condition=Q(attempts__lte=models.F("max_attempts")),
-                name="jobs_attempts_within_limit",
+                condition=Q(attempts__lte=models.F("max_attempts") + models.F("deferred_attempts")),
+                name="jobs_attempts_within_budget",
             ),
         ]
         # Every index here is paid for by every write that moves a job (the writer rewrites the

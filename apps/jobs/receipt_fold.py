@@ -125,7 +125,8 @@ WITH v AS (
       FROM v
      WHERE a.job_id = v.job_id AND a.number = v.attempt AND a.finished_at IS NULL
 ), locked AS (
-    SELECT j.id, j.attempts, j.attempts >= j.max_attempts AS last,
+    -- Deferred attempts (NFR-24) are not counted: only the others spend max_attempts.
+    SELECT j.id, j.attempts, j.attempts - j.deferred_attempts >= j.max_attempts AS last,
            j.cancel_requested_at IS NOT NULL AS cancel
       FROM jobs_job AS j
      WHERE j.id IN (SELECT job_id FROM v) AND j.status = 'running'
@@ -147,9 +148,10 @@ WITH v AS (
 ), moved AS (
     UPDATE jobs_job AS j
        SET status = p.status, lease_owner = NULL, lease_expires_at = NULL, version = j.version + 1,
-           -- A deferral (NFR-24) gives its attempt back and keeps the last real error; its
-           -- not-before is the domain's, which GET /jobs/{id} reports as domain_rate.
-           max_attempts = j.max_attempts + (p.outcome = 'deferred')::int,
+           -- A deferral (NFR-24) is not counted (max_attempts stays the caller's) and keeps the
+           -- last real error; its not-before is the domain's, which GET /jobs/{id} reports as
+           -- domain_rate.
+           deferred_attempts = j.deferred_attempts + (p.outcome = 'deferred')::int,
            last_error = CASE WHEN p.outcome = 'deferred' THEN j.last_error ELSE p.last_error::jsonb END,
            defer_reason = CASE WHEN p.outcome = 'deferred' AND p.status = 'queued' THEN 'domain_rate'
                                ELSE j.defer_reason END,

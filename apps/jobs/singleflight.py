@@ -185,7 +185,7 @@ def _decidable_job(job_id: uuid.UUID) -> dict[str, Any] | None:
                    t.share_fetches, t.obey_robots, j.render, j.browser_options
               FROM jobs_job AS j JOIN tenants_tenant AS t ON t.id = j.tenant_id
              WHERE j.id = %s AND j.status = 'queued' AND j.cancel_requested_at IS NULL
-               AND j.attempts < j.max_attempts
+               AND j.attempts - j.deferred_attempts < j.max_attempts
                AND (j.not_before IS NULL OR j.not_before <= statement_timestamp())
             """,
             [job_id],

@@ -150,7 +150,8 @@ def _lose_running_attempts(
         # this tick.
         cur.execute(
             f"""
-            SELECT j.id, j.attempts, j.max_attempts, j.cancel_requested_at IS NOT NULL, j.lease_owner,
+            SELECT j.id, j.attempts, j.deferred_attempts, j.max_attempts,
+                   j.cancel_requested_at IS NOT NULL, j.lease_owner,
                    a.id
               FROM jobs_job AS j
               LEFT JOIN jobs_attempt AS a ON a.job_id = j.id AND a.number = j.attempts
@@ -165,13 +166,13 @@ def _lose_running_attempts(
         # The writer folding this very attempt's receipt locks the attempt row first, then the
         # job row. Taking the attempt rows with SKIP LOCKED too leaves such a job to the writer
         # (its receipt decides) instead of deadlocking with it or overruling its outcome.
-        attempt_ids = [r[5] for r in rows if r[5] is not None]
+        attempt_ids = [r[6] for r in rows if r[6] is not None]
         if attempt_ids:
             cur.execute(
                 "SELECT id FROM jobs_attempt WHERE id = ANY(%s) FOR UPDATE SKIP LOCKED", [attempt_ids]
             )
             locked = {r[0] for r in cur.fetchall()}
-            rows = [r for r in rows if r[5] is None or r[5] in locked]
+            rows = [r for r in rows if r[6] is None or r[6] in locked]
         taken = len(rows)
         if keep is not None and rows:
             alive = keep([(str(r[0]), r[1]) for r in rows])
@@ -184,13 +185,13 @@ def _lose_running_attempts(
         if not rows:
             return taken
         ids, numbers, statuses, not_befores, owners = [], [], [], [], []
-        for job_id, attempt, max_attempts, cancel_requested, owner, _attempt_id in rows:
+        for job_id, attempt, deferred, max_attempts, cancel_requested, owner, _attempt_id in rows:
             # A lost attempt counts as a temporary failure: retried after a backoff, or failed
             # when it was the last one. It spends an attempt, so a job that kills its workers
             # (a body that exhausts memory, say) cannot loop forever.
             nxt = plan_after_attempt(
                 outcome=AttemptOutcome.LOST,
-                attempt=attempt,
+                attempt=attempt - deferred,  # deferred attempts are not counted (NFR-24)
                 max_attempts=max_attempts,
                 cancel_requested=cancel_requested,
                 retry_after_s=None,

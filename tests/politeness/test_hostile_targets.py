@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from apps.jobs.models import Job, JobStatus
+from apps.jobs.models import Attempt, Job, JobStatus
+from apps.politeness.models import DomainPolicy
+from apps.politeness.selectors import domain_state_get
 from tests.e2e.fault_support import attempt_history, stored_body, submit, wait_all_final
 from tests.support.target import TargetServer, body_for
 
@@ -129,3 +131,49 @@ def test_a_port_refusing_connections_holds_back_its_own_origin_only(services, ma
     assert state(live) == (JobStatus.SUCCEEDED, 1, None)
     assert attempt_history(Job.objects.get(id=live)) == [(1, "succeeded", None)]
     assert len(target.requests_for("/robots.txt")) == 1
+
+
+def test_a_port_refusing_the_jobs_own_connections_slows_neither_its_host_nor_another_tenant(
+    services, make_tenant, target, tmp_path
+):
+    """NFR-23 with robots.txt off: one tenant's jobs to a closed port of 127.0.0.1 are refused on
+    their own URL (connection refused, each attempt, five times), with the adaptive rate on as
+    `make run` has it and a host policy that is not the bottleneck (20 requests/s). A refusal is
+    no answer that says the host is overloaded: it pauses nothing and lowers no rate, so another
+    tenant's jobs to the live port of the same host, submitted once the first refusal is
+    recorded, are fetched at once."""
+    DomainPolicy.objects.create(domain="127.0.0.1", requests_per_second=20, burst=20, max_concurrency=4)
+    with socket.socket() as s:  # a port nobody listens on: bound, then closed
+        s.bind(("127.0.0.1", 0))
+        closed_port = s.getsockname()[1]
+    svc = services(
+        **{**env(tmp_path), "SCRAPEJOBS_ROBOTS_OBEY": "false", "SCRAPEJOBS_DOMAIN_ADAPTIVE": "true"}
+    )
+    svc.start("writer")
+    svc.start("beat")
+    svc.start("worker", concurrency=4)
+    refused_tenant, live_tenant = make_tenant()[0], make_tenant()[0]
+    dead = [submit(refused_tenant, f"http://127.0.0.1:{closed_port}/bytes/{40 + i}").id for i in range(3)]
+    deadline = time.monotonic() + 30
+    while not Attempt.objects.filter(job_id__in=dead, error_class="connection_error").exists():
+        assert time.monotonic() < deadline, "no refused attempt within 30s"
+        time.sleep(0.05)
+
+    started = time.monotonic()
+    live = [submit(live_tenant, target.url(f"/bytes/{50 + i}")).id for i in range(3)]
+    wait_all_final(live, timeout=5, what="the live port's jobs")
+    print(f"the live port's jobs were final {time.monotonic() - started:.1f}s after their submission")
+    host = domain_state_get(domain="127.0.0.1")
+    assert (host.cooldown_s, host.adaptive_rps or 20.0) == (0.0, 20.0), host  # no pause, no cut
+    wait_all_final(dead, timeout=60, what="the refused jobs")
+
+    for n, job_id in enumerate(live):
+        job = Job.objects.get(id=job_id)
+        assert (job.status, job.attempts, job.defer_reason) == (JobStatus.SUCCEEDED, 1, None)
+        assert stored_body(tmp_path / "results", job) == body_for(50 + n)
+    for job_id in dead:
+        job = Job.objects.get(id=job_id)
+        assert state(job_id) == (JobStatus.FAILED, 5, "connection_error")
+        assert attempt_history(job) == [(n, "failed_temporary", "connection_error") for n in range(1, 6)]
+    assert domain_state_get(domain="127.0.0.1").cooldown_s == 0.0
+    assert len(target.requests_for("/bytes/")) == 3

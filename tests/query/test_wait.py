@@ -15,6 +15,7 @@ import requests
 from asgiref.sync import sync_to_async
 from django.db import connection
 
+from apps.jobs.final_notices import JOB_FINAL_CHANNEL
 from apps.jobs.models import Job
 from apps.query.cache import job_read
 from apps.query.waiting import final_hub
@@ -235,3 +236,64 @@ def test_a_wait_admitted_at_the_rate_limit_ends_with_its_answer_not_a_429(servic
     t.join()
     assert body["status"] == "succeeded"
     assert elapsed < 3
+
+
+def _scans(table: str) -> int:
+    """Scans of ``table`` by every backend, as the statistics hold them once flushed: a backend's
+    are flushed when it exits (the web process below runs without a pool, so every read's
+    connection ends with its read)."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_stat_clear_snapshot()")
+        cur.execute(
+            "SELECT coalesce(seq_scan, 0) + coalesce(idx_scan, 0) FROM pg_stat_user_tables WHERE relname = %s",
+            [table],
+        )
+        return int(cur.fetchone()[0])
+
+
+def _settled_scans(table: str) -> int:
+    """``_scans`` once it has not moved for a second (the last backends have exited)."""
+    last, still_since, deadline = _scans(table), time.monotonic(), time.monotonic() + 20
+    while time.monotonic() - still_since < 1.0:
+        assert time.monotonic() < deadline, f"the scans of {table} never settled"
+        time.sleep(0.2)
+        now = _scans(table)
+        if now != last:
+            last, still_since = now, time.monotonic()
+    return last
+
+
+def test_a_wait_authenticates_once_however_often_it_wakes(start_web):
+    """FR-16: a waiter's re-reads are the request's own. With the token cache off, every
+    authentication is a read of the token table; with the read cache off, every wake-up is a
+    read of the job's row. Five notices for the job (it stays running) wake the waiter five
+    times: the job table is read at each wake-up, the token table exactly as often as for a
+    plain GET. (The re-check is out of reach: its query reads the job table too.)"""
+    web = start_web(
+        SCRAPEJOBS_WAIT_RECHECK_S="60",
+        SCRAPEJOBS_TOKEN_CACHE_S="0",
+        SCRAPEJOBS_READ_CACHE_TTL_S="0",
+        SCRAPEJOBS_DB_POOL="false",
+    )
+    job = helpers.running(web.tenant)
+
+    tokens = _settled_scans("tenants_apitoken")
+    _, body = web.get_job(job.id)
+    one_request = _settled_scans("tenants_apitoken") - tokens
+    assert one_request >= 1  # the measure sees an authentication
+    assert body["status"] == "running"
+
+    def notify_five_times() -> None:
+        with connection.cursor() as cur:
+            for _ in range(5):
+                time.sleep(0.4)
+                cur.execute("SELECT pg_notify(%s, %s)", [JOB_FINAL_CHANNEL, str(job.id)])
+
+    tokens, jobs = _settled_scans("tenants_apitoken"), _settled_scans("jobs_job")
+    t = later(0.2, notify_five_times)
+    elapsed, body = web.get_job(job.id, wait=4)
+    t.join()
+    assert body["status"] == "running" and elapsed > 3.9
+    job_reads = _settled_scans("jobs_job") - jobs
+    assert job_reads >= 5, job_reads  # it was woken, and read the job again, each time
+    assert _settled_scans("tenants_apitoken") - tokens == one_request
