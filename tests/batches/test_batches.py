@@ -304,6 +304,13 @@ def test_another_tenants_batch_is_404_and_its_jobs_filter_is_400(make_tenant):
     assert owner.get("/api/v1/jobs", {"batch": batch_id}).status_code == 200
 
 
+def test_a_row_whose_unknown_field_name_holds_a_nul_is_rejected_and_the_batch_accepted(api):
+    """The reason quotes the name; jsonb holds no U+0000, which once made the batch a 500."""
+    receipt = accepted(api, [*rows(1), {"url": "http://t.example/x", "a\u0000b": 1}])
+    assert (receipt["total"], receipt["rejected"]) == (2, 1), receipt
+    assert receipt["rejected_rows"] == [{"row": 2, "errors": {"a\\u0000b": ["Unknown field."]}}]
+
+
 @override_settings(SCRAPEJOBS_BATCH_KEY_PREFIX="bulk-in")
 def test_parts_and_manifest_live_under_the_configured_prefix(api, local_results):
     batch_id = accepted(api, rows(2))["id"]
