@@ -293,14 +293,14 @@ def test_merging_a_part_again_inserts_nothing(api, local_results):
     assert Batch.objects.get(id=batch_id).loaded == 4
 
 
-def test_another_tenants_batch_is_404_and_its_jobs_filter_is_400(make_tenant):
+def test_another_tenants_batch_is_404_and_so_is_its_jobs_filter(make_tenant):
     _, _, owner = make_tenant()
     _, _, stranger = make_tenant()
     batch_id = accepted(owner, rows(2))["id"]
     assert stranger.get(f"{BATCHES}/{batch_id}").status_code == 404
     assert stranger.get(f"{BATCHES}/not-a-uuid").status_code == 404
     r = stranger.get("/api/v1/jobs", {"batch": batch_id})
-    assert r.status_code == 400 and "batch" in r.json()["fields"]
+    assert r.status_code == 404 and r.json()["code"] == "not_found"
     assert owner.get("/api/v1/jobs", {"batch": batch_id}).status_code == 200
 
 
