@@ -10,6 +10,10 @@ import base64
 import binascii
 import uuid
 
+# What cursor_encode gives: 16 bytes, base64url without padding. The document states it (FR-24), so
+# a client or a fuzzer builds only cursors cursor_decode reads.
+CURSOR_PATTERN = r"^[A-Za-z0-9_-]{22}$"
+
 
 class BadCursor(ValueError):
     pass

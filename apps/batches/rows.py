@@ -486,7 +486,7 @@ def row_validate(row: Any) -> tuple[dict[str, Any] | None, dict[str, list[str]] 
     """(validated data with the job's ``domain``, None) for a good row, (None, {field: [reasons]})
     for a bad one."""
     if isinstance(row, _Unparsed):
-        return None, {"non_field_errors": [row.reason]}
+        return None, {"non_field_errors": [_jsonb_text(row.reason)]}
     data = job_create_input_lean(row)
     if data is None:
         serializer = JobCreateInput(data=row)
@@ -495,7 +495,15 @@ def row_validate(row: Any) -> tuple[dict[str, Any] | None, dict[str, list[str]] 
     if data is not None:
         data["domain"] = hostname_of(data["url"])
         return data, None
-    return None, {str(k): [str(m) for m in _messages(v)] for k, v in serializer.errors.items()}
+    return None, {
+        _jsonb_text(str(k)): [_jsonb_text(m) for m in _messages(v)] for k, v in serializer.errors.items()
+    }
+
+
+def _jsonb_text(text: str) -> str:
+    """A reason kept in Batch.rejected_rows (jsonb), which cannot hold U+0000: a reason can quote the
+    row's own text (an unknown field's name), and a NUL there made the whole batch a 500."""
+    return text.replace("\x00", "\\u0000")
 
 
 def _messages(detail: Any) -> list[str]:

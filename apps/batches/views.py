@@ -109,7 +109,16 @@ class BatchCreateView(APIView):
             "application/vnd.apache.parquet": OpenApiTypes.BINARY,
             "multipart/form-data": {
                 "type": "object",
-                "properties": {"file": {"type": "string", "format": "binary"}},
+                "properties": {
+                    "file": {
+                        "type": "string",
+                        "format": "binary",
+                        "description": "Its own content type (one of the others above) or its file "
+                        "name's extension (.json, .jsonl, .ndjson, .csv, .parquet) names its format.",
+                    }
+                },
+                # Without the file the request is 415: nothing says what the batch is.
+                "required": [_UPLOAD_FIELD],
             },
         },
         parameters=[

@@ -5,8 +5,9 @@ drf-spectacular describes the serializer's fields (types, bounds, enums, lengths
 see, this post-processing hook adds, from the same constants the validation reads: the URL
 pattern (http or https, a host name, printable ASCII; ``PLAIN_HTTP_URL`` is narrower than what is
 accepted, so a URL it matches is never refused for its form), no unknown fields, the header
-rules, a body only with POST, the job id's form, the Idempotency-Key's length, and a batch's JSON
-body as a list of such jobs. Private and loopback hosts are refused unless the operator allows
+rules, a body only with POST, render "browser" only with GET and its options only with it, the
+browser options' own unknown fields and selector length, the job id's form, the Idempotency-Key's
+length, and a batch's JSON body as a list of such jobs. Private and loopback hosts are refused unless the operator allows
 them; names that resolve to them are refused at fetch time: a pattern cannot say that.
 """
 
@@ -20,6 +21,8 @@ from apps.intake.serializers import (
     MAX_HEADER_NAME,
     MAX_HEADERS,
     MAX_IDEMPOTENCY_KEY,
+    MAX_SELECTOR_BYTES,
+    MAX_URL_LENGTH,
     PLAIN_HTTP_URL,
 )
 
@@ -61,11 +64,39 @@ def constraints_hook(result: dict[str, Any], generator: Any, request: Any, publi
             f"set by the fetcher and refused (any case): {', '.join(sorted(FORBIDDEN_HEADERS))}."
         )
         props["body"]["pattern"] = NO_NUL_PATTERN
-        # A body only with method POST.
-        job["anyOf"] = [
-            {"not": {"required": ["body"]}},
-            {"required": ["method", "body"], "properties": {"method": {"enum": ["POST"]}}},
+        # The rules across fields JobCreateInput.validate enforces (FR-30 for rendering); an absent
+        # property satisfies its `properties` clause, so an absent method counts as its default GET.
+        job["allOf"] = [
+            # A body only with method POST.
+            {
+                "anyOf": [
+                    {"not": {"required": ["body"]}},
+                    {"required": ["method", "body"], "properties": {"method": {"enum": ["POST"]}}},
+                ]
+            },
+            # render "browser" only with method GET.
+            {
+                "anyOf": [
+                    {"properties": {"render": {"enum": ["none"]}}},
+                    {"properties": {"method": {"enum": ["GET"]}}},
+                ]
+            },
+            # browser options only with render "browser".
+            {
+                "anyOf": [
+                    {"not": {"required": ["browser"]}},
+                    {"required": ["render"], "properties": {"render": {"enum": ["browser"]}}},
+                ]
+            },
         ]
+    for name in ("BrowserOptionsInput", "ViewportInput"):
+        if name in schemas:  # StrictObjectInput: unknown fields are refused
+            schemas[name]["additionalProperties"] = False
+    if "BrowserOptionsInput" in schemas:
+        # Bounded in UTF-8 bytes; this many characters never exceed it, whatever they are.
+        schemas["BrowserOptionsInput"]["properties"]["wait_for_selector"].update(
+            minLength=1, maxLength=MAX_SELECTOR_BYTES // 4, pattern=NO_NUL_PATTERN
+        )
     for path, ops in result.get("paths", {}).items():
         for method, op in ops.items():
             for param in op.get("parameters", []):
@@ -77,6 +108,14 @@ def constraints_hook(result: dict[str, Any], generator: Any, request: Any, publi
                         "minLength": 1,
                         "maxLength": MAX_IDEMPOTENCY_KEY,
                         "pattern": r"^[\u0020-\u007e]+$",
+                    }
+                if param.get("in") == "query" and param.get("name") == "callback_url":
+                    # Checked as a job's callback_url (POST /batches).
+                    param["schema"] = {
+                        "type": "string",
+                        "minLength": 1,
+                        "maxLength": MAX_URL_LENGTH,
+                        "pattern": URL_PATTERN,
                     }
             if path.endswith("/batches") and method == "post":
                 content = op.get("requestBody", {}).get("content", {})

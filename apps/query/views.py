@@ -16,7 +16,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.api.errors import ApiError, not_found
-from apps.api.pagination import BadCursor, cursor_decode, cursor_encode
+from apps.api.pagination import CURSOR_PATTERN, BadCursor, cursor_decode, cursor_encode
 from apps.api.selectors import parse_job_id
 from apps.api.serializers import (
     ErrorOutput,
@@ -56,10 +56,16 @@ class JobListView(APIView):
         priority = serializers.ChoiceField(choices=Priority.choices, required=False)
         batch = serializers.UUIDField(
             required=False,
-            help_text="Jobs of one batch (POST /batches). A batch that is not the caller's is 400.",
+            help_text="Jobs of one batch (POST /batches). A batch that is not the caller's is 404, "
+            "as on GET /batches/{batch_id}.",
         )
         limit = serializers.IntegerField(min_value=1, max_value=500, default=50)
-        cursor = serializers.CharField(required=False, help_text="next_cursor of the previous page.")
+        cursor = serializers.RegexField(
+            CURSOR_PATTERN,
+            required=False,
+            error_messages={"invalid": "Not a cursor returned by this API."},
+            help_text="next_cursor of the previous page.",
+        )
 
     @extend_schema(
         operation_id="jobs_list",
@@ -68,13 +74,21 @@ class JobListView(APIView):
         "`cursor` until it is null. A walk never repeats or skips a job; jobs submitted during the walk "
         "are newer than it and show in the next walk. Unknown parameters are 400.",
         parameters=[Params],
-        responses={200: JobPageOutput, 400: _ERR, 401: _ERR, 429: _ERR},
+        responses={
+            200: JobPageOutput,
+            400: _ERR,
+            401: _ERR,
+            404: OpenApiResponse(ErrorOutput, description="No such batch (the `batch` parameter)."),
+            429: _ERR,
+        },
     )
     def get(self, request: Request) -> Response:
         params = _query_params(request, self.Params)
         if "batch" in params and not batch_exists(tenant_id=_tenant_id(request), batch_id=params["batch"]):
             # An empty page would make a typo (or another tenant's batch) look like an empty batch.
-            raise serializers.ValidationError({"batch": [f"Unknown batch {str(params['batch'])!r}."]})
+            # Not a 400: the request is well formed (and its document cannot say which batches
+            # exist); it names a batch the caller has not got, as GET /batches/{batch_id} would.
+            raise not_found(f"No such batch {str(params['batch'])!r}.")
         before = None
         if "cursor" in params:
             try:

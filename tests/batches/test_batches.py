@@ -293,15 +293,22 @@ def test_merging_a_part_again_inserts_nothing(api, local_results):
     assert Batch.objects.get(id=batch_id).loaded == 4
 
 
-def test_another_tenants_batch_is_404_and_its_jobs_filter_is_400(make_tenant):
+def test_another_tenants_batch_is_404_and_so_is_its_jobs_filter(make_tenant):
     _, _, owner = make_tenant()
     _, _, stranger = make_tenant()
     batch_id = accepted(owner, rows(2))["id"]
     assert stranger.get(f"{BATCHES}/{batch_id}").status_code == 404
     assert stranger.get(f"{BATCHES}/not-a-uuid").status_code == 404
     r = stranger.get("/api/v1/jobs", {"batch": batch_id})
-    assert r.status_code == 400 and "batch" in r.json()["fields"]
+    assert r.status_code == 404 and r.json()["code"] == "not_found"
     assert owner.get("/api/v1/jobs", {"batch": batch_id}).status_code == 200
+
+
+def test_a_row_whose_unknown_field_name_holds_a_nul_is_rejected_and_the_batch_accepted(api):
+    """The reason quotes the name; jsonb holds no U+0000, which once made the batch a 500."""
+    receipt = accepted(api, [*rows(1), {"url": "http://t.example/x", "a\u0000b": 1}])
+    assert (receipt["total"], receipt["rejected"]) == (2, 1), receipt
+    assert receipt["rejected_rows"] == [{"row": 2, "errors": {"a\\u0000b": ["Unknown field."]}}]
 
 
 @override_settings(SCRAPEJOBS_BATCH_KEY_PREFIX="bulk-in")

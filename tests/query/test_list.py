@@ -113,7 +113,6 @@ def test_filters_by_status_and_priority_walk_only_matching_jobs(make_tenant):
         ({"cursor": "!!!"}, "cursor"),
         ({"cursor": "abc"}, "cursor"),
         ({"cursor": "x" * 40}, "cursor"),
-        ({"batch": "0190b7a0-0000-7000-8000-000000000000"}, "batch"),
         ({"sort": "id"}, "sort"),
     ],
 )
@@ -122,6 +121,12 @@ def test_a_bad_list_parameter_is_a_400_naming_it(api, params, field):
     assert r.status_code == 400, r.content
     assert r.json()["type"] == "validation_error"
     assert field in r.json()["fields"]
+
+
+def test_a_well_formed_batch_id_the_caller_has_not_got_is_a_404_not_an_empty_page(api):
+    r = api.get(JOBS, {"batch": "0190b7a0-0000-7000-8000-000000000000"})
+    assert r.status_code == 404, r.content
+    assert r.json()["code"] == "not_found"
 
 
 def test_the_limit_bounds_are_accepted(make_tenant):
