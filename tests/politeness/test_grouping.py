@@ -136,7 +136,11 @@ def test_every_hop_of_a_redirect_chain_within_a_domain_takes_a_token(make_tenant
     (concurrency 1) is not asked for twice, or the chain would wait for itself."""
     DomainPolicy.objects.create(domain="127.0.0.1", requests_per_second=2, burst=1, max_concurrency=1)
     job = run(published(make_tenant()[0], target.url("/redirect/2")))
-    assert job.status == JobStatus.SUCCEEDED
+    assert job.status == JobStatus.SUCCEEDED, (
+        job.last_error,
+        list(Attempt.objects.filter(job=job).values_list("outcome", "error_class", "error")),
+        target.requests_for("/"),
+    )
     arrivals = [t for t, *_ in target.requests_for("/redirect/")]
     assert len(arrivals) == 3
     assert all(b - a >= 0.5 - SLACK_S for a, b in zip(arrivals, arrivals[1:], strict=False)), arrivals
