@@ -30,6 +30,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _answer(self) -> None:
         path = urlsplit(self.path).path
         self.server.log.append((time.time(), self.command, path))
+        self.server.peers.append((path, self.client_address[1]))
         page = self.server.pages.get(path)
         if page is None:
             page = Page(b"not here", "text/plain", 404)
@@ -54,6 +55,7 @@ class PageServer(ThreadingHTTPServer):
         self.host = host
         self.pages: dict[str, Page] = {}
         self.log: list[tuple[float, str, str]] = []
+        self.peers: list[tuple[str, int]] = []  # (path, the client's port) of every request
 
     def url(self, path: str) -> str:
         return f"http://{self.host}:{self.server_address[1]}{path}"

@@ -15,6 +15,7 @@ from django.test import Client, override_settings
 
 from apps.scraping.browser import main_chromiums
 from tests.rendering.pages import Page, PageServer
+from tests.support.connect_proxy import ConnectProxy
 from tests.support.procs import wait_for
 
 CHROMIUM = "/usr/bin/chromium"
@@ -251,3 +252,35 @@ def test_render_in_a_batch_row_works(rendering, api, site):
     assert b"written by a script" in _body(api, by_url[url]["id"])[1]
     # The plain row is not the browser component's: it waits for a plain worker.
     assert _job(api, by_url[plain]["id"])["status"] == "queued"
+
+
+def test_a_rendered_document_obeys_robots_txt_and_the_pages_requests_go_through_the_egress_proxy(
+    rendering, api, site
+):
+    """FR-30 with FR-28 and the politeness of a plain fetch: a rendered job's document is fetched
+    as a plain job's is, so robots.txt is obeyed for it (a disallowed path fails the job
+    `robots_disallowed`, never requested, and no Chromium page is spent on it), and with an egress
+    proxy set the document and the requests the page's scripts make all go through it, each to
+    the address the guard vetted."""
+    proxy = ConnectProxy().start()
+    try:
+        site.pages["/robots.txt"] = Page(b"User-agent: *\nDisallow: /private\n", "text/plain")
+        site.pages["/app.js"] = Page(b"document.body.dataset.app = 'r' + 'an';", "text/javascript")
+        allowed = site.html("/shop", "<body><script src=/app.js></script></body>")
+        forbidden = site.html("/private/shop", "<p>secret</p>")
+        rendering(SCRAPEJOBS_ROBOTS_OBEY="true", SCRAPEJOBS_EGRESS_PROXY=proxy.url())
+        ok_id, no_id = _submit(api, allowed), _submit(api, forbidden)
+        ok, no = _final(api, ok_id), _final(api, no_id)
+        assert ok["status"] == "succeeded", _attempts(api, ok_id)
+        assert b'data-app="ran"' in _body(api, ok_id)[1]  # the script came through, and ran
+        assert no["status"] == "failed", _attempts(api, no_id)
+        assert [a["error_class"] for a in _attempts(api, no_id)] == ["robots_disallowed"]
+        assert "/private/shop" not in site.requested()
+        assert site.requested("/robots.txt") and site.requested("/app.js")
+        # Every tunnel went to the site's vetted address, and every request the site got (robots.txt,
+        # the document, the page's script) came from a tunnel's end: none went around the proxy.
+        assert proxy.connects and all(c == f"127.0.0.1:{site.port}" for c in proxy.connects), proxy.connects
+        assert {path for path, _ in site.peers} >= {"/robots.txt", "/shop", "/app.js"}
+        assert all(port in proxy.upstream_ports for _, port in site.peers), (site.peers, proxy.upstream_ports)
+    finally:
+        proxy.stop()

@@ -21,6 +21,9 @@ class ConnectProxy:
     connects: list[str] = field(default_factory=list)  # the CONNECT targets, in order
     authorizations: list[str | None] = field(default_factory=list)
     tunnels: int = 0  # tunnels opened (200 sent)
+    # The local ports of the tunnels' upstream connections: a server's peer port says whether a
+    # request it got came through this proxy.
+    upstream_ports: set[int] = field(default_factory=set)
     tls: ssl.SSLContext | None = None  # set: an https:// proxy (TLS to the proxy itself)
 
     def __post_init__(self) -> None:
@@ -103,6 +106,7 @@ class ConnectProxy:
                 return
             with self._lock:
                 self.tunnels += 1
+                self.upstream_ports.add(upstream.getsockname()[1])
             client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
             with upstream:
                 pump = threading.Thread(target=_pipe, args=(upstream, client), daemon=True)
