@@ -22,9 +22,8 @@ from tests.support.target import TargetServer
 BUDGET_FILE = Path(__file__).with_name("budget.json")
 
 
-@pytest.mark.e2e
-def test_a_job_costs_no_more_than_its_budget(target: TargetServer) -> None:
-    budget = json.loads(BUDGET_FILE.read_text())
+def _measure(budget: dict, target: TargetServer, *, tracing: bool = False) -> Budget:
+    """The budget file's run (jobs, batch sizes, one worker thread), every job succeeded."""
     run = budget["run"]
     measured = measure(
         jobs=run["jobs"],
@@ -32,8 +31,16 @@ def test_a_job_costs_no_more_than_its_budget(target: TargetServer) -> None:
         writer_batch=run["writer_batch"],
         worker_concurrency=run["worker_concurrency"],
         target=target.base_url,
+        tracing=tracing,
     )
     assert measured.succeeded == run["jobs"], measured.table()
+    return measured
+
+
+@pytest.mark.e2e
+def test_a_job_costs_no_more_than_its_budget(target: TargetServer) -> None:
+    budget = json.loads(BUDGET_FILE.read_text())
+    measured = _measure(budget, target)
     problems = budget_problems(measured, budget)
     proposal = budget_propose(measured, budget)
     assert not problems, (
@@ -51,15 +58,7 @@ def test_a_traced_job_costs_what_an_untraced_one_does_but_for_its_trace_context(
     within the untraced budget: no statement or Redis command is added for tracing."""
     budget = json.loads(BUDGET_FILE.read_text())
     run = budget["run"]
-    measured = measure(
-        jobs=run["jobs"],
-        publish_batch=run["publish_batch"],
-        writer_batch=run["writer_batch"],
-        worker_concurrency=run["worker_concurrency"],
-        target=target.base_url,
-        tracing=True,
-    )
-    assert measured.succeeded == run["jobs"], measured.table()
+    measured = _measure(budget, target, tracing=True)
     assert measured.traced_jobs == run["jobs"], "tracing was not on: no job kept a trace context"
     assert measured.spans >= 5 * run["jobs"], f"{measured.spans} spans for {run['jobs']} jobs"
     traced = budget_with_tracing(budget)
