@@ -36,6 +36,39 @@ class ClaimedJob:
     browser_options: dict[str, Any] | None = None
 
 
+CLAIM_SQL = """
+WITH t AS (SELECT statement_timestamp() AS now), claimed AS (
+    UPDATE jobs_job
+       SET status = 'running', attempts = attempts + 1, lease_owner = %(worker)s,
+           version = version + 1,
+           lease_expires_at = t.now + make_interval(secs => %(lease_s)s),
+           started_at = COALESCE(started_at, t.now), updated_at = t.now,
+           fetch_key = COALESCE(%(fetch_key)s, fetch_key)
+      FROM t
+     WHERE id = %(id)s AND status = 'queued' AND attempts - deferred_attempts < max_attempts
+       AND (not_before IS NULL OR not_before <= t.now)
+       AND cancel_requested_at IS NULL AND fetch_parked_at IS NULL
+ RETURNING id, attempts, method, url, headers, body, timeout_s, max_attempts,
+           lease_expires_at, tenant_id, render, browser_options
+), attempt AS (
+    INSERT INTO jobs_attempt (job_id, number, worker, started_at)
+    SELECT id, attempts, %(worker)s, t.now FROM claimed, t
+    ON CONFLICT (job_id, number) DO NOTHING
+), deferred AS (
+    UPDATE jobs_job
+       SET published_at = NULL, updated_at = t.now, version = version + 1
+      FROM t
+     WHERE ctid = (SELECT ctid FROM jobs_job WHERE id = %(id)s)
+       AND CASE WHEN status = 'queued' AND published_at IS NOT NULL AND not_before > t.now
+                     AND cancel_requested_at IS NULL AND fetch_parked_at IS NULL
+                THEN true ELSE false END
+)
+SELECT attempts, method, url, headers, body, timeout_s, max_attempts, lease_expires_at,
+       tenant_id, render, browser_options
+  FROM claimed
+"""
+
+
 def job_claim(*, job_id: uuid.UUID | str, worker: str, fetch_key: str | None = None) -> ClaimedJob | None:
     """Take a queued job: ``queued → running``, attempt + 1, a lease, and the attempt's row.
 
@@ -59,41 +92,18 @@ def job_claim(*, job_id: uuid.UUID | str, worker: str, fetch_key: str | None = N
     # job, and parsing and planning it each time cost PostgreSQL more than executing it.
     # statement_timestamp() is now() for a statement run on its own (autocommit, as here); inside
     # a caller's transaction (tests) it still moves on from one statement to the next.
+    # ``deferred``'s conditions sit in a CASE so that its only indexable clause is the id: written
+    # plainly they imply the predicate of the partial index of published, untaken jobs
+    # (jobs_published_untaken), and on statistics older than a burst the planner read the job
+    # through it, filtering every published job for one id (400 of them at the publisher's
+    # dispatch depth), on every claim (NFR-11, docs/benchmarks.md).
     # ``deferred`` never touches the row ``claimed`` takes (``not_before`` is past there, still to
     # come here), so the two updates of one statement never meet on a row.
     connection.ensure_connection()
     job_uuid = uuid.UUID(str(job_id))
     with psycopg.Cursor(connection.connection) as cur:
         cur.execute(
-            """
-            WITH t AS (SELECT statement_timestamp() AS now), claimed AS (
-                UPDATE jobs_job
-                   SET status = 'running', attempts = attempts + 1, lease_owner = %(worker)s,
-                       version = version + 1,
-                       lease_expires_at = t.now + make_interval(secs => %(lease_s)s),
-                       started_at = COALESCE(started_at, t.now), updated_at = t.now,
-                       fetch_key = COALESCE(%(fetch_key)s, fetch_key)
-                  FROM t
-                 WHERE id = %(id)s AND status = 'queued' AND attempts - deferred_attempts < max_attempts
-                   AND (not_before IS NULL OR not_before <= t.now)
-                   AND cancel_requested_at IS NULL AND fetch_parked_at IS NULL
-             RETURNING id, attempts, method, url, headers, body, timeout_s, max_attempts,
-                       lease_expires_at, tenant_id, render, browser_options
-            ), attempt AS (
-                INSERT INTO jobs_attempt (job_id, number, worker, started_at)
-                SELECT id, attempts, %(worker)s, t.now FROM claimed, t
-                ON CONFLICT (job_id, number) DO NOTHING
-            ), deferred AS (
-                UPDATE jobs_job
-                   SET published_at = NULL, updated_at = t.now, version = version + 1
-                  FROM t
-                 WHERE id = %(id)s AND status = 'queued' AND published_at IS NOT NULL
-                   AND not_before > t.now AND cancel_requested_at IS NULL AND fetch_parked_at IS NULL
-            )
-            SELECT attempts, method, url, headers, body, timeout_s, max_attempts, lease_expires_at,
-                   tenant_id, render, browser_options
-              FROM claimed
-            """,
+            CLAIM_SQL,
             {
                 "worker": worker,
                 "lease_s": float(settings.SCRAPEJOBS_LEASE_SECONDS),

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
+import psycopg
 from django.db import connection, transaction
 
 from apps.jobs.final_notices import JOB_FINAL_CHANNEL
@@ -176,25 +177,36 @@ def _serve_young(cur: Any, *, key: str, job: dict[str, Any]) -> FetchDecision | 
     return FetchDecision("served" if served else "fetch", key)
 
 
+# The decision's read (one per job, on the worker's hot path). Looked up by primary key alone, the
+# conditions computed in the select list: with ``status = 'queued'`` in its WHERE the planner may
+# read the job through a partial index of the queued rows (jobs_queued_backlog) and filter the
+# whole backlog for one id. It does so on a ledger whose statistics are older than a burst (a
+# fresh table, autovacuum not yet run), where it cost 0.6 ms of PostgreSQL per job with 3,000
+# jobs queued, growing with the backlog (docs/benchmarks.md). Prepared on its connection, as the
+# claim is: planning it each time cost more than running it (NFR-11, NFR-15).
+DECIDABLE_JOB_SQL = """
+    SELECT j.id, j.method, j.url, j.headers, j.body, j.max_age_s, j.attempts, j.tenant_id,
+           t.share_fetches, t.obey_robots, j.render, j.browser_options,
+           (j.status = 'queued' AND j.cancel_requested_at IS NULL
+            AND j.attempts - j.deferred_attempts < j.max_attempts
+            AND (j.not_before IS NULL OR j.not_before <= statement_timestamp())) AS decidable
+      FROM jobs_job AS j JOIN tenants_tenant AS t ON t.id = j.tenant_id
+     WHERE j.id = %s
+"""
+
+
 def _decidable_job(job_id: uuid.UUID) -> dict[str, Any] | None:
     """The request and tenant setting of a job the claim could take now, or None."""
-    with connection.cursor() as cur:
-        cur.execute(
-            """
-            SELECT j.id, j.method, j.url, j.headers, j.body, j.max_age_s, j.attempts, j.tenant_id,
-                   t.share_fetches, t.obey_robots, j.render, j.browser_options
-              FROM jobs_job AS j JOIN tenants_tenant AS t ON t.id = j.tenant_id
-             WHERE j.id = %s AND j.status = 'queued' AND j.cancel_requested_at IS NULL
-               AND j.attempts - j.deferred_attempts < j.max_attempts
-               AND (j.not_before IS NULL OR j.not_before <= statement_timestamp())
-            """,
-            [job_id],
-        )
+    connection.ensure_connection()
+    with psycopg.Cursor(connection.connection) as cur:
+        cur.execute(DECIDABLE_JOB_SQL, [job_id], prepare=True)
         row = cur.fetchone()
         if row is None:
             return None
-        names = [c.name for c in cur.description]
+        names = [c.name for c in cur.description or ()]
     job = dict(zip(names, row, strict=True))
+    if not job.pop("decidable"):
+        return None
     for name in ("headers", "browser_options"):
         if isinstance(job[name], str):
             job[name] = json.loads(job[name])

@@ -1,0 +1,117 @@
+"""The worker's per-job read finds its job by primary key whatever the statistics say (NFR-11,
+NFR-15): a burst lands on a ledger whose statistics predate it (a fresh table, autovacuum not yet
+run), and a read that let the planner pick the partial index of queued rows filtered the whole
+backlog for one id, its cost growing with the backlog (docs/benchmarks.md).
+
+The statistics are made to say what they say before a burst (``ANALYZE`` of a ledger whose jobs
+are all final), then 2,000 jobs are queued and each statement is explained, run for real: it
+must touch a handful of buffers, not the backlog's."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+from django.db import connection
+
+from apps.jobs.claims import CLAIM_SQL
+from apps.jobs.singleflight import DECIDABLE_JOB_SQL, job_fetch_decide
+from tests.support.factories import job_make
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def tenant(make_tenant):
+    return make_tenant()[0]
+
+
+BACKLOG = 2000
+
+
+def _burst_on_stale_statistics(tenant) -> list[uuid.UUID]:
+    """A ledger whose statistics say every job is final (200 succeeded ones, analysed), then a
+    burst of BACKLOG queued jobs the statistics have not seen: the ids of the queued ones."""
+    first = job_make(tenant, "http://burst.test/0")
+    with connection.cursor() as cur:
+        # The same row many times over (new ids and URLs): intake's INSERT, without its cost.
+        copies = """
+            INSERT INTO jobs_job
+            SELECT (jsonb_populate_record(j, jsonb_build_object('id', gen_random_uuid(),
+                                                               'url', j.url || '?n=' || n))).*
+              FROM jobs_job AS j, generate_series(1, %s) AS n
+             WHERE j.id = %s
+        """
+        cur.execute(copies, [200, first.id])
+        cur.execute(
+            "UPDATE jobs_job SET status = 'succeeded', attempts = 1, finished_at = now() WHERE id <> %s",
+            [first.id],
+        )
+        cur.execute("ANALYZE jobs_job")  # the statistics before the burst
+        cur.execute(copies, [BACKLOG - 1, first.id])
+        cur.execute("SELECT id FROM jobs_job WHERE status = 'queued' ORDER BY created_at, id")
+        return [row[0] for row in cur.fetchall()]
+
+
+def _plan(sql: str, params: list | dict) -> dict:
+    with connection.cursor() as cur:
+        cur.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, params)
+        (doc,) = cur.fetchone()
+    return (json.loads(doc) if isinstance(doc, str) else doc)[0]["Plan"]
+
+
+def _nodes(plan: dict):
+    yield plan
+    for child in plan.get("Plans", ()):
+        yield from _nodes(child)
+
+
+def test_the_single_flight_read_touches_a_few_buffers_with_a_backlog_queued(tenant) -> None:
+    ids = _burst_on_stale_statistics(tenant)
+    assert len(ids) == BACKLOG
+    plan = _plan(DECIDABLE_JOB_SQL, [ids[-1]])
+    scans = [n for n in _nodes(plan) if n.get("Relation Name") == "jobs_job"]
+    assert len(scans) == 1, json.dumps(plan, indent=1)
+    (scan,) = scans
+    # The whole statement, both tables: a lookup by key reads about 3 pages of each.
+    assert plan["Shared Hit Blocks"] + plan.get("Shared Read Blocks", 0) <= 12, json.dumps(plan, indent=1)
+    assert scan.get("Rows Removed by Filter", 0) == 0, json.dumps(plan, indent=1)
+    assert "id =" in scan.get("Index Cond", ""), json.dumps(plan, indent=1)
+
+
+def test_the_claim_reads_its_job_by_key_with_hundreds_published(tenant) -> None:
+    """The claim's statement: taking the job, and putting back one not yet due, each read the
+    one row by key, with the publisher's dispatch depth of jobs published and not yet taken."""
+    ids = _burst_on_stale_statistics(tenant)
+    with connection.cursor() as cur:
+        cur.execute("UPDATE jobs_job SET published_at = now() WHERE id = ANY(%s)", [ids[:400]])
+    plan = _plan(CLAIM_SQL, {"worker": "w:1:1", "lease_s": 60.0, "id": ids[5], "fetch_key": None})
+    scans = [n for n in _nodes(plan) if n.get("Relation Name") == "jobs_job" and "Index" in n["Node Type"]]
+    assert len(scans) == 2, json.dumps(plan, indent=1)  # the claim's and the put-back's
+    for scan in scans:
+        assert scan.get("Rows Removed by Filter", 0) == 0, json.dumps(plan, indent=1)
+        assert "id =" in scan.get("Index Cond", ""), json.dumps(plan, indent=1)
+        assert scan["Shared Hit Blocks"] + scan.get("Shared Read Blocks", 0) <= 8, json.dumps(plan, indent=1)
+
+
+def test_the_read_still_decides_only_a_job_the_claim_could_take(tenant) -> None:
+    """What the read answers did not change with its form: a job not queued, cancelled, or not
+    yet due is decided to fetch without a key (the claim then refuses it), a queued one with."""
+    due = job_make(tenant, "http://decide.test/a")
+    assert job_fetch_decide(job_id=due.id).key is not None
+    for changes in (
+        {"status": "running"},
+        {"cancel_requested_at": "now()"},
+        {"not_before": "now() + interval '1 hour'"},
+    ):
+        job = job_make(tenant, f"http://decide.test/{uuid.uuid4()}")
+        ((column, value),) = changes.items()
+        with connection.cursor() as cur:
+            if value.startswith("now()"):
+                cur.execute(f"UPDATE jobs_job SET {column} = {value} WHERE id = %s", [job.id])
+            else:
+                cur.execute(f"UPDATE jobs_job SET {column} = %s WHERE id = %s", [value, job.id])
+        decision = job_fetch_decide(job_id=job.id)
+        assert (decision.kind, decision.key) == ("fetch", None), changes
+    assert job_fetch_decide(job_id=uuid.uuid4()).key is None  # no such job
