@@ -25,7 +25,7 @@ import redis
 from django.db import connection
 
 from apps.jobs.nudges import PUBLISH, WRITER
-from apps.jobs.redis import state_redis
+from apps.redis_clients import state_redis
 
 logger = logging.getLogger(__name__)
 

@@ -41,7 +41,7 @@ def _clean_redis() -> Iterator[None]:
     """Each test starts with empty service state and an empty broker (both are real Redis)."""
     for url in {settings.REDIS_URL, settings.CELERY_BROKER_URL}:
         redis.Redis.from_url(url).flushdb()
-    from apps.jobs.redis import state_redis
+    from apps.redis_clients import state_redis
 
     state_redis.cache_clear()
     yield

@@ -11,8 +11,9 @@ statement counts, at the top of a module or inside a function. Forbidden:
 - any module of apps/ importing the project package (``scrapejobs``: the Celery app, the
   processes, the web entry points sit above every app, so an import of it is a cycle in waiting);
 - apps.jobs importing another app: it is the bottom;
-- a neutral module (a single file directly under apps/, such as apps/admin_mixins.py) importing
-  apps or the project package: every app may use it, apps.jobs included, so it sits below them;
+- a neutral module (a single file directly under apps/: apps/admin_mixins.py, apps/tracing.py,
+  apps/redis_clients.py, apps/db_failures.py) importing apps or the project package: every app
+  may use it, apps.jobs included, so it sits below them;
 - settings importing apps or the project package.
 
 A failure prints each offending chain, one import per line with its file and line.

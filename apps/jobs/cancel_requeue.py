@@ -12,8 +12,8 @@ from django.db import connection, transaction
 
 from apps.jobs.final_notices import jobs_notify_final
 from apps.jobs.models import JobStatus
-from apps.jobs.redis import cancel_flag_key, job_read_cache_forget, state_redis
 from apps.jobs.singleflight import jobs_fetch_settle
+from apps.redis_clients import cancel_flag_key, job_read_cache_forget, state_redis
 
 # What a requeue takes by default: the final states that are not a success.
 REQUEUABLE = (JobStatus.FAILED, JobStatus.CANCELLED)

@@ -200,7 +200,10 @@ class Job(models.Model):
         # row and all of its indexes: a status change is never a HOT update), so each one names
         # the query that needs it (apps/jobs/migrations/0002_writer_indexes.py dropped the rest).
         # The publisher's queued-and-unpublished index is jobs_outbox_fair (apps/publishing's
-        # migration; its queries are in apps/jobs/outbox.py).
+        # migration; its queries are in apps/jobs/outbox.py). A new index or constraint on
+        # jobs_job is declared here and migrated in apps/jobs, whichever app's query needs it
+        # (AddIndexConcurrently where a live ledger must not be locked); the raw-SQL ones built
+        # before that rule are listed in tests/jobs/test_job_indexes.py, which keeps it.
         indexes = [
             # jobs_lose_expired_leases (apps/jobs/sweeping.py): running rows by lease.
             models.Index(

@@ -29,7 +29,7 @@ from typing import Any
 
 import redis
 
-from apps.jobs.redis import WarnEvery, state_redis
+from apps.redis_clients import WarnEvery, state_redis
 
 logger = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from datetime import datetime
 from django.db import connection, transaction
 
 from apps.jobs.models import FINAL_STATUSES, Job
-from apps.jobs.redis import READ_CACHE_GONE_VERSION, job_read_cache_forget
+from apps.redis_clients import READ_CACHE_GONE_VERSION, job_read_cache_forget
 
 # The attempts that may have left an orphan body; the same predicate as the partial index
 # attempts_orphan_body (apps/jobs/models.py), so the planner can use it.

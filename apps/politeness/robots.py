@@ -34,9 +34,9 @@ from urllib.parse import quote, unquote
 
 from django.conf import settings
 
-from apps.jobs.redis import state_redis
 from apps.politeness.keys import robots_keys
 from apps.politeness.services import domain_crawl_delay_set
+from apps.redis_clients import state_redis
 
 logger = logging.getLogger(__name__)
 

@@ -13,11 +13,11 @@ from django.conf import settings
 from django.db.models.functions import Now
 from publicsuffixlist import PublicSuffixList
 
-from apps.jobs.db_failures import database_failure
+from apps.db_failures import database_failure
 from apps.jobs.models import Job, JobStatus
-from apps.jobs.redis import state_redis
 from apps.politeness.keys import domain_keys
 from apps.politeness.models import DomainGrouping, DomainPolicy
+from apps.redis_clients import state_redis
 from apps.tenants.models import Tenant
 
 logger = logging.getLogger(__name__)

@@ -45,9 +45,9 @@ import redis
 from django.conf import settings
 
 from apps.jobs.outbox import job_defer_for_domain, waiting_for_domain_refusal
-from apps.jobs.redis import state_redis
 from apps.politeness.keys import domain_keys
 from apps.politeness.selectors import domain_limits_get, job_runnable_get
+from apps.redis_clients import state_redis
 
 logger = logging.getLogger(__name__)
 

@@ -56,7 +56,7 @@ from apps.jobs.outbox import (
     outbox_published_stamp,
     outbox_tenants_due_after,
 )
-from apps.jobs.redis import state_redis
+from apps.redis_clients import state_redis
 from apps.tenants.selectors import tenant_weights_get
 from apps.tracing import TRACEPARENT, traceparent_current, tracing_on
 

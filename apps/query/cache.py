@@ -11,7 +11,7 @@ database intake writes to. Now:
   at once;
 - a store is version-checked (a Lua compare-and-set): the entry carries the row's ``version``
   (bumped by every write of the row), and a row older than the entry held, or than the mark a
-  committed requeue, retention or prune left (``apps.jobs.redis.job_read_cache_forget``), is
+  committed requeue, retention or prune left (``apps.redis_clients.job_read_cache_forget``), is
   refused. So a reader that read a final row just before a requeue committed cannot store it back
   for a day, nor one that read it before its result expired or it was pruned. (A reader racing a
   plain completion notice may store the running row it read: it lives SCRAPEJOBS_READ_CACHE_TTL_S.)
@@ -43,14 +43,14 @@ from django.db.models import Field
 
 from apps.api.selectors import parse_job_id
 from apps.jobs.models import Job
-from apps.jobs.redis import (
+from apps.query.selectors import JOB_COLUMNS, job_get
+from apps.redis_clients import (
     READ_CACHE_SEP,
     WarnEvery,
     fail_open_redis,
     fail_open_redis_async,
     job_read_cache_key,
 )
-from apps.query.selectors import JOB_COLUMNS, job_get
 
 logger = logging.getLogger(__name__)
 _warn = WarnEvery(logger)

@@ -18,7 +18,6 @@ from django.utils import timezone
 
 from apps.jobs.cancel_requeue import jobs_requeue
 from apps.jobs.models import JobStatus
-from apps.jobs.redis import lease_mark_key, state_redis
 from apps.jobs.selectors import jobs_failed_attempts
 from apps.jobs.sweeping import (
     SWEEP_BATCH_SIZE,
@@ -26,6 +25,7 @@ from apps.jobs.sweeping import (
     jobs_lose_expired_leases,
     jobs_sweep_unclaimed,
 )
+from apps.redis_clients import lease_mark_key, state_redis
 from apps.writer.selectors import receipts_waiting, receipts_waiting_for_s
 
 logger = logging.getLogger(__name__)

@@ -45,8 +45,8 @@ from django.conf import settings
 from django.db import connection
 
 from apps.jobs.claims import jobs_renew_leases
-from apps.jobs.redis import cancel_flag_key, lease_mark_key, state_redis
 from apps.outbound.interrupt import FetchInterrupt
+from apps.redis_clients import cancel_flag_key, lease_mark_key, state_redis
 
 logger = logging.getLogger(__name__)
 

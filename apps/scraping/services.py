@@ -26,15 +26,15 @@ from django.conf import settings
 from django.db import connection
 
 from apps import tracing
+from apps.db_failures import database_failure
 from apps.jobs.claims import ClaimedJob, job_claim
-from apps.jobs.db_failures import database_failure
 from apps.jobs.models import AttemptOutcome, Render
 from apps.jobs.receipts import AttemptFinished
-from apps.jobs.redis import cancel_flag_key, state_redis
 from apps.jobs.singleflight import job_fetch_decide
 from apps.outbound.proxy_status import egress_proxy_auth_failed_record
 from apps.politeness.selectors import tenant_obeys_robots
 from apps.politeness.services import job_domain_turn
+from apps.redis_clients import cancel_flag_key, state_redis
 from apps.results.storage import ResultStoreFailed, result_store
 from apps.runtime.logs import job_attempt_failure_log, job_log_context_claimed
 from apps.scraping.errors import FetchError

@@ -25,7 +25,7 @@ from redis.commands.core import Script
 from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle
 
-from apps.jobs.redis import WarnEvery, fail_open_redis, fail_open_redis_async
+from apps.redis_clients import WarnEvery, fail_open_redis, fail_open_redis_async
 
 logger = logging.getLogger(__name__)
 _warn = WarnEvery(logger)

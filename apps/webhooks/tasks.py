@@ -6,7 +6,7 @@ from celery import shared_task
 from django.conf import settings
 from redis.exceptions import LockError
 
-from apps.jobs.redis import state_redis
+from apps.redis_clients import state_redis
 from apps.runtime.shutdown import worker_is_stopping
 from apps.tenants.services import webhook_secrets_drop_expired as _webhook_secrets_drop_expired
 from apps.webhooks.services import webhooks_deliver_due as _webhooks_deliver_due

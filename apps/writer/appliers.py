@@ -23,7 +23,7 @@ from django.conf import settings
 from django.db import connection
 
 from apps import tracing
-from apps.jobs.db_failures import BUSY, DOWN, database_failure
+from apps.db_failures import BUSY, DOWN, database_failure
 from apps.jobs.receipt_fold import ApplyStats, attempts_apply_finished
 from apps.tracing import traceparent_current, tracing_on
 from apps.writer.streams import Entry

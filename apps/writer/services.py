@@ -24,7 +24,7 @@ Failures (FR-W4): a batch that fails is split in halves and each half applied on
 to single receipts, so one poison receipt never holds back the rest of its batch.
 
 The database's failures are not the receipts' (``apps.writer.appliers.
-database_failure`` (apps.jobs.db_failures) tells them apart by the error's class and SQLSTATE). When the database is
+database_failure`` (apps.db_failures) tells them apart by the error's class and SQLSTATE). When the database is
 down (connection refused or lost, shutdown, restart, out of resources) or no longer answers, the
 batch is not bisected and its receipts are *deferred*: left pending, tried again after
 ``RETRY_DELAY_SECONDS``, and counted nowhere, however long the outage; the drain then stops
@@ -62,7 +62,7 @@ from django.conf import settings
 
 from apps.jobs.nudges import WRITER, nudge
 from apps.jobs.receipts import receipt_decode
-from apps.jobs.redis import WarnEvery
+from apps.redis_clients import WarnEvery
 from apps.writer.appliers import Appliers, Round
 from apps.writer.dead_receipts import dead_receipt_add
 from apps.writer.lease import Lease

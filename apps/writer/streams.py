@@ -17,7 +17,7 @@ from typing import Any
 import redis
 
 from apps.jobs.receipts import AttemptFinished
-from apps.jobs.redis import state_redis
+from apps.redis_clients import state_redis
 
 STREAM = "sj:receipts"
 GROUP = "writer"

@@ -16,11 +16,11 @@ from django.utils import timezone
 
 from apps.jobs.models import Job
 from apps.jobs.receipt_fold import attempts_apply_finished
-from apps.jobs.redis import state_redis
 from apps.politeness.models import DomainPolicy
 from apps.politeness.selectors import domain_limits_cache_clear
 from apps.politeness.services import domain_outcome_record, job_domain_turn
 from apps.publishing.services import outbox_publish_batch
+from apps.redis_clients import state_redis
 from apps.scraping.services import job_run_attempt
 
 pytestmark = pytest.mark.django_db

@@ -99,7 +99,7 @@ def test_a_cancel_racing_a_planned_retry_never_answers_final_for_a_job_that_will
 def test_a_running_cancel_flag_stops_only_its_own_attempt(tenant):
     """The Redis flag a cancel sets names the attempt it stops: a requeued job's next attempt
     does not see it, even though no one cleared it (Redis may be down during the requeue)."""
-    from apps.jobs.redis import cancel_flag_key, state_redis
+    from apps.redis_clients import cancel_flag_key, state_redis
 
     job = job_create(tenant_id=tenant.id, url="http://example.test/x", domain="example.test")[0]
     claimed = job_claim(job_id=job.id, worker="w:1:1")
@@ -113,7 +113,7 @@ def test_a_running_cancel_flag_stops_only_its_own_attempt(tenant):
 def test_a_cancel_of_a_running_job_still_holds_while_redis_is_down(tenant, settings):
     """The row records the cancel; without the flag the attempt runs to its end, and its receipt
     ends the job `cancelled` (no 500 for the caller)."""
-    from apps.jobs.redis import state_redis
+    from apps.redis_clients import state_redis
 
     job = job_create(tenant_id=tenant.id, url="http://example.test/x", domain="example.test")[0]
     assert job_claim(job_id=job.id, worker="w:1:1") is not None

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from apps.jobs.nudges import BackgroundNudge
-from apps.jobs.redis import WarnEvery
+from apps.redis_clients import WarnEvery
 from tests.support.procs import wait_for
 
 

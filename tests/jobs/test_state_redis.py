@@ -1,4 +1,4 @@
-"""The state Redis client of a process (apps/jobs/redis.py) with more callers at once than its
+"""The state Redis client of a process (apps/redis_clients.py) with more callers at once than its
 pool has connections: a worker of 1,000 slots (NFR-18) has them. They wait for a free connection;
 none fails with MaxConnectionsError, which would leave a claimed job to its lease's expiry."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import time
 
-from apps.jobs import redis as state
+from apps import redis_clients as state
 
 
 def test_more_callers_than_connections_wait_for_one_instead_of_failing() -> None:

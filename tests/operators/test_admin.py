@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from apps.jobs.claims import job_claim
 from apps.jobs.models import Attempt, Job, JobStatus
-from apps.jobs.redis import cancel_flag_key, state_redis
+from apps.redis_clients import cancel_flag_key, state_redis
 from apps.tenants.models import ApiToken, Tenant
 from apps.tenants.services import tenant_create, token_authenticate, token_hash
 from tests.support.factories import job_make

@@ -18,10 +18,10 @@ from django.test import Client, override_settings
 from apps.jobs.intake import job_create
 from apps.jobs.models import Attempt, Job
 from apps.jobs.receipt_fold import attempts_apply_finished
-from apps.jobs.redis import state_redis
 from apps.outbound.proxies import egress_proxy_parse
 from apps.politeness.keys import domain_keys
 from apps.politeness.models import DomainPolicy
+from apps.redis_clients import state_redis
 from apps.scraping.services import job_run_attempt
 from apps.webhooks.sending import webhook_post
 from scrapejobs.processes import ROOT

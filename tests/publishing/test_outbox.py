@@ -14,8 +14,8 @@ from django.utils import timezone
 from apps.jobs.intake import job_create, publisher_nudge
 from apps.jobs.models import Job
 from apps.jobs.nudges import PUBLISH
-from apps.jobs.redis import state_redis
 from apps.publishing.services import outbox_publish, outbox_publish_batch
+from apps.redis_clients import state_redis
 from tests.support.procs import wait_for
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from apps.jobs.claims import job_claim
 from apps.jobs.models import Job
-from apps.jobs.redis import cancel_flag_key, state_redis
+from apps.redis_clients import cancel_flag_key, state_redis
 from tests.query import helpers
 
 pytestmark = pytest.mark.django_db

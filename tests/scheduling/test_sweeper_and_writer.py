@@ -123,7 +123,7 @@ def test_a_job_whose_receipt_came_after_its_lease_ran_out_is_not_swept_while_it_
 
 
 def test_a_job_whose_worker_keeps_its_lease_mark_is_not_swept(make_tenant):
-    from apps.jobs.redis import lease_mark_key
+    from apps.redis_clients import lease_mark_key
 
     tenant, _, _ = make_tenant()
     alive = _running_job_with_expired_lease(tenant, seconds_ago=30)

@@ -13,7 +13,7 @@ from apps.jobs.cancel_requeue import job_cancel
 from apps.jobs.claims import job_claim
 from apps.jobs.models import Attempt, Job
 from apps.jobs.receipt_fold import attempts_apply_finished
-from apps.jobs.redis import cancel_flag_key, state_redis
+from apps.redis_clients import cancel_flag_key, state_redis
 from apps.results.storage import results_storage
 from apps.scraping.leases import LeaseKeeper
 from apps.scraping.services import job_run_attempt

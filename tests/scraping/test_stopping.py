@@ -12,7 +12,7 @@ from apps.jobs.cancel_requeue import job_cancel
 from apps.jobs.claims import job_claim
 from apps.jobs.models import Attempt, Job
 from apps.jobs.receipt_fold import attempts_apply_finished
-from apps.jobs.redis import cancel_flag_key, state_redis
+from apps.redis_clients import cancel_flag_key, state_redis
 from apps.scraping.leases import LeaseKeeper, lease_keeper
 from apps.scraping.services import job_run_attempt
 from tests.support.factories import job_make

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from apps.jobs.models import Attempt, Job, JobStatus
-from apps.jobs.redis import state_redis
+from apps.redis_clients import state_redis
 from apps.writer.streams import STREAM
 from apps.writer.submit import receipt_submit
 from tests.support.procs import wait_for

@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import connection
 
 from apps.jobs.receipts import AttemptFinished
-from apps.jobs.redis import state_redis
+from apps.redis_clients import state_redis
 from apps.writer.streams import DEAD_RECEIPTS, GROUP, STREAM
 from apps.writer.submit import receipt_submit
 from tests.support.procs import Proc, service_env, wait_for

@@ -14,7 +14,7 @@ import psycopg.errors as pe
 import pytest
 from django.db import utils as db_utils
 
-from apps.jobs.db_failures import BUSY, DOWN, database_failure
+from apps.db_failures import BUSY, DOWN, database_failure
 
 
 def _wrapped(exc: Exception, wrapper: type[Exception] = db_utils.OperationalError) -> Exception:

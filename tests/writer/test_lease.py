@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from apps.jobs.redis import state_redis
+from apps.redis_clients import state_redis
 from apps.writer.lease import Lease
 from apps.writer.streams import LEASE_KEY
 from apps.writer.submit import receipt_submit

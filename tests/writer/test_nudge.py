@@ -13,7 +13,7 @@ from django.conf import settings
 
 from apps.jobs.models import Job, JobStatus
 from apps.jobs.nudges import WRITER
-from apps.jobs.redis import state_redis
+from apps.redis_clients import state_redis
 from apps.writer.lease import Lease
 from apps.writer.services import writer_flush
 from apps.writer.streams import GROUP, LEASE_KEY, RETRY_AT, STREAM, WANTED_KEY

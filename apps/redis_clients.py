@@ -1,4 +1,13 @@
-"""Process-wide Redis clients.
+"""Process-wide Redis clients, and the Redis keys several apps share.
+
+A neutral module (tests/test_architecture.py): it imports no app, so every app may use it,
+apps.jobs included. A key owned by one app lives with that app (the receipt streams and the writer
+lease in apps/writer/streams.py, the nudges in apps/jobs/nudges.py, the politeness buckets in
+apps/politeness/keys.py); the ones here cross apps, none of which owns the other: the
+read cache of GET /jobs/{id} (apps.query fills it, apps.jobs drops entries after a requeue,
+retention or a prune), a job's cancel flag (apps.jobs sets it, apps.scraping obeys it) and a
+running attempt's lease mark (apps.scraping writes it, the sweeper in apps.scheduling reads it).
+The key strings are a wire format: a changed one strands what running processes and Redis hold.
 
 Two logical databases on one server: ``REDIS_URL`` holds the service's own state (write receipts,
 cancel flags, rate-limit buckets, the writer lease) and the Celery broker uses
@@ -113,8 +122,8 @@ class WarnEvery:
 
 
 def job_read_cache_key(job_id: object) -> str:
-    """A job's row in the read cache of GET /jobs/{id} (apps/query/cache.py). Named here so that
-    the ledger can drop it when a final job leaves its final state (a requeue)."""
+    """A job's row in the read cache of GET /jobs/{id} (apps/query/cache.py). Named here, below
+    both apps, so that the ledger can drop it when a final job leaves its final state (a requeue)."""
     return f"sj:job:{job_id}"
 
 

@@ -1,7 +1,9 @@
 """What a failed database call says about the database: down, busy, or nothing (the error may be
 the caller's own). Used by the writer, which must not count the database's condition against a
 receipt, and by the worker, which must send a message again rather than drop
-it when it could not ask the database whether to run it."""
+it when it could not ask the database whether to run it, and by the politeness gate.
+
+A neutral module (tests/test_architecture.py): it imports no app, so every app may use it."""
 
 from __future__ import annotations
 
