@@ -134,18 +134,18 @@ MIDDLEWARE = [
     "scrapejobs.middleware.RequestBodyLimitMiddleware",
     # Django's security, common and X-Frame-Options middleware, their hooks run on the event loop
     # under ASGI rather than in a thread each (scrapejobs/middleware.py).
-    "scrapejobs.middleware.SecurityMiddleware",
+    "scrapejobs.middleware.OnTheLoopSecurityMiddleware",
     # Serves /static/ (admin, API docs) from the web process itself: no separate file server to run
     # (WhiteNoise, made usable in an async chain: scrapejobs/middleware.py).
-    "scrapejobs.middleware.StaticFilesMiddleware",
+    "scrapejobs.middleware.AsyncWhiteNoiseMiddleware",
     # Sessions, CSRF, user and messages serve the admin and dashboard pages: skipped under /api/
     # (token-authenticated, CSRF-exempt), where they only cost time (scrapejobs/middleware.py).
     "scrapejobs.middleware.BrowserSessionMiddleware",
-    "scrapejobs.middleware.CommonMiddleware",
+    "scrapejobs.middleware.OnTheLoopCommonMiddleware",
     "scrapejobs.middleware.BrowserCsrfViewMiddleware",
     "scrapejobs.middleware.BrowserAuthenticationMiddleware",
     "scrapejobs.middleware.BrowserMessageMiddleware",
-    "scrapejobs.middleware.XFrameOptionsMiddleware",
+    "scrapejobs.middleware.OnTheLoopXFrameOptionsMiddleware",
 ]
 
 ROOT_URLCONF = "scrapejobs.urls"
