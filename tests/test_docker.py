@@ -61,7 +61,7 @@ def our_services() -> dict[str, dict[str, Any]]:
 def test_the_project_reads_variables_the_way_these_checks_expect() -> None:
     # Guards the regular expressions above: if they stop matching, every later check is hollow.
     names = variables_read_by_the_project()
-    assert {"DATABASE_URL", "REDIS_URL", "SCRAPEJOBS_STORAGE", "SCRAPEJOBS_LEASE_SECONDS", "PORT"} <= names
+    assert {"DATABASE_URL", "REDIS_URL", "SCRAPEJOBS_STORAGE", "SCRAPEJOBS_LEASE_S", "PORT"} <= names
     assert {"SCRAPEJOBS_WEB_HOST", "FLOWER_PORT"} <= names
 
 

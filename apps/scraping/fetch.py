@@ -214,7 +214,7 @@ def fetch_open(
         _RedirectCharges(
             first_url=request.url,
             ticket=request.ticket,
-            slot_ttl_s=request.timeout_s + settings.SCRAPEJOBS_LEASE_SECONDS,
+            slot_ttl_s=request.timeout_s + settings.SCRAPEJOBS_LEASE_S,
         )
         if request.charge_redirects
         else None

@@ -188,7 +188,7 @@ def test_a_stopped_worker_gives_its_job_back_within_its_grace_period(services, m
     """NFR-4: on SIGTERM a worker takes no new job and, when its running job does not finish
     within SCRAPEJOBS_WORKER_SHUTDOWN_GRACE_S (2 s here), gives the job back and exits; the job
     then succeeds on another worker."""
-    svc = services(**fast_env(tmp_path, SCRAPEJOBS_LEASE_SECONDS="60"))
+    svc = services(**fast_env(tmp_path, SCRAPEJOBS_LEASE_S="60"))
     svc.start("writer")
     svc.start("beat")
     stopping = svc.start("worker", concurrency=4, name="stopping")

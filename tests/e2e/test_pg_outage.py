@@ -42,7 +42,7 @@ def _env(pg: PrivatePostgres, results: Path, **overrides: str) -> dict[str, str]
     return {
         "DATABASE_URL": pg.url,
         "SCRAPEJOBS_RESULTS_DIR": str(results),
-        "SCRAPEJOBS_LEASE_SECONDS": str(LEASE_S),
+        "SCRAPEJOBS_LEASE_S": str(LEASE_S),
         "SCRAPEJOBS_SWEEP_INTERVAL_S": "1",
         "SCRAPEJOBS_PUBLISH_INTERVAL_S": "0.5",
         "SCRAPEJOBS_WEBHOOK_INTERVAL_S": "1",
