@@ -226,7 +226,7 @@ def _tracing_start(sender: object = None, **_: object) -> None:
         return
     from apps.tracing import tracing_start  # noqa: PLC0415 - settings are loaded by now
 
-    # The node name (worker@host, writer@host) names the component; beat has none.
+    # The node name (worker@host, control@host) names the component; beat has none.
     component = str(getattr(sender, "hostname", "") or "beat").partition("@")[0]
     tracing_start(component=component, instrument=("celery", "psycopg", "redis", "urllib3"))
 

@@ -50,7 +50,7 @@ def _start(services: Any, env: dict[str, str]) -> tuple[Any, int]:
     svc = services(**env)
     port = _free_port()
     web = svc.start("web", port=port, workers=1)
-    svc.start("writer")
+    svc.start("control")
     svc.start("beat")  # the publisher's tick: a retry is published when its backoff has passed
     svc.start("worker", concurrency=2)
     wait_for_web(web, port)

@@ -51,7 +51,7 @@ def test_a_domain_shedding_one_request_in_five_settles_lower_and_recovers_within
         SCRAPEJOBS_PUBLISH_INTERVAL_S="0.25",
         SCRAPEJOBS_RESULTS_DIR=str(tmp_path / "results"),
     )
-    svc.start("writer")
+    svc.start("control")
     svc.start("beat")
     svc.start("worker", concurrency=10, name="a")
     svc.start("worker", concurrency=10, name="b")

@@ -45,7 +45,7 @@ def test_hops_to_a_busy_domain_are_deferred_and_hold_no_thread(services, make_te
     hosts, slow, other = servers
     DomainPolicy.objects.create(domain="127.0.0.3", requests_per_second=RATE, burst=1, max_concurrency=100)
     svc = services(SCRAPEJOBS_PUBLISH_INTERVAL_S="0.25", SCRAPEJOBS_RESULTS_DIR=str(tmp_path / "results"))
-    svc.start("writer")
+    svc.start("control")
     svc.start("beat")
     svc.start("worker", concurrency=4)
 

@@ -221,7 +221,7 @@ def test_two_worker_processes_fetch_the_file_once_per_ttl_and_never_request_a_di
         SCRAPEJOBS_PUBLISH_INTERVAL_S="0.25",
         SCRAPEJOBS_RESULTS_DIR=str(tmp_path / "results"),
     )
-    svc.start("writer")
+    svc.start("control")
     svc.start("beat")
     svc.start("worker", concurrency=8, name="a")
     svc.start("worker", concurrency=8, name="b")

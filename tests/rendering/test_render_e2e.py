@@ -35,7 +35,7 @@ def rendering(services):
 
     def start(**env: str):
         s = services(SCRAPEJOBS_BROWSER_CONCURRENCY="2", **env)
-        s.start("writer")
+        s.start("control")
         s.start("beat")
         s.start("browser")
         return s

@@ -86,7 +86,7 @@ def test_a_waiter_takes_over_when_the_elected_fetchs_worker_is_killed(
     services, make_tenant, target, tmp_path
 ):
     svc = services(**fast_env(tmp_path))
-    svc.start("writer")
+    svc.start("control")
     svc.start("beat")
     first = svc.start("worker", concurrency=4, name="first")
     tenant, _, _ = make_tenant()
