@@ -36,7 +36,7 @@ from django.conf import settings
 
 from apps.jobs.redis import state_redis
 from apps.politeness.keys import robots_keys
-from apps.politeness.services import domain_crawl_delay_set
+from apps.politeness.limiter import domain_crawl_delay_set
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ import yaml
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
-from apps.operators.rollups import rollup_run
+from apps.operators.rollup_runner import rollup_run
 from scrapejobs import processes
 from tests.query import helpers
 from tests.test_docker import variables_read_by_the_project
@@ -295,7 +295,7 @@ def test_every_setting_given_is_one_the_project_reads_and_documents() -> None:
 def test_the_worker_is_given_the_time_its_graceful_stop_takes() -> None:
     grace_s = float(config()["SCRAPEJOBS_WORKER_SHUTDOWN_GRACE_S"])
     worker = pod("worker")
-    # The grace to finish fetches, then the hand-back of the rest (apps/scheduling/shutdown.py).
+    # The grace to finish fetches, then the hand-back of the rest (apps/scheduling/shutdown_watchdog.py).
     assert grace_s + 10 <= worker["terminationGracePeriodSeconds"] <= grace_s + 30
     web = pod("web")
     argv = processes.web()

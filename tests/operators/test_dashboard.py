@@ -17,7 +17,7 @@ from apps.jobs.models import Job
 from apps.jobs.redis import state_redis
 from apps.operators.dashboard import histogram_quantile
 from apps.operators.models import AttemptMinute, GaugeMinute, RollupState
-from apps.operators.rollups import rollup_run, rollups_prune
+from apps.operators.rollup_runner import rollup_run, rollups_prune
 from tests.query import helpers
 
 CHART_IDS = [

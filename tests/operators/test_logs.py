@@ -92,14 +92,14 @@ def text_log() -> Iterator[io.StringIO]:
 
 
 def test_the_text_format_is_one_readable_line_with_the_jobs_fields(text_log: io.StringIO) -> None:
-    log = logging.getLogger("apps.scraping.services")
+    log = logging.getLogger("apps.scraping.attempt")
     log.warning("outside any job")
     with job_log_context(job_id="0192-job", domain="shop.example"):
         job_log_context_claimed(tenant_id="t-1", attempt=2, url="https://shop.example/a")
         log.warning("storing the result failed")
     log.warning("after the job")
     lines = text_log.getvalue().splitlines()
-    assert lines[0].endswith("WARNING apps.scraping.services outside any job")
+    assert lines[0].endswith("WARNING apps.scraping.attempt outside any job")
     assert lines[1].endswith(
         "storing the result failed [job_id=0192-job tenant=t-1 domain=shop.example attempt=2]"
     )

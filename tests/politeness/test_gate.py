@@ -19,10 +19,10 @@ from apps.jobs.models import Attempt, Job, WaitingFor
 from apps.jobs.outbox import job_defer_for_domain
 from apps.jobs.receipt_fold import attempts_apply_finished
 from apps.jobs.redis import state_redis
+from apps.politeness.limiter import UNAVAILABLE_DEFER_S, domain_outcome_record
 from apps.politeness.models import DomainPolicy
 from apps.politeness.selectors import domain_state_get
-from apps.politeness.services import UNAVAILABLE_DEFER_S, domain_outcome_record
-from apps.scraping.services import job_run_attempt
+from apps.scraping.attempt import job_run_attempt
 
 pytestmark = pytest.mark.django_db
 

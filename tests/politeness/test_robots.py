@@ -15,7 +15,7 @@ from apps.jobs.receipt_fold import attempts_apply_finished
 from apps.politeness.models import DomainPolicy
 from apps.politeness.robots import RobotsAnswer, robots_local_cache_clear, robots_parse, robots_rules_get
 from apps.politeness.selectors import domain_limits_cache_clear, domain_state_get
-from apps.scraping.services import job_run_attempt
+from apps.scraping.attempt import job_run_attempt
 from tests.e2e.fault_support import submit, wait_all_final
 
 ROBOTS = """

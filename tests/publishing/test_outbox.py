@@ -15,7 +15,7 @@ from apps.jobs.intake import job_create, publisher_nudge
 from apps.jobs.models import Job
 from apps.jobs.nudges import PUBLISH
 from apps.jobs.redis import state_redis
-from apps.publishing.services import outbox_publish, outbox_publish_batch
+from apps.publishing.publisher import outbox_publish, outbox_publish_batch
 from tests.support.procs import wait_for
 
 

@@ -19,8 +19,8 @@ from django.test import override_settings
 
 from apps.jobs.claims import job_claim
 from apps.jobs.models import Attempt, Job
+from apps.scraping.attempt import job_run_attempt
 from apps.scraping.leases import LeaseKeeper
-from apps.scraping.services import job_run_attempt
 from tests.e2e.fault_support import FAST, attempt_history, wait_all_final
 from tests.support.factories import job_make
 from tests.support.procs import ROOT, wait_for

@@ -14,8 +14,8 @@ from django.conf import settings
 from apps.jobs.models import Job, JobStatus
 from apps.jobs.nudges import WRITER
 from apps.jobs.redis import state_redis
+from apps.writer.flush import writer_flush
 from apps.writer.lease import Lease
-from apps.writer.services import writer_flush
 from apps.writer.streams import GROUP, LEASE_KEY, RETRY_AT, STREAM, WANTED_KEY
 from apps.writer.submit import receipt_submit
 from tests.support.procs import wait_for
@@ -80,7 +80,7 @@ def test_a_burst_of_receipts_leaves_one_nudge_and_no_broker_message() -> None:
 @pytest.mark.e2e
 def test_a_nudge_during_a_flush_is_answered_by_one_more_flush(services) -> None:
     """The receipts appended while a nudged flush runs are applied without beat: their nudges
-    collapse into one more run after it (scrapejobs/nudges.py)."""
+    collapse into one more run after it (scrapejobs/nudge_listener.py)."""
     specs = [RunningJob(id=new_id(), attempt=1, max_attempts=5) for _ in range(3000)]
     running_jobs_create(specs)
     services().start("control")
