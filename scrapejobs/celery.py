@@ -204,7 +204,7 @@ def _project_log_lines(logger: logging.Logger, **_: object) -> None:
 @worker_init.connect
 @beat_init.connect
 def _refuse_insecure_start(sender: object = None, **_: object) -> None:
-    """Worker, writer and beat refuse to run with unsafe settings (apps/operators/checks.py).
+    """Worker, control and beat refuse to run with unsafe settings (apps/operators/checks.py).
     SystemExit, not the check's exception: Celery logs and swallows an Exception from a signal
     handler and would start anyway. Only for this app: the signals are global, and another Celery
     app in a process that imported this module (the benchmark's naive baseline) is not ours."""

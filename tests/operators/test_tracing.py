@@ -191,7 +191,7 @@ def test_one_jobs_spans_from_web_worker_and_writer_share_its_trace_with_the_righ
         for line in probe.read_text().splitlines()
         if line.split()[1].startswith(TRACING_MODULES)
     }
-    assert len(importers) >= 4, importers  # the web's worker, the worker, the writer and beat
+    assert len(importers) >= 4, importers  # the web's worker, the worker, the control component and beat
 
     # Log lines about the job carry its trace id (the worker's attempt-failure warning).
     svc.stop()

@@ -1,5 +1,5 @@
 """The adaptive rate with real processes (done when): two worker processes, the
-writer and beat against a local target that logs every request's arrival. While the target sheds
+control and beat against a local target that logs every request's arrival. While the target sheds
 one request in five (503) the domain's rate settles below its policy's; once it answers 200 again
 the rate climbs back to the policy's within a minute. The rate over time is printed as a table,
 next to the requests per second the target actually saw."""

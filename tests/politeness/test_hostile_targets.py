@@ -1,4 +1,4 @@
-"""Hostile and broken targets against the real writer, beat and worker processes (NFR-5, NFR-22,
+"""Hostile and broken targets against the real control, beat and worker processes (NFR-5, NFR-22,
 NFR-23; docs/limits.md "Targets"): a robots.txt written to make a backtracking matcher run for
 ever, a target on an IPv6 literal, and a port that refuses connections next to a live one.
 

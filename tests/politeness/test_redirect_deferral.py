@@ -1,5 +1,5 @@
 """A redirect hop whose domain has no turn ends the attempt as a deferral (NFR-24, NFR-5:
-waiting for a domain holds no worker slot), with the real writer, beat and worker processes.
+waiting for a domain holds no worker slot), with the real control, beat and worker processes.
 
 The scenario at its size: a hundred hosts (127.0.1.1 to 127.0.1.100, each its own domain, each
 its own server) all redirect to one domain allowed 2 requests/s. Four worker threads. A hop

@@ -204,7 +204,7 @@ def test_a_crawl_delay_caps_the_domains_rate(obeying, make_tenant, target) -> No
     assert domain_state_get(domain="127.0.0.1").crawl_delay_s == 2
 
 
-# ---- real processes: two workers, the writer, beat ----
+# ---- real processes: two workers, the control component, beat ----
 
 
 @pytest.mark.e2e

@@ -1,5 +1,5 @@
 """Single-flight fetch through the whole service (item 1 and its "done when"): jobs in
-through the HTTP API, real writer, beat and worker processes, a local target that counts the
+through the HTTP API, real control, beat and worker processes, a local target that counts the
 requests it receives, rows and stored bodies out."""
 
 from __future__ import annotations
