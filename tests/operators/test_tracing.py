@@ -130,7 +130,7 @@ def test_one_jobs_spans_from_web_worker_and_writer_share_its_trace_with_the_righ
 
     # From all three processes, in one trace.
     services_seen = {s["resource"]["attributes"]["service.name"] for s in mine}
-    assert {"scrapejobs-web", "scrapejobs-worker", "scrapejobs-writer"} <= services_seen, services_seen
+    assert {"scrapejobs-web", "scrapejobs-worker", "scrapejobs-control"} <= services_seen, services_seen
 
     # The request span is the root; the job's row holds its context.
     (request,) = [s for s in mine if s.get("parent_id") is None]
