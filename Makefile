@@ -19,7 +19,7 @@ $(STAMP): requirements.txt requirements-dev.txt
 
 install: $(STAMP)
 
-# Web on 127.0.0.1:$${PORT:-8000}, worker, beat, writer and Flower; Ctrl-C stops them all.
+# Web on 127.0.0.1:$${PORT:-8000}, worker, beat, control and Flower; Ctrl-C stops them all.
 run: $(STAMP)
 	$(BIN)/python -m scrapejobs.embedded exec --dir .run/dev -- $(BIN)/python -m scrapejobs.supervise
 

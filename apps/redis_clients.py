@@ -172,7 +172,7 @@ def cancel_flag_key(job_id: str, attempt: int) -> str:
 
 def lease_mark_key(job_id: str) -> str:
     """A running attempt's lease as its worker's lease keeper keeps it in Redis: the attempt
-    number, expiring ``SCRAPEJOBS_LEASE_SECONDS`` after the keeper last wrote it
+    number, expiring ``SCRAPEJOBS_LEASE_S`` after the keeper last wrote it
     (apps.scraping.leases). While PostgreSQL is away the keeper cannot renew the lease in the
     database; this mark says the worker is alive all the same."""
     return f"sj:lease:{job_id}"

@@ -695,7 +695,7 @@ def _run_step(name: str) -> None:
 
         outbox_publish()
     elif name == "fold":
-        from apps.writer.services import writer_flush_once
+        from apps.writer.flush import writer_flush_once
 
         writer_flush_once()
     elif name == "announce":

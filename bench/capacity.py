@@ -173,7 +173,7 @@ def run() -> None:
             tenant_id, _token = create_tenant(env)
             schedule = str(results / "celerybeat-schedule")
             with running(
-                Proc("writer", processes.writer(), env),
+                Proc("control", processes.control(), env),
                 Proc("beat", processes.beat(schedule_file=schedule), env),
             ) as (
                 writer,

@@ -131,7 +131,7 @@ def _scrapejobs(target: str, latency_ms: int, *, jobs: int = JOBS) -> tuple[floa
         tenant_id, _token = create_tenant(env)
         schedule = str(results / "celerybeat-schedule")
         procs = (
-            Proc("writer", processes.writer(), env),
+            Proc("control", processes.control(), env),
             Proc("beat", processes.beat(schedule_file=schedule), env),
             Proc("worker", processes.worker(concurrency=CONCURRENCY), env),
         )

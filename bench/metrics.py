@@ -106,7 +106,7 @@ def build(jobs: int) -> None:
     import django
 
     django.setup()
-    from apps.operators.rollups import rollup_run
+    from apps.operators.rollup_runner import rollup_run
     from tests.support.big_ledger import ledger_build
 
     started = time.monotonic()

@@ -166,7 +166,7 @@ def run() -> None:
                 for i in range(workers)
             ]
             procs = (
-                Proc("writer", processes.writer(), env),
+                Proc("control", processes.control(), env),
                 Proc("beat", processes.beat(schedule_file=str(results / "celerybeat-schedule")), env),
                 Proc("web", processes.web(port=port), env),
                 *worker_procs,

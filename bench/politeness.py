@@ -85,7 +85,7 @@ def _jobs_per_s(
                     policy,
                 )
             procs = (
-                Proc("writer", processes.writer(), env),
+                Proc("control", processes.control(), env),
                 Proc("beat", processes.beat(schedule_file=str(results / "celerybeat-schedule")), env),
                 Proc("worker", processes.worker(concurrency=CONCURRENCY), env),
             )

@@ -77,7 +77,7 @@ def _drain(url: str) -> tuple[float, dict[str, int]]:
         )
         tenant_id, _token = create_tenant(env)
         procs = (
-            Proc("writer", processes.writer(), env),
+            Proc("control", processes.control(), env),
             Proc("beat", processes.beat(schedule_file=str(results / "celerybeat-schedule")), env),
             Proc("worker", processes.worker(concurrency=CONCURRENCY), env),
         )

@@ -141,8 +141,8 @@ def _measure() -> None:
 
     from apps.jobs.models import Job, JobStatus
     from apps.jobs.receipt_fold import attempts_apply_finished
+    from apps.writer.flush import writer_flush_once
     from apps.writer.selectors import writer_status
-    from apps.writer.services import writer_flush_once
     from apps.writer.submit import receipt_submit
 
     rng = random.Random(7)

@@ -119,7 +119,7 @@ def _beat_schedule() -> dict:
             "schedule": WEBHOOK_SECRETS_DROP_INTERVAL_S,
             "options": {"queue": CONTROL_QUEUE, "expires": WEBHOOK_SECRETS_DROP_INTERVAL_S},
         },
-        # Retention (apps/results/retention.py): expired results, orphan bodies, old jobs when
+        # Retention (apps/results/storage_retention.py): expired results, orphan bodies, old jobs when
         # SCRAPEJOBS_JOB_RETENTION_DAYS is set. If it stops: nothing is deleted, storage grows,
         # and old results keep answering 200 on /result past their retention.
         "results-retention": {
@@ -127,7 +127,7 @@ def _beat_schedule() -> dict:
             "schedule": RETENTION_INTERVAL_S,
             "options": {"queue": CONTROL_QUEUE, "expires": RETENTION_INTERVAL_S},
         },
-        # Daily analytics export (apps/exports/services.py): each of the last two whole UTC days
+        # Daily analytics export (apps/exports/export.py): each of the last two whole UTC days
         # without a manifest. If it stops: no new export appears; `manage.py export_jobs` makes
         # any window on demand.
         "exports-daily": {
@@ -161,7 +161,7 @@ def _beat_schedule() -> dict:
             "schedule": BATCH_ORPHANS_INTERVAL_S,
             "options": {"queue": CONTROL_QUEUE, "expires": BATCH_ORPHANS_INTERVAL_S},
         },
-        # Operators' rollups (apps/operators/rollups.py). If it stops: the dashboard's charts and
+        # Operators' rollups (apps/operators/rollup_runner.py). If it stops: the dashboard's charts and
         # the /metrics counters and time-to-first-attempt histogram stop moving (the live queue
         # figures still answer); nothing about jobs changes, and a restart catches up.
         "operators-rollup": {
@@ -204,7 +204,7 @@ def _project_log_lines(logger: logging.Logger, **_: object) -> None:
 @worker_init.connect
 @beat_init.connect
 def _refuse_insecure_start(sender: object = None, **_: object) -> None:
-    """Worker, writer and beat refuse to run with unsafe settings (apps/operators/checks.py).
+    """Worker, control and beat refuse to run with unsafe settings (apps/operators/checks.py).
     SystemExit, not the check's exception: Celery logs and swallows an Exception from a signal
     handler and would start anyway. Only for this app: the signals are global, and another Celery
     app in a process that imported this module (the benchmark's naive baseline) is not ours."""
@@ -226,23 +226,23 @@ def _tracing_start(sender: object = None, **_: object) -> None:
         return
     from apps.tracing import tracing_start  # noqa: PLC0415 - settings are loaded by now
 
-    # The node name (worker@host, writer@host) names the component; beat has none.
+    # The node name (worker@host, control@host) names the component; beat has none.
     component = str(getattr(sender, "hostname", "") or "beat").partition("@")[0]
     tracing_start(component=component, instrument=("celery", "psycopg", "redis", "urllib3"))
 
 
 @worker_ready.connect
 def _start_nudge_listener(sender: object = None, **_: object) -> None:
-    # The component that runs the control tasks also answers nudges (scrapejobs/nudges.py).
+    # The component that runs the control tasks also answers nudges (scrapejobs/nudge_listener.py).
     if CONTROL_QUEUE in app.amqp.queues.consume_from:
-        from scrapejobs.nudges import nudge_listener_start  # noqa: PLC0415 - Django is set up by now
+        from scrapejobs.nudge_listener import nudge_listener_start  # noqa: PLC0415 - Django is set up by now
 
         nudge_listener_start()
 
 
 @worker_shutting_down.connect
 def _stop_nudge_listener(**_: object) -> None:
-    from scrapejobs.nudges import nudge_listener_stop  # noqa: PLC0415
+    from scrapejobs.nudge_listener import nudge_listener_stop  # noqa: PLC0415
 
     nudge_listener_stop()
 

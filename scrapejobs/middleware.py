@@ -25,16 +25,16 @@ from django.middleware.csrf import CsrfViewMiddleware
 from whitenoise.middleware import WhiteNoiseMiddleware
 
 from apps.api.errors import ApiError, api_error_response, body_unreadable, length_required, payload_too_large
+from apps.api.paths import API_PATH_PREFIX, API_V1_BASE
 
 logger = logging.getLogger(__name__)
 
-API_PREFIX = "/api/"
 # POST /batches takes files: its bound is SCRAPEJOBS_BATCH_MAX_BYTES (apps/batches).
-BATCHES_PATH = "/api/v1/batches"
+BATCHES_PATH = f"{API_V1_BASE}/batches"
 
 
 def _is_api(request: HttpRequest) -> bool:
-    return request.path_info.startswith(API_PREFIX)
+    return request.path_info.startswith(API_PATH_PREFIX)
 
 
 class RequestBodyLimitMiddleware:
@@ -188,7 +188,7 @@ class BrowserMessageMiddleware(_SkippedForApi, MessageMiddleware):
     pass
 
 
-class StaticFilesMiddleware(WhiteNoiseMiddleware):
+class AsyncWhiteNoiseMiddleware(WhiteNoiseMiddleware):
     """WhiteNoise (the admin's and the API docs' static files), usable in an async chain.
 
     WhiteNoise's middleware is sync-only, and one sync middleware makes Django run the whole
@@ -245,13 +245,13 @@ class _OnTheLoop:
         return response
 
 
-class SecurityMiddleware(_OnTheLoop, security.SecurityMiddleware):
+class OnTheLoopSecurityMiddleware(_OnTheLoop, security.SecurityMiddleware):
     pass
 
 
-class CommonMiddleware(_OnTheLoop, common.CommonMiddleware):
+class OnTheLoopCommonMiddleware(_OnTheLoop, common.CommonMiddleware):
     pass
 
 
-class XFrameOptionsMiddleware(_OnTheLoop, clickjacking.XFrameOptionsMiddleware):
+class OnTheLoopXFrameOptionsMiddleware(_OnTheLoop, clickjacking.XFrameOptionsMiddleware):
     pass

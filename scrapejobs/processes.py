@@ -7,8 +7,9 @@ the same components with these argv lists; the README shows them for running on 
 - worker  Celery worker on the scrape queues (threads: a fetch mostly waits on the network)
 - browser Celery worker on the rendered jobs' queue ``jobs.browser``: a few threads, one page each,
           and one Chromium per process (apps/scraping/browser.py, docs/design/browser.md)
-- writer  Celery worker on the control queue: outbox publisher, sweeper, receipt writer, webhooks,
-          and the batch loader (queue ``batches``)
+- control Celery worker on the control queue: outbox publisher, sweeper, receipt writer's flush,
+          webhooks, and the batch loader (queue ``batches``); ``writer``, its old name, is still
+          accepted (with a warning) for one release
 - beat    Celery beat: the periodic tasks of scrapejobs/celery.py
 - flower  Celery's monitoring UI
 - migrate database migrations (before the others start; under a lock, so many may run at once)
@@ -114,7 +115,10 @@ def chromium_executable(environ: Mapping[str, str] | None = None) -> str | None:
     return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
 
 
-def writer(*, concurrency: int = 8, name: str = "writer") -> list[str]:
+def control(*, concurrency: int = 8, name: str = "control") -> list[str]:
+    """The control queue's tasks (publisher, sweeper, receipt writer's flush, webhooks, the batch
+    loader). Its node name is ``control@<host>`` (``writer@<host>`` before the rename:
+    ``CONTROL_NODE_NAMES``)."""
     return [
         *_celery(),
         "worker",
@@ -152,7 +156,41 @@ def migrate() -> list[str]:
     return [sys.executable, str(ROOT / "manage.py"), "migrate_locked", "--noinput"]
 
 
-COMPONENTS = ("web", "worker", "browser", "writer", "beat", "flower", "migrate")
+COMPONENTS = ("web", "worker", "browser", "control", "beat", "flower", "migrate")
+# Old component names, accepted for one release with a warning: old name -> component.
+COMPONENT_ALIASES = {"writer": "control"}
+# The node names (``--hostname``, before the ``@``) of a control component: its own, and the one
+# it had before the rename, which a process of the previous release still has during a rollout.
+# The healthchecks (docker/compose.yaml, deploy/kubernetes/base/control.yaml) ping both.
+CONTROL_NODE_NAMES = ("control", "writer")
+
+
+_warned: set[str] = set()
+
+
+def _deprecated(old: str, new: str, what: str) -> None:
+    """Say once per process that ``old`` is read as ``new`` (on stderr: nothing here has logging)."""
+    if old not in _warned:
+        _warned.add(old)
+        print(f"warning: {what} {old} is deprecated, read as {new}: use {new}", file=sys.stderr)
+
+
+def component_name(component: str) -> str:
+    """The component a name given on the command line means: an old name is mapped, with a warning."""
+    if component in COMPONENT_ALIASES:
+        _deprecated(component, COMPONENT_ALIASES[component], "component name")
+        return COMPONENT_ALIASES[component]
+    return component
+
+
+def control_concurrency(e: Mapping[str, str]) -> int:
+    """SCRAPEJOBS_CONTROL_CONCURRENCY; SCRAPEJOBS_WRITER_CONCURRENCY, its old name, when only that
+    one is set (with a warning)."""
+    if e.get("SCRAPEJOBS_CONTROL_CONCURRENCY") is None and e.get("SCRAPEJOBS_WRITER_CONCURRENCY") is not None:
+        _deprecated("SCRAPEJOBS_WRITER_CONCURRENCY", "SCRAPEJOBS_CONTROL_CONCURRENCY", "setting")
+        return int(e.get("SCRAPEJOBS_WRITER_CONCURRENCY", "8"))
+    return int(e.get("SCRAPEJOBS_CONTROL_CONCURRENCY", "8"))
+
 
 # Every background thread a component's process starts besides the ones its server (gunicorn,
 # Celery) runs, by the name it is started with (a name ending in "-" or " " is a prefix: one
@@ -180,7 +218,7 @@ BACKGROUND_THREADS: dict[str, dict[str, str]] = {
         "shutdown-watchdog": "on SIGTERM, gives back the renders still running after the grace",
         "browser-loop": "owns Playwright and the process's Chromium; every page renders on its event loop",
     },
-    "writer": {
+    "control": {
         "nudge-listener": "waits on the nudge lists (BLPOP) and wakes the runners",
         "nudge-": "one runner per kind (publisher, writer flush) running it at once when nudged",
         "writer-apply-": "the database writer's appliers, one connection each",
@@ -194,11 +232,14 @@ def from_env(component: str, environ: Mapping[str, str] | None = None) -> list[s
 
     These are process-level settings (read before Django starts), documented in the README next
     to the Django settings: PORT, SCRAPEJOBS_WEB_HOST, SCRAPEJOBS_WEB_WORKERS,
-    SCRAPEJOBS_WORKER_CONCURRENCY, SCRAPEJOBS_BROWSER_CONCURRENCY, SCRAPEJOBS_WRITER_CONCURRENCY,
+    SCRAPEJOBS_WORKER_CONCURRENCY, SCRAPEJOBS_BROWSER_CONCURRENCY, SCRAPEJOBS_CONTROL_CONCURRENCY
+    (SCRAPEJOBS_WRITER_CONCURRENCY, its old name),
     SCRAPEJOBS_BEAT_SCHEDULE, FLOWER_ADDRESS, FLOWER_PORT, and SCRAPEJOBS_TASK_EVENTS (read by
     Django's settings too) for Flower.
+    ``writer``, the control component's old name, is accepted with a warning.
     """
     e = os.environ if environ is None else environ
+    component = component_name(component)
     if component == "web":
         return web(
             host=e.get("SCRAPEJOBS_WEB_HOST", "127.0.0.1"),
@@ -209,8 +250,8 @@ def from_env(component: str, environ: Mapping[str, str] | None = None) -> list[s
         return worker(concurrency=int(e.get("SCRAPEJOBS_WORKER_CONCURRENCY", "100")))
     if component == "browser":
         return browser(concurrency=int(e.get("SCRAPEJOBS_BROWSER_CONCURRENCY", "2")))
-    if component == "writer":
-        return writer(concurrency=int(e.get("SCRAPEJOBS_WRITER_CONCURRENCY", "8")))
+    if component == "control":
+        return control(concurrency=control_concurrency(e))
     if component == "beat":
         return beat(schedule_file=e.get("SCRAPEJOBS_BEAT_SCHEDULE", ".run/celerybeat-schedule"))
     if component == "flower":
@@ -244,7 +285,7 @@ def main(argv: list[str] | None = None) -> None:
     import shlex  # noqa: PLC0415
 
     parser = argparse.ArgumentParser(prog="python -m scrapejobs.processes")
-    parser.add_argument("component", choices=COMPONENTS)
+    parser.add_argument("component", choices=(*COMPONENTS, *COMPONENT_ALIASES))
     parser.add_argument("--print", action="store_true", help="print the command line instead of running it")
     args = parser.parse_args(argv)
     os.chdir(ROOT)  # relative paths (the beat schedule) are the project's

@@ -6,7 +6,7 @@
    tenant (``ensure_demo_tenant``: its token is kept in ``<run dir>/demo-token`` because tokens are
    stored hashed) and the ``admin`` superuser (``ensure_admin``: its generated password is kept in
    ``<run dir>/admin-password``); the same token and password are printed on every run;
-2. starts web, worker, writer, beat and Flower (and the browser component when a Chromium is
+2. starts web, worker, control, beat and Flower (and the browser component when a Chromium is
    found, saying so either way) with the command lines of scrapejobs/processes.py,
    each in its own process group, and prefixes every line they print with their name;
 3. prints the URLs and credentials once the web answers ``/healthz``;
@@ -296,7 +296,7 @@ def main() -> int:
     if stop_signal:
         return 0
 
-    names = ["web", "worker", "writer", "beat", "flower"]
+    names = ["web", "worker", "control", "beat", "flower"]
     # Rendered jobs (FR-30) need a Chromium; without one their component is not started, and
     # rendered jobs wait on their queue (jobs.browser) until one runs somewhere.
     chromium = processes.chromium_executable(env)

@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.urls import URLPattern, URLResolver, include, path
 from django.views.generic import TemplateView
 
+from apps.api.paths import API_V1_BASE
 from apps.intake.views import JobCreateView
 from apps.query.views import JobListView
 
@@ -25,7 +26,7 @@ urlpatterns = [
     path("", TemplateView.as_view(template_name="landing.html"), name="landing"),
     path("", include("apps.operators.urls")),  # /healthz, /readyz, /metrics
     path("admin/", admin.site.urls),  # the operators' pages
-    path("api/v1/", include(api_v1)),
+    path(f"{API_V1_BASE.removeprefix('/')}/", include(api_v1)),  # /api/v1/
     path("results/", include("apps.results.urls")),  # signed local result links
 ]
 

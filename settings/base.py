@@ -9,6 +9,8 @@ variable not already set, so ``python manage.py`` in a second terminal reaches t
 from __future__ import annotations
 
 import ipaddress
+import os
+import sys
 from pathlib import Path
 
 import environ
@@ -20,6 +22,16 @@ for _envfile in (BASE_DIR / ".env", BASE_DIR / ".run" / "dev" / "env"):
     if _envfile.exists():
         # read_env never overrides a variable that is already set.
         environ.Env.read_env(str(_envfile), overwrite=False)
+
+
+def _renamed(name: str, old: str) -> str:
+    """The variable to read for a setting renamed from ``old`` to ``name``: ``name`` when it is
+    set (or neither is), else ``old``, accepted for one release with a warning printed once (settings
+    load once per process, before logging is configured)."""
+    if name not in os.environ and old in os.environ:
+        print(f"warning: {old} is deprecated, read as {name}: set {name} instead", file=sys.stderr)
+        return old
+    return name
 
 
 def _bounded_int(name: str, default: int, low: int, high: int) -> int:
@@ -134,18 +146,18 @@ MIDDLEWARE = [
     "scrapejobs.middleware.RequestBodyLimitMiddleware",
     # Django's security, common and X-Frame-Options middleware, their hooks run on the event loop
     # under ASGI rather than in a thread each (scrapejobs/middleware.py).
-    "scrapejobs.middleware.SecurityMiddleware",
+    "scrapejobs.middleware.OnTheLoopSecurityMiddleware",
     # Serves /static/ (admin, API docs) from the web process itself: no separate file server to run
     # (WhiteNoise, made usable in an async chain: scrapejobs/middleware.py).
-    "scrapejobs.middleware.StaticFilesMiddleware",
+    "scrapejobs.middleware.AsyncWhiteNoiseMiddleware",
     # Sessions, CSRF, user and messages serve the admin and dashboard pages: skipped under /api/
     # (token-authenticated, CSRF-exempt), where they only cost time (scrapejobs/middleware.py).
     "scrapejobs.middleware.BrowserSessionMiddleware",
-    "scrapejobs.middleware.CommonMiddleware",
+    "scrapejobs.middleware.OnTheLoopCommonMiddleware",
     "scrapejobs.middleware.BrowserCsrfViewMiddleware",
     "scrapejobs.middleware.BrowserAuthenticationMiddleware",
     "scrapejobs.middleware.BrowserMessageMiddleware",
-    "scrapejobs.middleware.XFrameOptionsMiddleware",
+    "scrapejobs.middleware.OnTheLoopXFrameOptionsMiddleware",
 ]
 
 ROOT_URLCONF = "scrapejobs.urls"
@@ -282,7 +294,8 @@ SCRAPEJOBS_EGRESS_PROXY = _proxy_url("SCRAPEJOBS_EGRESS_PROXY")
 SCRAPEJOBS_WEBHOOK_EGRESS_PROXY = _proxy_url("SCRAPEJOBS_WEBHOOK_EGRESS_PROXY")
 
 # Leases: a running job's worker renews its lease every LEASE_S / 3.
-SCRAPEJOBS_LEASE_SECONDS = _bounded_int("SCRAPEJOBS_LEASE_SECONDS", 60, 2, 3600)
+# SCRAPEJOBS_LEASE_SECONDS is its old name, still read when this one is not set.
+SCRAPEJOBS_LEASE_S = _bounded_int(_renamed("SCRAPEJOBS_LEASE_S", "SCRAPEJOBS_LEASE_SECONDS"), 60, 2, 3600)
 # Storing a body may take this long after the job's timeout_s (an S3 upload of a large body). An
 # upload still running then is given up (the attempt fails temporarily, `storage_error`), and the
 # worker stops renewing the lease of an attempt older than timeout_s plus this, wherever it is

@@ -107,7 +107,7 @@ class Services:
         return proc
 
     def start_all(self, *, worker_concurrency: int = 20) -> Services:
-        self.start("writer")
+        self.start("control")
         self.start("beat")
         self.start("worker", concurrency=worker_concurrency)
         return self

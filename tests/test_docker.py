@@ -20,7 +20,7 @@ from scrapejobs import processes
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKER = ROOT / "docker"
-OUR_SERVICES = ("migrate", "web", "worker", "browser", "writer", "beat", "flower")
+OUR_SERVICES = ("migrate", "web", "worker", "browser", "control", "beat", "flower")
 # Our images: the app image, and the browser component's (the app image plus chromium).
 OUR_IMAGES = ("scrapejobs:latest", "scrapejobs-browser:latest")
 
@@ -61,7 +61,7 @@ def our_services() -> dict[str, dict[str, Any]]:
 def test_the_project_reads_variables_the_way_these_checks_expect() -> None:
     # Guards the regular expressions above: if they stop matching, every later check is hollow.
     names = variables_read_by_the_project()
-    assert {"DATABASE_URL", "REDIS_URL", "SCRAPEJOBS_STORAGE", "SCRAPEJOBS_LEASE_SECONDS", "PORT"} <= names
+    assert {"DATABASE_URL", "REDIS_URL", "SCRAPEJOBS_STORAGE", "SCRAPEJOBS_LEASE_S", "PORT"} <= names
     assert {"SCRAPEJOBS_WEB_HOST", "FLOWER_PORT"} <= names
 
 
@@ -103,7 +103,8 @@ def test_the_entry_point_is_strict_bash_and_execs_every_component_of_processes_p
     text = start_script()
     assert text.startswith("#!/usr/bin/env bash") and "set -euo pipefail" in text
     assert subprocess.run(["bash", "-n", str(DOCKER / "start.sh")], check=False).returncode == 0
-    assert start_components() == set(processes.COMPONENTS)
+    # The control component's old name is still accepted (with a warning) for one release.
+    assert start_components() == set(processes.COMPONENTS) | set(processes.COMPONENT_ALIASES)
     # Every line that runs something replaces the shell (signals reach the program, PID 1).
     runs = [line.strip() for line in text.splitlines() if re.match(r"\s*(python|celery|gunicorn)\b", line)]
     assert runs == []
@@ -142,7 +143,7 @@ def test_compose_runs_the_whole_stack_with_healthchecks() -> None:
     assert services["postgres"]["image"].startswith("postgres:16")
     assert services["redis"]["image"].startswith("redis:7")
     assert "--appendonly" in services["redis"]["command"] and "yes" in services["redis"]["command"]
-    for name in ("postgres", "redis", "minio", "web", "worker", "browser", "writer", "flower"):
+    for name in ("postgres", "redis", "minio", "web", "worker", "browser", "control", "flower"):
         assert "healthcheck" in services[name], name
     assert "mc mb" in " ".join(services["createbucket"]["command"])
 
@@ -160,7 +161,7 @@ def test_every_service_of_ours_runs_a_real_component_after_migrations() -> None:
             assert dep in services, (name, dep)
         if name != "migrate":
             assert svc["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
-    assert {svc["command"][0] for svc in ours.values()} == components
+    assert {svc["command"][0] for svc in ours.values()} == components - set(processes.COMPONENT_ALIASES)
 
 
 def test_every_variable_set_for_our_containers_is_read_by_the_project() -> None:
@@ -183,12 +184,17 @@ def test_every_variable_set_for_our_containers_is_read_by_the_project() -> None:
 
 def test_the_celery_healthchecks_name_workers_the_way_processes_py_names_them() -> None:
     services = compose()["services"]
-    for component in ("worker", "browser", "writer"):
+    for component in ("worker", "browser", "control"):
         check = " ".join(services[component]["healthcheck"]["test"])
         argv = getattr(processes, component)()
         hostname = argv[argv.index("--hostname") + 1]
         assert hostname == f"{component}@%h"
-        assert f"--destination {component}@$$HOSTNAME" in check and "-A scrapejobs" in check
+        destinations = {f"{component}@$$HOSTNAME"}
+        if component == "control":  # writer@, its old node name, answers too
+            destinations = {f"{name}@$$HOSTNAME" for name in processes.CONTROL_NODE_NAMES}
+        destination = re.search(r"--destination (\S+)", check)
+        assert destination and set(destination.group(1).split(",")) == destinations, check
+        assert "-A scrapejobs" in check
 
 
 def test_every_flower_variable_is_an_option_flower_knows() -> None:

@@ -25,7 +25,7 @@ from tests.support.target import TargetServer, body_for
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 # make run starts the browser component too where a Chromium is found (scrapejobs/supervise.py).
-CHILDREN = ("web", "worker", "writer", "beat", "flower") + (
+CHILDREN = ("web", "worker", "control", "beat", "flower") + (
     ("browser",) if processes.chromium_executable(dict(os.environ)) is not None else ()
 )
 
@@ -73,7 +73,7 @@ class Supervisor:
             FLOWER_PORT=str(self.flower_port),
             SCRAPEJOBS_RUN_DIR=str(self.run_dir),
             SCRAPEJOBS_WORKER_CONCURRENCY="10",
-            SCRAPEJOBS_WRITER_CONCURRENCY="4",
+            SCRAPEJOBS_CONTROL_CONCURRENCY="4",
             SCRAPEJOBS_WEB_WORKERS="1",
             SCRAPEJOBS_SHUTDOWN_TIMEOUT_S="20",
         )
@@ -225,11 +225,15 @@ def test_ctrl_c_under_make_run_stops_the_embedded_redis_after_every_child(
 ) -> None:
     """A terminal's Ctrl-C goes to its whole foreground process group: make, the embedded wrapper,
     the supervisor and (before issue 9, item 11) the embedded Redis, which then shut down first and
-    left web, worker, writer, beat and Flower without their broker: thousands of log lines, tracebacks,
+    left web, worker, control, beat and Flower without their broker: thousands of log lines, tracebacks,
     Flower hanging. The servers must stop last, after the supervisor reports every child stopped."""
     supervisor.wait_until_announced()
     wait_for(lambda: re.search(r"^worker +\| .*ready", supervisor.output(), re.M), 60, what="the worker")
-    wait_for(lambda: re.search(r"^writer +\| .*ready", supervisor.output(), re.M), 60, what="the writer")
+    wait_for(
+        lambda: re.search(r"^control *\| .*ready", supervisor.output(), re.M),
+        60,
+        what="the control component",
+    )
     before = len(supervisor.output().splitlines())  # start-up banners printed: what follows is the stop
     os.killpg(supervisor.proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
     assert supervisor.proc.wait(30) == 0, supervisor.output()[-3000:]
@@ -253,12 +257,12 @@ def _started_pids(supervisor: Supervisor, name: str) -> list[int]:
 def test_make_run_restarts_a_child_that_dies(supervisor: Supervisor) -> None:
     """A Celery process can exit on a broker reconnect; make run brings it back (NFR-3)."""
     supervisor.wait_until_announced()
-    first = supervisor.child_pids()["writer"]
+    first = supervisor.child_pids()["control"]
     os.kill(first, signal.SIGKILL)
-    wait_for(lambda: len(_started_pids(supervisor, "writer")) == 2, timeout=30, what="writer restarted")
-    second = _started_pids(supervisor, "writer")[-1]
+    wait_for(lambda: len(_started_pids(supervisor, "control")) == 2, timeout=30, what="control restarted")
+    second = _started_pids(supervisor, "control")[-1]
     assert second != first and alive(second)
-    assert "writer exited unexpectedly" in supervisor.output()
+    assert "control exited unexpectedly" in supervisor.output()
     assert supervisor.proc.poll() is None  # still supervising
 
 

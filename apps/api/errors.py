@@ -21,6 +21,8 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.views import set_rollback
 
+from apps.api.paths import API_PATH_PREFIX
+
 logger = logging.getLogger(__name__)
 
 
@@ -177,7 +179,7 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
 
 
 def _is_api(request: HttpRequest) -> bool:
-    return request.path.startswith("/api/")
+    return request.path.startswith(API_PATH_PREFIX)
 
 
 def page_not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:

@@ -5,16 +5,8 @@ from __future__ import annotations
 
 import uuid
 
+from apps.api.ids import parse_job_id
 from apps.jobs.models import Job
-
-
-def parse_job_id(job_id: uuid.UUID | str) -> uuid.UUID | None:
-    if isinstance(job_id, uuid.UUID):
-        return job_id
-    try:
-        return uuid.UUID(job_id)
-    except (ValueError, TypeError, AttributeError):
-        return None
 
 
 def job_exists(*, tenant_id: uuid.UUID, job_id: uuid.UUID | str) -> bool:

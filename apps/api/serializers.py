@@ -18,10 +18,9 @@ from django.utils import timezone
 from rest_framework import serializers
 from rest_framework.request import Request
 
+from apps.api.paths import API_V1_BASE
 from apps.jobs.models import Attempt, AttemptOutcome, Job, JobStatus, Method, Priority, Render, WaitingFor
 from apps.jobs.selectors import job_waiting_for
-
-API_PREFIX = "/api/v1"
 
 
 def base_url(request: Request | HttpRequest) -> str:
@@ -29,7 +28,7 @@ def base_url(request: Request | HttpRequest) -> str:
 
 
 def job_links(*, base: str, job_id: uuid.UUID | str) -> dict[str, str]:
-    own = f"{base}{API_PREFIX}/jobs/{job_id}"
+    own = f"{base}{API_V1_BASE}/jobs/{job_id}"
     return {"self": own, "result": f"{own}/result", "attempts": f"{own}/attempts", "cancel": f"{own}/cancel"}
 
 

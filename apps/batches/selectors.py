@@ -8,7 +8,7 @@ from apps.batches.models import Batch
 from apps.jobs.bulk import batch_job_counts
 
 
-def parse_batch_id(raw: str) -> uuid.UUID | None:
+def _batch_id_parsed(raw: str) -> uuid.UUID | None:
     try:
         return uuid.UUID(raw)
     except ValueError:
@@ -17,7 +17,7 @@ def parse_batch_id(raw: str) -> uuid.UUID | None:
 
 def batch_get(*, tenant_id: uuid.UUID, batch_id: str) -> Batch | None:
     """The tenant's batch, or None (missing, malformed id, or another tenant's: all alike)."""
-    parsed = parse_batch_id(batch_id)
+    parsed = _batch_id_parsed(batch_id)
     if parsed is None:
         return None
     return Batch.objects.filter(id=parsed, tenant_id=tenant_id).first()

@@ -7,14 +7,14 @@ from typing import Any
 
 from rest_framework import serializers
 
-from apps.api.serializers import API_PREFIX
+from apps.api.paths import API_V1_BASE
 from apps.batches.models import Batch, BatchStatus
 
 
 def batch_links(*, base: str, batch_id: object) -> dict[str, str]:
     return {
-        "self": f"{base}{API_PREFIX}/batches/{batch_id}",
-        "jobs": f"{base}{API_PREFIX}/jobs?batch={batch_id}",
+        "self": f"{base}{API_V1_BASE}/batches/{batch_id}",
+        "jobs": f"{base}{API_V1_BASE}/jobs?batch={batch_id}",
     }
 
 

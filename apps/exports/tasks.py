@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from apps.exports.services import export_daily
+from apps.exports.export import export_daily
 
 
 # Beat runs it every EXPORT_DAILY_INTERVAL_S on `control` (scrapejobs/celery.py); a day already

@@ -106,7 +106,7 @@ def job_claim(*, job_id: uuid.UUID | str, worker: str, fetch_key: str | None = N
             CLAIM_SQL,
             {
                 "worker": worker,
-                "lease_s": float(settings.SCRAPEJOBS_LEASE_SECONDS),
+                "lease_s": float(settings.SCRAPEJOBS_LEASE_S),
                 "id": job_uuid,
                 "fetch_key": fetch_key,
             },
@@ -157,7 +157,7 @@ def jobs_renew_leases(*, leases: Sequence[tuple[uuid.UUID | str, int, str]]) -> 
          RETURNING j.id::text, j.attempts
             """,
             [
-                float(settings.SCRAPEJOBS_LEASE_SECONDS),
+                float(settings.SCRAPEJOBS_LEASE_S),
                 [str(j) for j, _, _ in leases],
                 [a for _, a, _ in leases],
                 [w for _, _, w in leases],

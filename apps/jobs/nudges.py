@@ -4,7 +4,7 @@ Beat runs both every second; a nudge makes a job start, or a receipt land in the
 milliseconds instead. A nudge is one element in a Redis list that never holds more than one
 (``LPUSH`` then ``LTRIM 0 0``): no broker message (a Celery task per nudge cost the scrape
 worker about a seventh of its interpreter time and the control process one more task to receive
-and acknowledge each time). The control process's listener (``scrapejobs/nudges.py``) takes the
+and acknowledge each time). The control process's listener (``scrapejobs/nudge_listener.py``) takes the
 element with ``BLPOP`` and runs the publisher or the writer at once, each in a thread of its own,
 so that however many nudges arrive while one runs, one more run follows it.
 

@@ -3,7 +3,7 @@ send. Here are its reads and writes of the ledger: which priorities and tenants 
 oldest due rows of each (locked), the stamp once their messages are sent, and a job put back into
 the outbox with a not-before time (a domain refused it).
 
-The publisher (``apps.publishing.services``) chooses in weighted-fair order, holds the dispatcher
+The publisher (``apps.publishing.publisher``) chooses in weighted-fair order, holds the dispatcher
 lock and sends the messages; it calls these inside its own transaction, which keeps the picked
 rows locked from the select to the stamp.
 """

@@ -1,7 +1,7 @@
 """The ledger's side of retention: which stored bodies are due for deletion,
 marking them deleted once the storage has deleted them, and pruning old final jobs.
 
-The storage is never called from here (apps.results.retention does that, outside any
+The storage is never called from here (apps.results.storage_retention does that, outside any
 transaction); these statements only pick rows and record what was done. A body is marked only
 after its delete succeeded, so a crash between the two repeats a delete (a no-op on a missing
 object) and never forgets one; a marked body is never picked again.

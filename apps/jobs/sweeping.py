@@ -6,7 +6,7 @@ the outbox publisher sends them again: a state change and its "to publish" mark 
 the same guarantee intake has.
 
 Both sweeps take rows in batches with ``FOR UPDATE SKIP LOCKED``, so two sweepers running at once
-(two beat ticks overlapping, two writer processes) split the work instead of waiting on each
+(two beat ticks overlapping, two control processes) split the work instead of waiting on each
 other, and a row the writer is folding a receipt into right now is simply left for the next tick.
 When to sweep, and how far back a lease counts as expired, is the scheduler's
 (``apps.scheduling.services``).

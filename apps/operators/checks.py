@@ -1,6 +1,6 @@
 """Start-up refusals: settings that do for a laptop and are dangerous in a deployment.
 
-The web (scrapejobs/asgi.py, and scrapejobs/wsgi.py for a WSGI server), every Celery process (worker, writer, beat: scrapejobs/celery.py)
+The web (scrapejobs/asgi.py, and scrapejobs/wsgi.py for a WSGI server), every Celery process (worker, control, beat: scrapejobs/celery.py)
 and manage.py (a Django system check) refuse to start while one holds, with the reason.
 """
 

@@ -1,5 +1,5 @@
 """The dashboard's figures (FR-9, FR-14): charts over a window of 1 h, 24 h or
-7 d, read from the rollup tables (apps/operators/rollups.py) with one GROUP BY per chart over the
+7 d, read from the rollup tables (apps/operators/rollup_runner.py) with one GROUP BY per chart over the
 window's rows, plus the live queue and writer. Nothing here reads jobs_job or jobs_attempt beyond
 the bounded ``queue_snapshot``."""
 
@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from apps.jobs.rollups import queue_snapshot
 from apps.operators.models import RollupState
-from apps.operators.rollups import FAILED_OUTCOMES, FIRST_ATTEMPT_BUCKETS, writer_reading
+from apps.operators.rollup_runner import FAILED_OUTCOMES, FIRST_ATTEMPT_BUCKETS, writer_reading
 from apps.tenants.models import Tenant
 
 log = logging.getLogger(__name__)

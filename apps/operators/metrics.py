@@ -1,5 +1,5 @@
 """``/metrics`` with prometheus_client: a collector that reads, at each scrape, only small tables
-and bounded queries - the rollups' running totals (apps/operators/rollups.py), the queued and
+and bounded queries - the rollups' running totals (apps/operators/rollup_runner.py), the queued and
 running jobs (partial indexes), the writer's Redis keys and the request counters' Redis hash - so
 a scrape costs the same at ten jobs and at a million (``make bench BENCH=metrics``)."""
 
@@ -17,7 +17,7 @@ from apps.jobs.models import Priority
 from apps.jobs.rollups import queue_snapshot
 from apps.operators.models import AttemptTotal, DomainTotal, FirstAttemptTotal, RollupState
 from apps.operators.request_metrics import LATENCY_BUCKETS, request_totals
-from apps.operators.rollups import FIRST_ATTEMPT_BUCKETS, writer_reading
+from apps.operators.rollup_runner import FIRST_ATTEMPT_BUCKETS, writer_reading
 from apps.tenants.models import Tenant
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
 """Per-minute rollups of the ledger: what the dashboard charts and ``/metrics`` read,
-so that neither ever scans jobs_job or jobs_attempt. The rollup task (apps/operators/rollups.py)
+so that neither ever scans jobs_job or jobs_attempt. The rollup task (apps/operators/rollup_runner.py)
 writes them every minute; minute rows older than SCRAPEJOBS_ROLLUP_RETENTION_DAYS are pruned, the
 running totals are kept (they are Prometheus counters and must never go down)."""
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from apps.operators.rollups import rollup_run
+from apps.operators.rollup_runner import rollup_run
 
 
 @shared_task(

@@ -12,8 +12,9 @@ from django import forms
 from django.contrib import admin
 
 from apps.outbound.proxies import proxy_url_masked
+from apps.politeness.domains import registrable_domain
 from apps.politeness.models import DomainGrouping, DomainPolicy
-from apps.politeness.selectors import DomainState, domain_state_get, registrable_domain
+from apps.politeness.selectors import DomainState, domain_state_get
 
 
 class DomainPolicyForm(forms.ModelForm):

@@ -3,7 +3,7 @@
 A domain without a row gets the ``SCRAPEJOBS_DOMAIN_DEFAULT_*`` settings. The rate set here is a
 ceiling: the rate actually granted adapts below it when the domain throttles (429/503, timeouts),
 down to ``min_requests_per_second``, and a robots.txt ``Crawl-delay`` lowers it too. The limits themselves
-are enforced in Redis, shared by every worker (``apps.politeness.services``); this table only
+are enforced in Redis, shared by every worker (``apps.politeness.limiter``); this table only
 says what they are. Workers read it through a short cache (``apps.politeness.selectors``), so an
 edit takes effect everywhere within a few seconds.
 """

@@ -35,7 +35,7 @@ from urllib.parse import quote, unquote
 from django.conf import settings
 
 from apps.politeness.keys import robots_keys
-from apps.politeness.services import domain_crawl_delay_set
+from apps.politeness.limiter import domain_crawl_delay_set
 from apps.redis_clients import state_redis
 
 logger = logging.getLogger(__name__)

@@ -3,7 +3,6 @@ needs before it claims, and the live Redis state an operator sees in the admin."
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import time
 import uuid
@@ -11,10 +10,10 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.db.models.functions import Now
-from publicsuffixlist import PublicSuffixList
 
 from apps.db_failures import database_failure
 from apps.jobs.models import Job, JobStatus
+from apps.politeness.domains import registrable_domain
 from apps.politeness.keys import domain_keys
 from apps.politeness.models import DomainGrouping, DomainPolicy
 from apps.redis_clients import state_redis
@@ -45,17 +44,6 @@ class DomainLimits:
 
 
 _cache: dict[str, tuple[float, DomainLimits]] = {}
-_psl = PublicSuffixList()  # the list the package ships: nothing is downloaded at run time
-
-
-def registrable_domain(host: str) -> str:
-    """``img.shop.co.uk`` -> ``shop.co.uk``. An address, a bare public suffix or a single label
-    (``localhost``) has no registrable domain: it stands for itself."""
-    try:
-        ipaddress.ip_address(host.strip("[]"))
-    except ValueError:
-        return _psl.privatesuffix(host) or host
-    return host
 
 
 def domain_limits_default(*, host: str = "") -> DomainLimits:

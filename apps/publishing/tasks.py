@@ -8,7 +8,7 @@ from __future__ import annotations
 from celery import shared_task
 from django.conf import settings
 
-from apps.publishing.services import outbox_publish as outbox_publish_service
+from apps.publishing.publisher import outbox_publish as outbox_publish_service
 
 # Budget for one run: long enough to drain a burst, short enough that a run never overlaps many
 # of its successors (beat's messages for this task expire after 5 intervals).

@@ -41,7 +41,7 @@ import redis
 from django.conf import settings
 from django.db.models import Field
 
-from apps.api.selectors import parse_job_id
+from apps.api.ids import parse_job_id
 from apps.jobs.models import Job
 from apps.query.selectors import JOB_COLUMNS, job_get
 from apps.redis_clients import (

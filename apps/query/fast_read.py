@@ -46,7 +46,8 @@ from django.urls import resolve
 from django.utils.module_loading import import_string
 from rest_framework.renderers import JSONRenderer
 
-from apps.api.serializers import API_PREFIX, base_url, job_representation
+from apps.api.paths import API_V1_BASE
+from apps.api.serializers import base_url, job_representation
 from apps.operators.request_metrics import recorder
 from apps.query.cache import job_cached_async
 from apps.tenants.authentication import TenantPrincipal
@@ -56,7 +57,7 @@ from apps.tenants.throttling import token_rate_take_async
 # Matched whole (fullmatch): a "$" would also match before a trailing newline ("%0A"), a path
 # Django answers 404.
 JOB_PATH = re.compile(
-    re.escape(API_PREFIX)
+    re.escape(API_V1_BASE)
     + r"/jobs/([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})"
 )
 # The Accept values the DRF view answers with its plain JSON: any other (text/html is a 406,
@@ -82,7 +83,7 @@ def _chain() -> tuple[list[Any], str]:
         for cls in map(import_string, settings.MIDDLEWARE)
         if getattr(cls, "hooks_on_the_loop", False)
     ]
-    route = resolve(f"{API_PREFIX}/jobs/{uuid.UUID(int=0)}").route
+    route = resolve(f"{API_V1_BASE}/jobs/{uuid.UUID(int=0)}").route
     return middleware, route
 
 

@@ -9,7 +9,7 @@ import uuid
 
 from django.db.models import QuerySet
 
-from apps.api.selectors import parse_job_id
+from apps.api.ids import parse_job_id
 from apps.jobs.models import Attempt, Job
 from apps.jobs.selectors import JOB_WAITING_COLUMNS
 

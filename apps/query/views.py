@@ -16,8 +16,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.api.errors import ApiError, not_found
+from apps.api.ids import parse_job_id
 from apps.api.pagination import CURSOR_PATTERN, BadCursor, cursor_decode, cursor_encode
-from apps.api.selectors import parse_job_id
 from apps.api.serializers import (
     ErrorOutput,
     JobOutput,

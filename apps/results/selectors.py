@@ -37,7 +37,7 @@ def result_link(*, job: Job, request: HttpRequest | None = None, ttl_s: int | No
     Raises ``ResultGone`` when the job has no stored body or the object was removed."""
     if not job.result_key:
         raise ResultGone(f"job {job.id} has no stored result")
-    if job.result_deleted_at is not None:  # retention deleted it (apps/results/retention.py)
+    if job.result_deleted_at is not None:  # retention deleted it (apps/results/storage_retention.py)
         raise ResultGone(f"the result of job {job.id} expired")
     return _object_link(
         key=job.result_key, content_type=job.result_content_type, request=request, ttl_s=ttl_s, job=job

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from apps.results.retention import retention_run
+from apps.results.storage_retention import retention_run
 
 
 # Beat runs it every RETENTION_INTERVAL_S on `control` (scrapejobs/celery.py). Safe to run twice

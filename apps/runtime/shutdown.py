@@ -2,7 +2,7 @@
 
 Code that runs long looks at ``worker_is_stopping()`` and stops early (the webhook deliverer
 claims no more deliveries). What a stopping worker does with the scrape jobs it still holds once
-its grace period is over is ``apps.scheduling.shutdown``.
+its grace period is over is ``apps.scheduling.shutdown_watchdog``.
 """
 
 from __future__ import annotations

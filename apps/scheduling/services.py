@@ -49,7 +49,7 @@ def jobs_sweep_expired_leases(
     writing it: ``apps.scraping.leases``). So after a PostgreSQL outage the writer's receipts and
     the live workers' next renewals win over the sweeper, and no finished or still-running fetch
     is thrown away; a dead worker's job is still swept once its lease and its mark have both
-    run out (both last ``SCRAPEJOBS_LEASE_SECONDS`` after the worker's last word)."""
+    run out (both last ``SCRAPEJOBS_LEASE_S`` after the worker's last word)."""
     # A worker stops renewing its lease once it has handed its receipt over; the job then stays
     # `running` until the writer applies the receipt. If the writer is behind (or restarting),
     # that is not a dead worker: only leases that expired before the oldest receipt still

@@ -5,7 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from apps.jobs.intake import idempotency_keys_expire
-from apps.scheduling import shutdown  # noqa: F401 - connects the worker shutdown handlers
+from apps.scheduling import shutdown_watchdog  # noqa: F401 - connects the worker shutdown handlers
 from apps.scheduling.services import jobs_sweep_stuck
 
 

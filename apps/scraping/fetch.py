@@ -53,6 +53,7 @@ from apps.admin_mixins import headers_masked
 from apps.outbound.connections import pool_manager
 from apps.outbound.interrupt import FetchInterrupt, RequestContext, request_context
 from apps.outbound.proxies import EgressProxy, egress_proxy_parse
+from apps.politeness.limiter import domain_permit_acquire, domain_permit_release
 from apps.politeness.models import EGRESS_DIRECT
 from apps.politeness.robots import (
     MAX_ROBOTS_BYTES,
@@ -62,7 +63,6 @@ from apps.politeness.robots import (
     robots_rules_get,
 )
 from apps.politeness.selectors import domain_limits_get
-from apps.politeness.services import domain_permit_acquire, domain_permit_release
 from apps.scraping.errors import FetchError, classify, status_error
 
 logger = logging.getLogger(__name__)
@@ -214,7 +214,7 @@ def fetch_open(
         _RedirectCharges(
             first_url=request.url,
             ticket=request.ticket,
-            slot_ttl_s=request.timeout_s + settings.SCRAPEJOBS_LEASE_SECONDS,
+            slot_ttl_s=request.timeout_s + settings.SCRAPEJOBS_LEASE_S,
         )
         if request.charge_redirects
         else None

@@ -2,7 +2,7 @@
 
 A fetch may wait up to its timeout (300 s at most) for a single byte, longer than a lease, so the
 renewal cannot wait for the fetch loop; and one thread for every fetch would also mean one database
-connection each. One keeper thread wakes every SCRAPEJOBS_LEASE_SECONDS / 3 and renews every lease
+connection each. One keeper thread wakes every SCRAPEJOBS_LEASE_S / 3 and renews every lease
 this process holds with one statement (``jobs_renew_leases``). A renewal that is refused (the job was taken again by
 a newer attempt after our lease expired, or it ended) marks the handle ``lost``; the fetch checks
 that between chunks and stops.
@@ -21,8 +21,8 @@ upload) have passed since the attempt began. An attempt still held after that is
 bound reaches; its lease runs out and the sweeper records the attempt lost and moves the job on.
 
 The watcher also keeps every held lease in Redis (``lease_mark_key``: the attempt number,
-expiring ``SCRAPEJOBS_LEASE_SECONDS`` after it was written), rewritten every
-``SCRAPEJOBS_LEASE_SECONDS / 3`` in the same round trip as the cancel flags. When PostgreSQL is
+expiring ``SCRAPEJOBS_LEASE_S`` after it was written), rewritten every
+``SCRAPEJOBS_LEASE_S / 3`` in the same round trip as the cancel flags. When PostgreSQL is
 away the keeper's renewals fail (a pooled connection may even wait 30 s for the pool), and the
 leases in the database run out although the worker is alive and fetching; the mark says so, and
 the sweeper leaves a job with a live mark alone (apps.scheduling.services). When the database
@@ -148,7 +148,7 @@ class LeaseKeeper:
         pipe = state_redis().pipeline(transaction=False)
         for handle in held:
             pipe.exists(cancel_flag_key(str(handle.job_id), handle.attempt))
-        ttl_ms = int(settings.SCRAPEJOBS_LEASE_SECONDS * 1000)
+        ttl_ms = int(settings.SCRAPEJOBS_LEASE_S * 1000)
         for handle in due:
             pipe.set(lease_mark_key(str(handle.job_id)), handle.attempt, px=ttl_ms)
         try:
@@ -190,5 +190,5 @@ def lease_keeper() -> LeaseKeeper:
     global _keeper
     with _keeper_lock:
         if _keeper is None or _keeper[0] != os.getpid():
-            _keeper = (os.getpid(), LeaseKeeper(interval_s=settings.SCRAPEJOBS_LEASE_SECONDS / 3))
+            _keeper = (os.getpid(), LeaseKeeper(interval_s=settings.SCRAPEJOBS_LEASE_S / 3))
         return _keeper[1]

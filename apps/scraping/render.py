@@ -42,8 +42,8 @@ import redis
 from apps.jobs.claims import ClaimedJob
 from apps.jobs.receipts import ResultStored
 from apps.outbound.interrupt import FetchInterrupt
-from apps.politeness.selectors import registrable_domain
-from apps.politeness.services import domain_token_try
+from apps.politeness.domains import registrable_domain
+from apps.politeness.limiter import domain_token_try
 from apps.results.storage import result_key, result_store, screenshot_key
 from apps.scraping.browser import RenderSpec, SubAnswer, browser_pool
 from apps.scraping.errors import FetchError

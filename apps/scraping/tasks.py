@@ -32,7 +32,7 @@ from celery import shared_task
 
 from apps.jobs.intake import publisher_nudge
 from apps.runtime.logs import job_log_context
-from apps.scraping.services import ClaimUndecided, job_run_attempt
+from apps.scraping.attempt import ClaimUndecided, job_run_attempt
 from apps.tracing import TRACEPARENT
 
 logger = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ def scrape_job(
     # ``later``: arguments a publisher of a newer release may add (a rolling upgrade runs both
     # releases side by side); this release does without them rather than fail the message.
     # The lease owner starts with the Celery hostname: a stopping worker gives back exactly the
-    # jobs leased under its name (apps.scheduling.shutdown).
+    # jobs leased under its name (apps.scheduling.shutdown_watchdog).
     host = self.request.hostname or socket.gethostname()
     receipt = None
     try:

@@ -29,7 +29,7 @@ class Tenant(models.Model):
         default=True, help_text="Jobs of this tenant read and obey the target's robots.txt."
     )
     # Fair dispatch: within a priority, a tenant with backlog takes this many
-    # turns to a weight-1 tenant's one (apps/publishing/services.py).
+    # turns to a weight-1 tenant's one (apps/publishing/publisher.py).
     weight = models.PositiveSmallIntegerField(
         default=1,
         validators=[MinValueValidator(1)],

@@ -1,6 +1,6 @@
 """Applying receipts: ``CONCURRENCY`` threads, one database connection each (FR-W2, FR-W4).
 
-The flush (``apps.writer.services``) splits each round of entries by job over the threads;
+The flush (``apps.writer.flush``) splits each round of entries by job over the threads;
 ``Appliers`` runs them, thread i always taking group i, and a ``Round`` is one such split being
 applied. Each thread applies ``BATCH_SIZE`` receipts per transaction (``attempts_apply_finished``);
 a batch that fails is bisected down to single receipts, so that one poisoned receipt never holds

@@ -1,7 +1,7 @@
 """Dead receipts: receipts the writer could not apply, set aside (FR-W4).
 
 A receipt that failed ``MAX_ATTEMPTS`` times, or that cannot even be decoded, is moved by the
-flush (``apps.writer.services``) to the stream ``DEAD_RECEIPTS`` with its error, and acknowledged,
+flush (``apps.writer.flush``) to the stream ``DEAD_RECEIPTS`` with its error, and acknowledged,
 so that it never holds the writer back. Operators see them on the writer's admin page and replay
 (after fixing the cause) or drop them, one, selected or all. (The stream's cap keeps the name of
 its setting, ``SCRAPEJOBS_DATABASE_WRITER_DEAD_LETTER_MAXLEN``: deployments set it.)

@@ -1,6 +1,6 @@
 """The writer's Redis keys, its consumer name and its stream helpers (FR-W1 to FR-W4, FR-W1).
 
-Workers append receipts to ``STREAM`` (``apps.writer.submit``); the flush (``apps.writer.services``)
+Workers append receipts to ``STREAM`` (``apps.writer.submit``); the flush (``apps.writer.flush``)
 reads them in the consumer group ``GROUP``, and sets the poisoned ones aside in ``DEAD_RECEIPTS``
 (``apps.writer.dead_receipts``). The key strings are data in running deployments: they keep their
 values whatever the Python names around them are called.

@@ -3,7 +3,7 @@
 A worker calls it after a fetch. It is one Redis round trip (XADD to the receipts stream, plus
 the nudges, plus whatever the caller adds to the same pipeline, e.g. giving back its
 domain's concurrency slot) and no database access at all: the leased writer
-(``apps.writer.services``) applies receipts in batches, started by the nudge within milliseconds,
+(``apps.writer.flush``) applies receipts in batches, started by the nudge within milliseconds,
 or by beat's next tick.
 """
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 from django.conf import settings
 
-from apps.writer.services import writer_flush as _writer_flush
+from apps.writer.flush import writer_flush as _writer_flush
 
 # A batch may legitimately take up to WRITE_TIMEOUT_SECONDS; the limits leave it room to finish.
 _SOFT_LIMIT = int(settings.SCRAPEJOBS_DATABASE_WRITE_TIMEOUT_SECONDS) + 60

@@ -16,12 +16,12 @@ from django.utils import timezone
 
 from apps.jobs.models import Job
 from apps.jobs.receipt_fold import attempts_apply_finished
+from apps.politeness.limiter import domain_outcome_record, job_domain_turn
 from apps.politeness.models import DomainPolicy
 from apps.politeness.selectors import domain_limits_cache_clear
-from apps.politeness.services import domain_outcome_record, job_domain_turn
-from apps.publishing.services import outbox_publish_batch
+from apps.publishing.publisher import outbox_publish_batch
 from apps.redis_clients import state_redis
-from apps.scraping.services import job_run_attempt
+from apps.scraping.attempt import job_run_attempt
 
 pytestmark = pytest.mark.django_db
 

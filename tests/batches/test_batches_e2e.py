@@ -1,4 +1,4 @@
-"""Batches through the real processes ("Done when"): the loader runs in the `writer`
+"""Batches through the real processes ("Done when"): the loader runs in the `control`
 Celery process (queue `batches`), beat hands a dead loader's batch to another, the worker fetches
 loaded jobs from a local target."""
 
@@ -73,7 +73,7 @@ def _loaded_parts(batch_id: str) -> int:
 def test_a_million_row_parquet_file_loads_exactly_once_with_the_loader_killed_mid_load(services, api):
     # No worker: the jobs wait in the outbox; what is checked is that every row is there once.
     service = services(SCRAPEJOBS_BATCH_LEASE_S="3", SCRAPEJOBS_BATCH_RESUME_INTERVAL_S="1")
-    loader = service.start("writer")
+    loader = service.start("control")
     service.start("beat")
     n = 1_000_000
     data = _parquet_of([f"http://shop{i % 1000}.example/item/{i}" for i in range(n)])
@@ -88,7 +88,7 @@ def test_a_million_row_parquet_file_loads_exactly_once_with_the_loader_killed_mi
     loader.kill()  # SIGKILL mid-load: a part's transaction may be open and is rolled back
     parts_at_kill = _loaded_parts(batch_id)
     assert 2 <= parts_at_kill < 10, parts_at_kill
-    service.start("writer")  # a new loader; beat hands it the batch once the dead one's lease lapses
+    service.start("control")  # a new loader; beat hands it the batch once the dead one's lease lapses
 
     wait_for(
         lambda: Batch.objects.get(id=batch_id).status == "loaded", 900, interval=0.5, what="the load to end"

@@ -19,7 +19,7 @@ import yaml
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
-from apps.operators.rollups import rollup_run
+from apps.operators.rollup_runner import rollup_run
 from scrapejobs import processes
 from tests.query import helpers
 from tests.test_docker import variables_read_by_the_project
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 KUBE = ROOT / "deploy" / "kubernetes"
 KEDA_CRD = Path(__file__).resolve().parent / "schemas" / "keda.sh_scaledobjects.yaml"
 K8S_VERSION = "1.33.0"
-DEPLOYMENTS = {"web", "worker", "writer", "browser", "beat", "flower"}
+DEPLOYMENTS = {"web", "worker", "control", "browser", "beat", "flower"}
 
 
 def documents(path: Path) -> list[dict[str, Any]]:
@@ -295,7 +295,7 @@ def test_every_setting_given_is_one_the_project_reads_and_documents() -> None:
 def test_the_worker_is_given_the_time_its_graceful_stop_takes() -> None:
     grace_s = float(config()["SCRAPEJOBS_WORKER_SHUTDOWN_GRACE_S"])
     worker = pod("worker")
-    # The grace to finish fetches, then the hand-back of the rest (apps/scheduling/shutdown.py).
+    # The grace to finish fetches, then the hand-back of the rest (apps/scheduling/shutdown_watchdog.py).
     assert grace_s + 10 <= worker["terminationGracePeriodSeconds"] <= grace_s + 30
     web = pod("web")
     argv = processes.web()
@@ -313,13 +313,18 @@ def test_the_probes_are_the_services_own() -> None:
     }
     assert hosts <= set(config()["DJANGO_ALLOWED_HOSTS"].split(","))
     assert web["ports"][0]["containerPort"] == int(config()["PORT"])
-    for component in ("worker", "writer"):
+    for component in ("worker", "control"):
         (main,) = pod(component)["containers"]
         check = " ".join(main["livenessProbe"]["exec"]["command"])
         argv = getattr(processes, component)()
         hostname = argv[argv.index("--hostname") + 1]
         assert hostname == f"{component}@%h"
-        assert f"inspect ping --destination {component}@$HOSTNAME" in check and "-A scrapejobs" in check
+        destinations = {f"{component}@$HOSTNAME"}
+        if component == "control":  # writer@, its old node name, answers too
+            destinations = {f"{name}@$HOSTNAME" for name in processes.CONTROL_NODE_NAMES}
+        destination = re.search(r"inspect ping --destination (\S+)", check)
+        assert destination and set(destination.group(1).split(",")) == destinations, check
+        assert "-A scrapejobs" in check
     (beat,) = pod("beat")["containers"]
     assert "celerybeat-schedule" in " ".join(beat["livenessProbe"]["exec"]["command"])
     assert config()["SCRAPEJOBS_BEAT_SCHEDULE"].startswith("/app/.run/")
@@ -355,7 +360,7 @@ def test_each_disruption_budget_and_service_selects_its_deployment() -> None:
     assert {b["metadata"]["name"] for b in budgets} == {
         "scrapejobs-web",
         "scrapejobs-worker",
-        "scrapejobs-writer",
+        "scrapejobs-control",
         "scrapejobs-browser",
     }
     for b in budgets:

@@ -16,7 +16,7 @@ from apps.jobs.models import FINAL_STATUSES, Attempt, Job, JobStatus
 # Short leases and cadences for real processes (never mocked time): a lost worker's job is back
 # in the queue about LEASE + SWEEP seconds after its last renewal.
 FAST = {
-    "SCRAPEJOBS_LEASE_SECONDS": "3",
+    "SCRAPEJOBS_LEASE_S": "3",
     "SCRAPEJOBS_SWEEP_INTERVAL_S": "1",
     "SCRAPEJOBS_REPUBLISH_AFTER_S": "3",
     "SCRAPEJOBS_PUBLISH_INTERVAL_S": "0.5",

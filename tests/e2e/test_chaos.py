@@ -121,7 +121,7 @@ def test_every_job_ends_final_and_correct_while_workers_and_redis_die(
     # What runs, by slot; the loop below is also the supervisor that restarts a process that
     # died on its own, as Kubernetes or systemd would (Celery exits on some broker connection
     # losses: "Unrecoverable error" in kombu's ack path during a Redis restart).
-    slots = {"writer": svc.start("writer"), "beat": svc.start("beat")}
+    slots = {"control": svc.start("control"), "beat": svc.start("beat")}
     for i in range(WORKERS):
         slots[f"w{i}"] = svc.start("worker", concurrency=WORKER_CONCURRENCY, name=f"w{i}")
 
@@ -149,7 +149,7 @@ def test_every_job_ends_final_and_correct_while_workers_and_redis_die(
     next_kill = started + KILL_EVERY_S
 
     def restart(slot: str) -> None:
-        if slot in ("writer", "beat"):
+        if slot in ("control", "beat"):
             slots[slot] = svc.start(slot)
         else:
             slots[slot] = svc.start(

@@ -72,7 +72,7 @@ def test_a_worker_whose_clock_is_30s_off_starts_every_job_within_the_normal_boun
     neither writes leases that have already expired (the sweeper took its running jobs) nor
     drops messages of jobs the publisher saw as due and it did not."""
     svc = services(**fast_env(tmp_path, SCRAPEJOBS_REPUBLISH_AFTER_S="300"))
-    svc.start("writer")
+    svc.start("control")
     svc.start("beat")
     worker = svc.start(
         "worker",
@@ -133,7 +133,7 @@ def test_a_worker_that_cannot_reach_the_database_sends_the_message_again_and_eve
     ).start()
     try:
         svc = services(**fast_env(tmp_path, SCRAPEJOBS_REPUBLISH_AFTER_S="300"))
-        svc.start("writer")
+        svc.start("control")
         svc.start("beat")
         worker_db = f"postgres://{s['USER']}@127.0.0.1:{proxy.port}/{s['NAME']}"
         # No pool for this worker: a pool would hold each claim up to its 30 s checkout timeout

@@ -38,7 +38,7 @@ def test_a_worker_killed_mid_download_loses_its_attempt_and_the_job_succeeds_on_
     """NFR-4: the sweeper returns the job of a SIGKILLed worker to the queue once its lease
     expires; another worker finishes it; the history shows the lost attempt."""
     svc = services(**fast_env(tmp_path))
-    svc.start("writer")
+    svc.start("control")
     svc.start("beat")
     first = svc.start("worker", concurrency=4, name="first")
     tenant, _, _ = make_tenant()
@@ -65,7 +65,7 @@ def test_every_queued_job_succeeds_after_the_broker_lost_all_its_messages(
     """NFR-3: 200 jobs published to the broker, the broker database flushed before any worker
     ran: the sweeper republishes jobs published but never taken, and every one succeeds."""
     svc = services(**fast_env(tmp_path))
-    svc.start("writer")
+    svc.start("control")
     svc.start("beat")
     tenant, _, _ = make_tenant()
     jobs = [submit(tenant, target.url(f"/bytes/{100 + i}")) for i in range(200)]
@@ -93,7 +93,7 @@ def test_a_duplicate_message_for_a_job_is_a_no_op(services, make_tenant, target,
     """NFR-1: the publisher dies between sending and stamping, so the job is sent twice;
     the conditional claim makes the second message do nothing: one attempt, one result."""
     svc = services(**fast_env(tmp_path, SCRAPEJOBS_REPUBLISH_AFTER_S="600"))
-    svc.start("writer")
+    svc.start("control")
     svc.start("beat")
     tenant, _, _ = make_tenant()
     job = submit(tenant, target.url("/bytes/4096"))
@@ -188,8 +188,8 @@ def test_a_stopped_worker_gives_its_job_back_within_its_grace_period(services, m
     """NFR-4: on SIGTERM a worker takes no new job and, when its running job does not finish
     within SCRAPEJOBS_WORKER_SHUTDOWN_GRACE_S (2 s here), gives the job back and exits; the job
     then succeeds on another worker."""
-    svc = services(**fast_env(tmp_path, SCRAPEJOBS_LEASE_SECONDS="60"))
-    svc.start("writer")
+    svc = services(**fast_env(tmp_path, SCRAPEJOBS_LEASE_S="60"))
+    svc.start("control")
     svc.start("beat")
     stopping = svc.start("worker", concurrency=4, name="stopping")
     tenant, _, _ = make_tenant()

@@ -33,7 +33,7 @@ START_BOUND = timedelta(seconds=2)
 
 def _start(services: Any, tmp_path: Path, **env: str) -> Any:
     svc = services(**{**ENV, **env}, SCRAPEJOBS_RESULTS_DIR=str(tmp_path / "results"))
-    svc.start("writer")
+    svc.start("control")
     svc.start("beat")
     workers = [svc.start("worker", concurrency=4, name=f"fair{i}") for i in (1, 2)]
     wait_for(

@@ -42,7 +42,7 @@ def _env(pg: PrivatePostgres, results: Path, **overrides: str) -> dict[str, str]
     return {
         "DATABASE_URL": pg.url,
         "SCRAPEJOBS_RESULTS_DIR": str(results),
-        "SCRAPEJOBS_LEASE_SECONDS": str(LEASE_S),
+        "SCRAPEJOBS_LEASE_S": str(LEASE_S),
         "SCRAPEJOBS_SWEEP_INTERVAL_S": "1",
         "SCRAPEJOBS_PUBLISH_INTERVAL_S": "0.5",
         "SCRAPEJOBS_WEBHOOK_INTERVAL_S": "1",
@@ -69,7 +69,7 @@ def _submit(pg: PrivatePostgres, urls: list[str]) -> list[str]:
 def _run_outage(services, target, tmp_path: Path, pg: PrivatePostgres, outage_s: float, **env: str) -> None:  # type: ignore[no-untyped-def]
     results = tmp_path / "results"
     svc = services(**_env(pg, results, **env))
-    svc.start("writer")
+    svc.start("control")
     svc.start("beat")
     for w in range(2):
         svc.start("worker", concurrency=JOBS // 2 + 10, name=f"w{w}")

@@ -1,7 +1,7 @@
 """A PostgreSQL outage in the middle of a mixed workload redoes no finished fetch (NFR-3, NFR-4).
 
 The deployment of the measurement, at its size: three worker processes, two control processes
-(the writer component), one beat; ``SCRAPEJOBS_LEASE_SECONDS`` 10, a sweep every 5 s, republish
+(the control component), one beat; ``SCRAPEJOBS_LEASE_S`` 10, a sweep every 5 s, republish
 after 30 s. 1,000 jobs of four kinds, a quarter each: fast, 2 s slow, 503 twice then 200, and
 404, submitted over 30 s: the flaky and the slow ones each to a domain of their own (the 503s lower
 only their domain's adaptive rate; a few slow ones are always in flight), the others to one
@@ -48,7 +48,7 @@ def _env(pg: PrivatePostgres, results: Path) -> dict[str, str]:
     return {
         "DATABASE_URL": pg.url,
         "SCRAPEJOBS_RESULTS_DIR": str(results),
-        "SCRAPEJOBS_LEASE_SECONDS": "10",
+        "SCRAPEJOBS_LEASE_S": "10",
         "SCRAPEJOBS_SWEEP_INTERVAL_S": "5",
         "SCRAPEJOBS_REPUBLISH_AFTER_S": "30",
         "SCRAPEJOBS_PUBLISH_INTERVAL_S": "0.5",
@@ -122,7 +122,7 @@ def test_an_outage_during_a_mixed_workload_redoes_no_finished_fetch(
     flaky_target, slow_target = other_targets
     svc = services(**_env(pg, results), SCRAPEJOBS_DB_POOL=pool)
     for w in range(2):
-        svc.start("writer", name=f"control{w}")
+        svc.start("control", name=f"control{w}")
     svc.start("beat")
     for w in range(3):
         svc.start("worker", concurrency=30, name=f"w{w}")
@@ -204,14 +204,14 @@ def test_an_answer_that_arrives_while_the_database_is_away_is_not_lost(
     svc = services(
         DATABASE_URL=pg.url,
         SCRAPEJOBS_RESULTS_DIR=str(results),
-        SCRAPEJOBS_LEASE_SECONDS="4",
+        SCRAPEJOBS_LEASE_S="4",
         SCRAPEJOBS_SWEEP_INTERVAL_S="1",
         SCRAPEJOBS_REPUBLISH_AFTER_S="30",
         SCRAPEJOBS_PUBLISH_INTERVAL_S="0.5",
         SCRAPEJOBS_DB_POOL="false",
         SCRAPEJOBS_DOMAIN_ADAPTIVE="true",  # as `make run` has it: every answer is recorded
     )
-    svc.start("writer")
+    svc.start("control")
     svc.start("beat")
     svc.start("worker", concurrency=4)
     out = pg.django(

@@ -31,7 +31,7 @@ def test_a_hundred_slow_fetches_in_one_worker_hold_a_handful_of_connections(serv
         SCRAPEJOBS_DOMAIN_DEFAULT_BURST="1000",
         SCRAPEJOBS_DOMAIN_DEFAULT_CONCURRENCY="1000",
     )
-    services(**limits).start("writer")
+    services(**limits).start("control")
     services(**limits).start("beat")
     # libpq names every connection of the worker process after PGAPPNAME: pg_stat_activity tells
     # them apart from the writer's, beat's and this test's.
@@ -83,7 +83,7 @@ def test_a_scrape_message_is_acknowledged_when_its_task_starts(services, make_te
 
     tenant = make_tenant()[0]
     s = services()
-    s.start("writer")
+    s.start("control")
     s.start("beat")
     s.start("worker", concurrency=4)
     job = job_create(tenant_id=tenant.id, url=target.url("/slow?delay=4"), domain="127.0.0.1", timeout_s=30)[

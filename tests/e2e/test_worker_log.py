@@ -15,7 +15,7 @@ def test_a_worker_logs_no_line_per_successful_task_but_still_logs_a_crashing_one
 ):
     tenant = make_tenant()[0]
     s = services()
-    s.start("writer")
+    s.start("control")
     s.start("beat")
     worker = s.start("worker", concurrency=4)
     wait_for(lambda: " ready." in worker.tail(200), 60, what="the worker")

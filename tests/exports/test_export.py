@@ -21,7 +21,7 @@ from django.core.management import CommandError, call_command
 from django.db.models import F
 from django.test import override_settings
 
-from apps.exports.services import export_daily, export_prefix, export_window
+from apps.exports.export import export_daily, export_prefix, export_window
 from apps.exports.tasks import export_daily_task
 from apps.jobs.models import Attempt, Job
 from scrapejobs.celery import _beat_schedule

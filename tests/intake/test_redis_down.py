@@ -105,7 +105,7 @@ def test_intake_accepts_jobs_while_redis_is_down_and_they_are_published_once_it_
     )
     port = _free_port()
     web = svc.start("web", port=port, workers=1)
-    svc.start("writer")  # runs the publisher
+    svc.start("control")  # runs the publisher
     svc.start("beat")
     _, token, _ = make_tenant()
     base = f"http://127.0.0.1:{port}"
@@ -170,7 +170,7 @@ def test_a_writer_holding_a_task_when_the_broker_dies_lives_on_and_publishes_onc
         CELERY_BROKER_URL=private_redis.url(1),
         SCRAPEJOBS_PUBLISH_INTERVAL_S="0.5",
     )
-    writer = svc.start("writer")
+    writer = svc.start("control")
     svc.start("beat")
     tenant = make_tenant()[0]
     first = submit(tenant, "http://a.example/first")
@@ -238,7 +238,7 @@ def test_thirty_seconds_without_redis_cost_clients_nothing_and_every_job_ends_su
     port = _free_port()
     slots = {
         "web": lambda: svc.start("web", port=port, workers=1),
-        "writer": lambda: svc.start("writer"),
+        "control": lambda: svc.start("control"),
         "beat": lambda: svc.start("beat"),
         "worker": lambda: svc.start("worker", concurrency=10),
     }

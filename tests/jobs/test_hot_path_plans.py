@@ -19,7 +19,9 @@ from apps.jobs.claims import CLAIM_SQL
 from apps.jobs.singleflight import DECIDABLE_JOB_SQL, job_fetch_decide
 from tests.support.factories import job_make
 
-pytestmark = pytest.mark.django_db
+# Committed and truncated after each test (transaction=True): a rolled-back burst would leave
+# its dead entries in the ledger's indexes, whose sizes the planner reads, for later tests.
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture

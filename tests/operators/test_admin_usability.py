@@ -16,7 +16,7 @@ from apps.jobs.claims import job_claim
 from apps.jobs.intake import job_create
 from apps.jobs.models import Attempt, Job, JobStatus
 from apps.jobs.receipt_fold import attempts_apply_finished
-from apps.scraping.services import attempt_run
+from apps.scraping.attempt import claimed_attempt_fetch_and_store
 from apps.tenants.models import Tenant
 from apps.tenants.services import tenant_create
 from tests.support.target import TargetServer, body_for
@@ -44,7 +44,7 @@ def attempted(tenant: Tenant, url: str, *, max_attempts: int = 1) -> Job:
     job, _ = job_create(tenant_id=tenant.pk, url=url, domain="127.0.0.1", max_attempts=max_attempts)
     claimed = job_claim(job_id=job.id, worker="worker-1@host")
     assert claimed is not None
-    attempts_apply_finished([attempt_run(claimed=claimed, worker="worker-1@host")])
+    attempts_apply_finished([claimed_attempt_fetch_and_store(claimed=claimed, worker="worker-1@host")])
     job.refresh_from_db()
     return job
 

@@ -16,7 +16,7 @@ from apps.jobs.claims import job_claim
 from apps.jobs.models import Job
 from apps.operators.dashboard import histogram_quantile
 from apps.operators.models import AttemptMinute, GaugeMinute, RollupState
-from apps.operators.rollups import rollup_run, rollups_prune
+from apps.operators.rollup_runner import rollup_run, rollups_prune
 from apps.redis_clients import state_redis
 from tests.query import helpers
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from django.contrib.auth.models import User
 
-from apps.operators.rollups import rollup_run
+from apps.operators.rollup_runner import rollup_run
 from tests.support.big_ledger import ledger_build
 
 pytestmark = pytest.mark.e2e  # starts a browser: the whole suite's, not the fast loop's

@@ -32,7 +32,7 @@ SUPERVISE_VARS = variables_read("scrapejobs/supervise.py", r'env\.(?:get|setdefa
 
 
 def test_the_settings_scan_finds_the_settings() -> None:
-    assert {"DATABASE_URL", "SCRAPEJOBS_LEASE_SECONDS", "AWS_ACCESS_KEY_ID"} <= SETTINGS_VARS
+    assert {"DATABASE_URL", "SCRAPEJOBS_LEASE_S", "AWS_ACCESS_KEY_ID"} <= SETTINGS_VARS
     assert {"PORT", "FLOWER_PORT"} <= PROCESS_VARS and "SCRAPEJOBS_RUN_DIR" in SUPERVISE_VARS
 
 

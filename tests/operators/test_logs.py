@@ -53,7 +53,7 @@ def test_a_failed_scrape_logs_one_json_line_naming_its_job_url_tenant_domain_and
 ) -> None:
     tenant = make_tenant()[0]
     s = services(SCRAPEJOBS_LOG_FORMAT="json", SCRAPEJOBS_LOG_LEVEL="INFO")
-    s.start("writer")
+    s.start("control")
     s.start("beat")
     worker = s.start("worker", concurrency=2)
     url = f"http://127.0.0.1:{closed_port()}/feed"
@@ -92,14 +92,14 @@ def text_log() -> Iterator[io.StringIO]:
 
 
 def test_the_text_format_is_one_readable_line_with_the_jobs_fields(text_log: io.StringIO) -> None:
-    log = logging.getLogger("apps.scraping.services")
+    log = logging.getLogger("apps.scraping.attempt")
     log.warning("outside any job")
     with job_log_context(job_id="0192-job", domain="shop.example"):
         job_log_context_claimed(tenant_id="t-1", attempt=2, url="https://shop.example/a")
         log.warning("storing the result failed")
     log.warning("after the job")
     lines = text_log.getvalue().splitlines()
-    assert lines[0].endswith("WARNING apps.scraping.services outside any job")
+    assert lines[0].endswith("WARNING apps.scraping.attempt outside any job")
     assert lines[1].endswith(
         "storing the result failed [job_id=0192-job tenant=t-1 domain=shop.example attempt=2]"
     )
@@ -121,7 +121,7 @@ def test_an_unknown_log_format_stops_the_process_with_a_clear_message() -> None:
 @pytest.mark.e2e
 def test_idle_housekeeping_prints_nothing(services: Any) -> None:
     s = services(SCRAPEJOBS_LOG_LEVEL="INFO", SCRAPEJOBS_LOG_FORMAT="text")
-    writer = s.start("writer")
+    writer = s.start("control")
     beat = s.start("beat")
     wait_for(lambda: " ready." in writer.tail(200), 60, what="the writer")
     wait_for(lambda: "beat: Starting" in beat.tail(200), 60, what="beat")

@@ -22,7 +22,7 @@ from apps.jobs.models import Attempt, Job, WaitingFor
 from apps.jobs.outbox import job_defer_for_domain, outbox_published_stamp
 from apps.jobs.singleflight import job_fetch_decide
 from apps.operators.models import GaugeMinute
-from apps.operators.rollups import BATCH_ATTEMPTS, rollup_run
+from apps.operators.rollup_runner import BATCH_ATTEMPTS, rollup_run
 from scrapejobs.celery import _beat_schedule
 from tests.query import helpers
 from tests.support.procs import wait_for

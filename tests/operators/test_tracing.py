@@ -50,7 +50,7 @@ def _start(services: Any, env: dict[str, str]) -> tuple[Any, int]:
     svc = services(**env)
     port = _free_port()
     web = svc.start("web", port=port, workers=1)
-    svc.start("writer")
+    svc.start("control")
     svc.start("beat")  # the publisher's tick: a retry is published when its backoff has passed
     svc.start("worker", concurrency=2)
     wait_for_web(web, port)
@@ -130,7 +130,7 @@ def test_one_jobs_spans_from_web_worker_and_writer_share_its_trace_with_the_righ
 
     # From all three processes, in one trace.
     services_seen = {s["resource"]["attributes"]["service.name"] for s in mine}
-    assert {"scrapejobs-web", "scrapejobs-worker", "scrapejobs-writer"} <= services_seen, services_seen
+    assert {"scrapejobs-web", "scrapejobs-worker", "scrapejobs-control"} <= services_seen, services_seen
 
     # The request span is the root; the job's row holds its context.
     (request,) = [s for s in mine if s.get("parent_id") is None]
@@ -191,7 +191,7 @@ def test_one_jobs_spans_from_web_worker_and_writer_share_its_trace_with_the_righ
         for line in probe.read_text().splitlines()
         if line.split()[1].startswith(TRACING_MODULES)
     }
-    assert len(importers) >= 4, importers  # the web's worker, the worker, the writer and beat
+    assert len(importers) >= 4, importers  # the web's worker, the worker, the control component and beat
 
     # Log lines about the job carry its trace id (the worker's attempt-failure warning).
     svc.stop()

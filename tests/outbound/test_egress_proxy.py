@@ -22,7 +22,7 @@ from apps.outbound.proxies import egress_proxy_parse
 from apps.politeness.keys import domain_keys
 from apps.politeness.models import DomainPolicy
 from apps.redis_clients import state_redis
-from apps.scraping.services import job_run_attempt
+from apps.scraping.attempt import job_run_attempt
 from apps.webhooks.sending import webhook_post
 from scrapejobs.processes import ROOT
 from tests.support.connect_proxy import ConnectProxy

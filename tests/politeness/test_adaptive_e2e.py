@@ -1,5 +1,5 @@
 """The adaptive rate with real processes (done when): two worker processes, the
-writer and beat against a local target that logs every request's arrival. While the target sheds
+control and beat against a local target that logs every request's arrival. While the target sheds
 one request in five (503) the domain's rate settles below its policy's; once it answers 200 again
 the rate climbs back to the policy's within a minute. The rate over time is printed as a table,
 next to the requests per second the target actually saw."""
@@ -51,7 +51,7 @@ def test_a_domain_shedding_one_request_in_five_settles_lower_and_recovers_within
         SCRAPEJOBS_PUBLISH_INTERVAL_S="0.25",
         SCRAPEJOBS_RESULTS_DIR=str(tmp_path / "results"),
     )
-    svc.start("writer")
+    svc.start("control")
     svc.start("beat")
     svc.start("worker", concurrency=10, name="a")
     svc.start("worker", concurrency=10, name="b")

@@ -8,9 +8,9 @@ import time
 import pytest
 from django.test import Client
 
+from apps.politeness.limiter import DomainDecision, domain_outcome_record, domain_permit_acquire
 from apps.politeness.models import DomainPolicy
 from apps.politeness.selectors import POLICY_CACHE_S, domain_limits_get
-from apps.politeness.services import DomainDecision, domain_outcome_record, domain_permit_acquire
 
 pytestmark = pytest.mark.django_db
 

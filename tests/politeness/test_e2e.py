@@ -1,4 +1,4 @@
-"""Politeness with the real writer, beat and worker processes against a local target (NFR-5
+"""Politeness with the real control, beat and worker processes against a local target (NFR-5
 (politeness), NFR-5): a domain's rate and concurrency cap hold across every worker thread,
 waiting spends no attempt and no worker slot, and a Retry-After slows down only its own domain.
 

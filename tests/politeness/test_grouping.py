@@ -13,14 +13,11 @@ from django.utils import timezone
 
 from apps.jobs.models import Attempt, Job, JobStatus
 from apps.jobs.receipt_fold import attempts_apply_finished
+from apps.politeness.domains import registrable_domain
+from apps.politeness.limiter import domain_permit_acquire
 from apps.politeness.models import DomainPolicy
-from apps.politeness.selectors import (
-    domain_limits_get,
-    domain_state_get,
-    registrable_domain,
-)
-from apps.politeness.services import domain_permit_acquire
-from apps.scraping.services import job_run_attempt
+from apps.politeness.selectors import domain_limits_get, domain_state_get
+from apps.scraping.attempt import job_run_attempt
 from tests.e2e.fault_support import submit
 
 pytestmark = pytest.mark.django_db

@@ -1,4 +1,4 @@
-"""Hostile and broken targets against the real writer, beat and worker processes (NFR-5, NFR-22,
+"""Hostile and broken targets against the real control, beat and worker processes (NFR-5, NFR-22,
 NFR-23; docs/limits.md "Targets"): a robots.txt written to make a backtracking matcher run for
 ever, a target on an IPv6 literal, and a port that refuses connections next to a live one.
 
@@ -62,7 +62,7 @@ def test_a_hostile_robots_txt_stalls_neither_its_worker_nor_another_domains_job(
     target.robots = (200, "User-agent: *\nDisallow: /*a*a*a*a*a*a*a*a*b\nDisallow: /*a*a*a*a*a*a*a*a*a*c$\n")
     run = "a" * 4000
     svc = services(**env(tmp_path))
-    svc.start("writer")
+    svc.start("control")
     svc.start("beat")
     svc.start("worker", concurrency=4)
     tenant = make_tenant()[0]
@@ -90,7 +90,7 @@ def test_the_robots_txt_of_an_ipv6_literal_target_is_fetched_and_obeyed(services
     try:
         server.robots = (200, "User-agent: *\nDisallow: /status/\n")
         svc = services(**env(tmp_path))
-        svc.start("writer")
+        svc.start("control")
         svc.start("beat")
         svc.start("worker", concurrency=2)
         tenant = make_tenant()[0]
@@ -117,7 +117,7 @@ def test_a_port_refusing_connections_holds_back_its_own_origin_only(services, ma
         s.bind(("127.0.0.1", 0))
         closed_port = s.getsockname()[1]
     svc = services(**env(tmp_path))
-    svc.start("writer")
+    svc.start("control")
     svc.start("beat")
     svc.start("worker", concurrency=4)
     dead = submit(make_tenant()[0], f"http://127.0.0.1:{closed_port}/bytes/30", max_attempts=1).id
@@ -149,7 +149,7 @@ def test_a_port_refusing_the_jobs_own_connections_slows_neither_its_host_nor_ano
     svc = services(
         **{**env(tmp_path), "SCRAPEJOBS_ROBOTS_OBEY": "false", "SCRAPEJOBS_DOMAIN_ADAPTIVE": "true"}
     )
-    svc.start("writer")
+    svc.start("control")
     svc.start("beat")
     svc.start("worker", concurrency=4)
     refused_tenant, live_tenant = make_tenant()[0], make_tenant()[0]

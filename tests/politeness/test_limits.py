@@ -11,15 +11,15 @@ import pytest
 import redis as redis_lib
 from django.conf import settings as django_settings
 
-from apps.politeness import services
+from apps.politeness import limiter
 from apps.politeness.keys import domain_keys
-from apps.politeness.models import DomainPolicy
-from apps.politeness.selectors import domain_limits_cache_clear, domain_limits_get, domain_state_get
-from apps.politeness.services import (
+from apps.politeness.limiter import (
     domain_outcome_record,
     domain_permit_acquire,
     domain_permit_release,
 )
+from apps.politeness.models import DomainPolicy
+from apps.politeness.selectors import domain_limits_cache_clear, domain_limits_get, domain_state_get
 
 pytestmark = pytest.mark.django_db
 
@@ -70,7 +70,7 @@ def test_concurrent_workers_cannot_overspend_the_bucket():
 
     def worker(i: int) -> None:
         client = redis_lib.Redis.from_url(django_settings.REDIS_URL, decode_responses=True)
-        script = client.register_script(services._ACQUIRE)
+        script = client.register_script(limiter._ACQUIRE)
         keys = domain_keys(DOMAIN)
         barrier.wait()
         granted, _, _ = script(

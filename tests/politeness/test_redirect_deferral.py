@@ -1,5 +1,5 @@
 """A redirect hop whose domain has no turn ends the attempt as a deferral (NFR-24, NFR-5:
-waiting for a domain holds no worker slot), with the real writer, beat and worker processes.
+waiting for a domain holds no worker slot), with the real control, beat and worker processes.
 
 The scenario at its size: a hundred hosts (127.0.1.1 to 127.0.1.100, each its own domain, each
 its own server) all redirect to one domain allowed 2 requests/s. Four worker threads. A hop
@@ -45,7 +45,7 @@ def test_hops_to_a_busy_domain_are_deferred_and_hold_no_thread(services, make_te
     hosts, slow, other = servers
     DomainPolicy.objects.create(domain="127.0.0.3", requests_per_second=RATE, burst=1, max_concurrency=100)
     svc = services(SCRAPEJOBS_PUBLISH_INTERVAL_S="0.25", SCRAPEJOBS_RESULTS_DIR=str(tmp_path / "results"))
-    svc.start("writer")
+    svc.start("control")
     svc.start("beat")
     svc.start("worker", concurrency=4)
 

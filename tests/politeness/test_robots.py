@@ -15,7 +15,7 @@ from apps.jobs.receipt_fold import attempts_apply_finished
 from apps.politeness.models import DomainPolicy
 from apps.politeness.robots import RobotsAnswer, robots_local_cache_clear, robots_parse, robots_rules_get
 from apps.politeness.selectors import domain_limits_cache_clear, domain_state_get
-from apps.scraping.services import job_run_attempt
+from apps.scraping.attempt import job_run_attempt
 from tests.e2e.fault_support import submit, wait_all_final
 
 ROBOTS = """
@@ -204,7 +204,7 @@ def test_a_crawl_delay_caps_the_domains_rate(obeying, make_tenant, target) -> No
     assert domain_state_get(domain="127.0.0.1").crawl_delay_s == 2
 
 
-# ---- real processes: two workers, the writer, beat ----
+# ---- real processes: two workers, the control component, beat ----
 
 
 @pytest.mark.e2e
@@ -221,7 +221,7 @@ def test_two_worker_processes_fetch_the_file_once_per_ttl_and_never_request_a_di
         SCRAPEJOBS_PUBLISH_INTERVAL_S="0.25",
         SCRAPEJOBS_RESULTS_DIR=str(tmp_path / "results"),
     )
-    svc.start("writer")
+    svc.start("control")
     svc.start("beat")
     svc.start("worker", concurrency=8, name="a")
     svc.start("worker", concurrency=8, name="b")

@@ -22,7 +22,7 @@ from django.utils import timezone
 from apps.jobs.intake import job_create
 from apps.jobs.models import Job
 from apps.jobs.outbox import _SELECT_OLDEST, _SELECT_PRIORITIES, _SELECT_TENANTS
-from apps.publishing.services import (
+from apps.publishing.publisher import (
     outbox_publish,
     outbox_publish_batch,
 )

@@ -14,7 +14,7 @@ from django.utils import timezone
 from apps.jobs.intake import job_create, publisher_nudge
 from apps.jobs.models import Job
 from apps.jobs.nudges import PUBLISH
-from apps.publishing.services import outbox_publish, outbox_publish_batch
+from apps.publishing.publisher import outbox_publish, outbox_publish_batch
 from apps.redis_clients import state_redis
 from tests.support.procs import wait_for
 
@@ -124,7 +124,7 @@ def test_concurrent_publishers_never_send_a_job_twice(make_tenant):
 def test_an_accepted_job_is_published_at_once_by_the_nudge_with_no_beat_running(services, make_tenant):
     # apps.jobs.nudges: intake's nudge reaches the control process's listener, no broker message.
     tenant, _, _ = make_tenant()
-    services().start("writer")
+    services().start("control")
     first = _jobs(tenant, 1)[0]
     wait_for(
         lambda: (
@@ -133,7 +133,7 @@ def test_an_accepted_job_is_published_at_once_by_the_nudge_with_no_beat_running(
         ),
         timeout=90,
         interval=0.5,
-        what="the writer process to start and publish",
+        what="the control process to start and publish",
     )
     (job,) = _jobs(tenant, 1)
     wait_for(

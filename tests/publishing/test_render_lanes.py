@@ -13,7 +13,7 @@ from django.conf import settings
 
 from apps.jobs.intake import job_create
 from apps.jobs.models import Job
-from apps.publishing.services import outbox_publish_batch
+from apps.publishing.publisher import outbox_publish_batch
 
 pytestmark = pytest.mark.django_db
 

@@ -1,5 +1,5 @@
 """Rendered jobs end to end (FR-30..FR-32, NFR-31, NFR-32): POST /jobs with render "browser", the
-real writer, beat and browser component (Debian's Chromium driven by Playwright), local pages on
+real control, beat and browser components (Debian's Chromium driven by Playwright), local pages on
 loopback addresses only."""
 
 from __future__ import annotations
@@ -31,11 +31,11 @@ FINAL = ("succeeded", "failed", "cancelled")
 
 @pytest.fixture
 def rendering(services):
-    """Writer, beat and the browser component (two pages at once); returns the Services."""
+    """Control, beat and the browser component (two pages at once); returns the Services."""
 
     def start(**env: str):
         s = services(SCRAPEJOBS_BROWSER_CONCURRENCY="2", **env)
-        s.start("writer")
+        s.start("control")
         s.start("beat")
         s.start("browser")
         return s

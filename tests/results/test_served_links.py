@@ -15,7 +15,7 @@ from django.core import signing
 from apps.jobs.models import Job, JobStatus
 from apps.jobs.receipt_fold import attempts_apply_finished
 from apps.results.links import _SALT
-from apps.scraping.services import job_run_attempt
+from apps.scraping.attempt import job_run_attempt
 from apps.tenants.models import Tenant
 from tests.results.test_storage import local_results, s3_results  # noqa: F401 - fixtures
 

@@ -18,8 +18,8 @@ from django.utils import timezone
 from apps.jobs.claims import job_claim
 from apps.jobs.models import Attempt, Job
 from apps.jobs.sweeping import jobs_lose_expired_leases
-from apps.results.retention import RetentionStats, retention_run
 from apps.results.storage import result_key, result_store, results_storage, storage_files_under
+from apps.results.storage_retention import RetentionStats, retention_run
 from apps.results.tasks import retention_run_task
 from scrapejobs.celery import _beat_schedule
 from tests.query import helpers

@@ -19,8 +19,8 @@ from apps.jobs.intake import job_create
 from apps.jobs.models import Attempt, Job, JobStatus
 from apps.jobs.receipts import AttemptFinished
 from apps.scheduling.services import jobs_sweep_expired_leases
+from apps.writer.flush import writer_flush_once
 from apps.writer.selectors import receipts_waiting_for_s
-from apps.writer.services import writer_flush_once
 from apps.writer.streams import FIELD, RETRY_AT, STREAM, TRIES, writer_redis
 from apps.writer.submit import receipt_submit
 

@@ -13,8 +13,8 @@ from apps.jobs.claims import job_claim
 from apps.jobs.models import Attempt, Job
 from apps.jobs.receipt_fold import attempts_apply_finished
 from apps.redis_clients import cancel_flag_key, state_redis
+from apps.scraping.attempt import job_run_attempt
 from apps.scraping.leases import LeaseKeeper, lease_keeper
-from apps.scraping.services import job_run_attempt
 from tests.support.factories import job_make
 from tests.support.procs import wait_for
 

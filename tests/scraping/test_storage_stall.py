@@ -19,8 +19,8 @@ from django.test import override_settings
 
 from apps.jobs.claims import job_claim
 from apps.jobs.models import Attempt, Job
+from apps.scraping.attempt import job_run_attempt
 from apps.scraping.leases import LeaseKeeper
-from apps.scraping.services import job_run_attempt
 from tests.e2e.fault_support import FAST, attempt_history, wait_all_final
 from tests.support.factories import job_make
 from tests.support.procs import ROOT, wait_for
@@ -143,7 +143,7 @@ def test_a_worker_stuck_before_its_upload_stops_renewing_the_lease_and_the_sweep
     fails when its attempts run out."""
     lease_s, allowance_s, timeout_s = 3, 2, 1
     services(
-        **{**FAST, "SCRAPEJOBS_LEASE_SECONDS": str(lease_s)},
+        **{**FAST, "SCRAPEJOBS_LEASE_S": str(lease_s)},
         SCRAPEJOBS_RESULTS_DIR=str(tmp_path),
         SCRAPEJOBS_TEST_RESULTS_BACKEND=OPEN_STALLS,
         SCRAPEJOBS_STORAGE_ALLOWANCE_S=str(allowance_s),

@@ -1,5 +1,5 @@
 """Single-flight fetch through the whole service (item 1 and its "done when"): jobs in
-through the HTTP API, real writer, beat and worker processes, a local target that counts the
+through the HTTP API, real control, beat and worker processes, a local target that counts the
 requests it receives, rows and stored bodies out."""
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def test_a_waiter_takes_over_when_the_elected_fetchs_worker_is_killed(
     services, make_tenant, target, tmp_path
 ):
     svc = services(**fast_env(tmp_path))
-    svc.start("writer")
+    svc.start("control")
     svc.start("beat")
     first = svc.start("worker", concurrency=4, name="first")
     tenant, _, _ = make_tenant()

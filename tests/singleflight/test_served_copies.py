@@ -17,9 +17,9 @@ from django.conf import settings
 from apps.jobs.models import Job, JobStatus
 from apps.jobs.receipt_fold import attempts_apply_finished
 from apps.jobs.singleflight import job_fetch_decide
-from apps.publishing.services import outbox_publish
+from apps.publishing.publisher import outbox_publish
 from apps.scheduling.services import jobs_sweep_stuck
-from apps.scraping.services import job_run_attempt
+from apps.scraping.attempt import job_run_attempt
 from apps.tenants.models import Tenant
 from tests.politeness.test_robots import obeying  # noqa: F401 - a fixture
 

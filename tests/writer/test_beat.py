@@ -1,4 +1,4 @@
-"""FR-W3 in the deployed shape: the `writer` Celery process (queues control,webhooks) and beat
+"""FR-W3 in the deployed shape: the `control` Celery process (queues control,webhooks) and beat
 apply receipts with no one calling the flush by hand."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def test_beat_driven_flushes_apply_receipts_in_the_writer_process(services) -> N
     specs = [RunningJob(id=new_id(), attempt=1, max_attempts=5) for _ in range(50)]
     running_jobs_create(specs)
     svc = services(SCRAPEJOBS_WRITER_FLUSH_INTERVAL_S="0.5")
-    svc.start("writer")
+    svc.start("control")
     svc.start("beat")
     for s in specs:
         receipt_submit(receipt(s.id, 1))

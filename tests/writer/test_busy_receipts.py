@@ -13,8 +13,8 @@ from django.db import connection
 
 from apps.jobs.models import Attempt, AttemptOutcome, Job, JobStatus
 from apps.scheduling.services import jobs_sweep_stuck
+from apps.writer.flush import writer_flush_once
 from apps.writer.selectors import dead_receipts_list
-from apps.writer.services import writer_flush_once
 from apps.writer.streams import FIELD, STREAM, TRIES, writer_redis
 from apps.writer.submit import receipt_submit
 from tests.support.procs import wait_for

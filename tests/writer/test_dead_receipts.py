@@ -12,8 +12,8 @@ from django.test import Client
 
 from apps.jobs.models import Job, JobStatus
 from apps.writer.dead_receipts import dead_receipts_drop, dead_receipts_replay
+from apps.writer.flush import writer_flush_once
 from apps.writer.selectors import dead_receipts_list, writer_status
-from apps.writer.services import writer_flush_once
 from apps.writer.streams import DEAD_RECEIPTS, STREAM, TRIES
 from apps.writer.streams import writer_redis as state_redis
 from apps.writer.submit import receipt_submit

@@ -10,8 +10,8 @@ import pytest
 
 from apps.jobs.models import Attempt, Job, JobStatus
 from apps.jobs.receipts import AttemptFinished, ResultStored, receipt_decode, receipt_encode
+from apps.writer.flush import writer_flush_once
 from apps.writer.selectors import dead_receipts_list
-from apps.writer.services import writer_flush_once
 from apps.writer.streams import FIELD, STREAM
 from apps.writer.streams import writer_redis as state_redis
 from tests.writer.helpers import RunningJob, new_id, receipt, running_jobs_create

@@ -14,8 +14,8 @@ from django.conf import settings
 from apps.jobs.models import Job, JobStatus
 from apps.jobs.nudges import WRITER
 from apps.redis_clients import state_redis
+from apps.writer.flush import writer_flush
 from apps.writer.lease import Lease
-from apps.writer.services import writer_flush
 from apps.writer.streams import GROUP, LEASE_KEY, RETRY_AT, STREAM, WANTED_KEY
 from apps.writer.submit import receipt_submit
 from tests.support.procs import wait_for
@@ -41,17 +41,17 @@ def _flush_tasks_queued() -> int:
 
 @pytest.mark.e2e
 def test_a_receipt_is_applied_by_the_writer_process_with_no_beat_running(services) -> None:
-    """Only the writer process runs (no beat): the receipt's own nudge starts the flush."""
+    """Only the control process runs (no beat): the receipt's own nudge starts the flush."""
     ready, later = new_id(), [new_id() for _ in range(5)]
     running_jobs_create([RunningJob(id=i, attempt=1, max_attempts=5) for i in (ready, *later)])
-    services().start("writer")
+    services().start("control")
     # The process needs a few seconds to boot; until then resubmit (a duplicate is harmless, and a
     # nudge left unconsumed expires) so that the measurement below starts with a listening writer.
     wait_for(
         lambda: receipt_submit(receipt(ready, 1)) and _status(ready) == JobStatus.SUCCEEDED,
         timeout=90,
         interval=0.5,
-        what="the writer process to start and apply its first nudged receipt",
+        what="the control process to start and apply its first nudged receipt",
     )
 
     # No beat runs, so nothing but a receipt's own nudge can flush. The bound is the nudge's
@@ -80,16 +80,16 @@ def test_a_burst_of_receipts_leaves_one_nudge_and_no_broker_message() -> None:
 @pytest.mark.e2e
 def test_a_nudge_during_a_flush_is_answered_by_one_more_flush(services) -> None:
     """The receipts appended while a nudged flush runs are applied without beat: their nudges
-    collapse into one more run after it (scrapejobs/nudges.py)."""
+    collapse into one more run after it (scrapejobs/nudge_listener.py)."""
     specs = [RunningJob(id=new_id(), attempt=1, max_attempts=5) for _ in range(3000)]
     running_jobs_create(specs)
-    services().start("writer")
+    services().start("control")
     first = specs[0]
     wait_for(
         lambda: receipt_submit(receipt(first.id, 1)) and _status(first.id) == JobStatus.SUCCEEDED,
         timeout=90,
         interval=0.5,
-        what="the writer process to start",
+        what="the control process to start",
     )
     for s in specs[1:]:  # a stream of receipts while flushes run
         receipt_submit(receipt(s.id, 1))

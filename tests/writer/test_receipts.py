@@ -15,7 +15,7 @@ from apps.jobs.claims import job_claim
 from apps.jobs.intake import job_create
 from apps.jobs.models import Attempt, Job, JobStatus
 from apps.jobs.receipts import COMPACT_V1, receipt_decode
-from apps.writer.services import writer_flush_once
+from apps.writer.flush import writer_flush_once
 from apps.writer.streams import FIELD, STREAM
 from apps.writer.streams import writer_redis as state_redis
 from apps.writer.submit import receipt_submit

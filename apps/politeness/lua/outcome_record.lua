@@ -1,4 +1,4 @@
--- domain_outcome_record (apps/politeness/services.py): a target's answer, the domain's adaptive
+-- domain_outcome_record (apps/politeness/limiter.py): a target's answer, the domain's adaptive
 -- rate and its Retry-After pause.
 -- KEYS: state hash, adapt hash, outcomes list. ARGV: retry-after s (0: none), bad 0/1 (429, 503
 -- or a timeout), adapt 0/1, policy rate/s, floor rate/s, window (answers), minimum answers before

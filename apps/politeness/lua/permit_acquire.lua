@@ -1,4 +1,4 @@
--- domain_permit_acquire (apps/politeness/services.py): one domain's token, slot and line.
+-- domain_permit_acquire (apps/politeness/limiter.py): one domain's token, slot and line.
 -- KEYS: state hash, slots zset, the job's ticket, adapt hash. ARGV: policy rate/s, burst, cap,
 -- holder, slot ttl (s) (0: a token only, for a redirect hop within the domain whose slot the
 -- fetch already holds), ticket grace (s).

@@ -1,4 +1,4 @@
--- domain_token_try (apps/politeness/services.py): one token of a domain's bucket, now or never.
+-- domain_token_try (apps/politeness/limiter.py): one token of a domain's bucket, now or never.
 -- For a rendered page's subresource of the page's own registrable domain (NFR-32): it takes a
 -- token when one is there and no booked job is waiting in the domain's line, and otherwise
 -- is refused at once, booking nothing (a page's assets never wait, nor push jobs back).

@@ -1,4 +1,4 @@
-"""The index of the fair dispatcher (apps/publishing/services.py, NFR-9/NFR-10).
+"""The index of the fair dispatcher (apps/publishing/publisher.py, NFR-9/NFR-10).
 
 It lives on ``jobs_job`` but belongs to the publisher's two queries: the loose index scan that
 lists the (priority, tenant) pairs with backlog, and the per-pair "oldest k rows". Both then cost

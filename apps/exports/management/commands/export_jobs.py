@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from apps.exports.services import ExportBusy, ExportWindowInvalid, export_window
+from apps.exports.export import ExportBusy, ExportWindowInvalid, export_window
 
 
 def _instant(value: str) -> datetime:

@@ -14,7 +14,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
-from apps.writer.services import writer_flush
+from apps.writer.flush import writer_flush
 
 
 class Command(BaseCommand):

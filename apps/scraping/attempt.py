@@ -32,8 +32,8 @@ from apps.jobs.models import AttemptOutcome, Render
 from apps.jobs.receipts import AttemptFinished
 from apps.jobs.singleflight import job_fetch_decide
 from apps.outbound.proxy_status import egress_proxy_auth_failed_record
+from apps.politeness.limiter import job_domain_turn
 from apps.politeness.selectors import tenant_obeys_robots
-from apps.politeness.services import job_domain_turn
 from apps.redis_clients import cancel_flag_key, state_redis
 from apps.results.storage import ResultStoreFailed, result_store
 from apps.runtime.logs import job_attempt_failure_log, job_log_context_claimed
@@ -162,7 +162,7 @@ def _attempt_claim_and_run(
             logger.info("job %s not claimable (duplicate message or not queued): skipped", job_id)
             return None
         job_log_context_claimed(tenant_id=claimed.tenant_id, attempt=claimed.attempt, url=claimed.url)
-        receipt = attempt_run(claimed=claimed, worker=worker, traced=traced)
+        receipt = claimed_attempt_fetch_and_store(claimed=claimed, worker=worker, traced=traced)
         # One round trip: the slot goes back, the receipt goes to the writer, and the publisher
         # is asked to refill the broker for the worker slot this frees. First, before anything
         # that may read the database: once the attempt's lease hold has ended no lease mark says
@@ -248,7 +248,7 @@ def _robots_obeyed(claimed: ClaimedJob) -> bool:
         _connection_release()
 
 
-def attempt_run(
+def claimed_attempt_fetch_and_store(
     *, claimed: ClaimedJob, worker: str, obey_robots: bool | None = None, traced: bool = False
 ) -> AttemptFinished:
     """Fetch and store; never raises: every outcome, a bug included, becomes the receipt.

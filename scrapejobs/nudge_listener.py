@@ -9,7 +9,7 @@ writer (read the receipts appended meanwhile) need. Each run is safe next to bea
 takes its advisory lock, the writer its lease.
 
 Started once per process by ``scrapejobs.celery`` in a worker that consumes the ``control`` queue
-(the "writer" component). If no such process runs, nothing is lost: beat still runs both every
+(the "control" component). If no such process runs, nothing is lost: beat still runs both every
 second.
 """
 

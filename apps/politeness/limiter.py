@@ -255,7 +255,7 @@ def job_domain_turn(
     holder = f"{job_id}:{secrets.token_hex(4)}"
     # The slot outlives any live fetch of this job (its timeout bounds the whole fetch) by one
     # lease: past that, its holder is surely dead and the slot frees itself.
-    slot_ttl_s = timeout_s + settings.SCRAPEJOBS_LEASE_SECONDS
+    slot_ttl_s = timeout_s + settings.SCRAPEJOBS_LEASE_S
     try:
         decision = domain_permit_acquire(
             domain=domain, holder=holder, ticket=str(job_id), slot_ttl_s=slot_ttl_s
