@@ -27,9 +27,12 @@ test: $(STAMP) browser
 	$(BIN)/python -m scrapejobs.embedded exec --dir .run/test -- $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The fast loop while editing: every test that starts no service process (no web, worker, beat or
-# control component, no browser): `-m "not e2e"`. `make test` stays the whole suite.
+# control component, no browser): `-m "not e2e"`, in TEST_FAST_PROCS parallel processes
+# (pytest-xdist; each its own test database, Redis databases and results directory, see
+# settings/test.py). `make test` stays the whole suite, in one process.
+TEST_FAST_PROCS ?= 4
 test-fast: $(STAMP)
-	$(BIN)/python -m scrapejobs.embedded exec --dir .run/test -- $(BIN)/python -m pytest -m "not e2e" -q $(PYTEST_ARGS)
+	$(BIN)/python -m scrapejobs.embedded exec --dir .run/test -- $(BIN)/python -m pytest -m "not e2e" -q -n $(TEST_FAST_PROCS) $(PYTEST_ARGS)
 
 # The dashboard's browser test (tests/operators/test_dashboard_browser.py) drives Debian's chromium
 # through chromedriver. Installed here where missing and possible (root with apt-get); otherwise

@@ -25,6 +25,24 @@ os.environ.setdefault("SCRAPEJOBS_ROBOTS_OBEY", "false")
 # The tests run as root, where Chromium cannot sandbox itself (docs/design/browser.md).
 os.environ.setdefault("SCRAPEJOBS_BROWSER_SANDBOX", "false")
 
+# `make test-fast` runs the tests in parallel processes (pytest-xdist, PYTEST_XDIST_WORKER
+# gw0, gw1, ...): pytest-django gives each its own test database; here each gets its own pair of
+# Redis databases (REDIS_URL's and the broker's, the next one) and its own results directory, so
+# that one process's flush or clean-up never touches another's keys and files.
+_xdist_worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _xdist_worker.startswith("gw"):
+    from urllib.parse import urlsplit as _urlsplit
+    from urllib.parse import urlunsplit as _urlunsplit
+
+    _n = int(_xdist_worker[2:]) + 1
+    _parts = _urlsplit(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
+    _db = int(_parts.path.strip("/") or 0)
+    os.environ["REDIS_URL"] = _urlunsplit(_parts._replace(path=f"/{(_db + 2 * _n) % 16}"))
+    os.environ.pop("CELERY_BROKER_URL", None)  # the next database of REDIS_URL's
+    os.environ["SCRAPEJOBS_RESULTS_DIR"] = os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".run", f"results-{_xdist_worker}"
+    )
+
 from settings.base import *  # noqa: E402,F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -291,6 +291,7 @@ def test_beat_runs_the_rollup_at_its_setting():
     assert entry["schedule"] == 17.0
 
 
+@pytest.mark.e2e  # starts two web processes: not in make test-fast
 @pytest.mark.django_db(transaction=True)
 def test_requests_served_by_two_web_servers_all_reach_metrics_on_either(services):
     """Two gunicorn servers (two processes, as two hosts would be): each one's requests show in
