@@ -165,6 +165,12 @@ COMPONENT_ALIASES = {"writer": "control"}
 CONTROL_NODE_NAMES = ("control", "writer")
 
 
+def node_names(component: str) -> tuple[str, ...]:
+    """The node names a component's processes answer a ping to (its healthcheck's destinations,
+    ``<name>@$HOSTNAME`` each): its own, and for control also its name before the rename."""
+    return CONTROL_NODE_NAMES if component == "control" else (component,)
+
+
 _warned: set[str] = set()
 
 

@@ -189,9 +189,7 @@ def test_the_celery_healthchecks_name_workers_the_way_processes_py_names_them() 
         argv = getattr(processes, component)()
         hostname = argv[argv.index("--hostname") + 1]
         assert hostname == f"{component}@%h"
-        destinations = {f"{component}@$$HOSTNAME"}
-        if component == "control":  # writer@, its old node name, answers too
-            destinations = {f"{name}@$$HOSTNAME" for name in processes.CONTROL_NODE_NAMES}
+        destinations = {f"{name}@$$HOSTNAME" for name in processes.node_names(component)}
         destination = re.search(r"--destination (\S+)", check)
         assert destination and set(destination.group(1).split(",")) == destinations, check
         assert "-A scrapejobs" in check

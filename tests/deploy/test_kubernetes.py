@@ -319,9 +319,7 @@ def test_the_probes_are_the_services_own() -> None:
         argv = getattr(processes, component)()
         hostname = argv[argv.index("--hostname") + 1]
         assert hostname == f"{component}@%h"
-        destinations = {f"{component}@$HOSTNAME"}
-        if component == "control":  # writer@, its old node name, answers too
-            destinations = {f"{name}@$HOSTNAME" for name in processes.CONTROL_NODE_NAMES}
+        destinations = {f"{name}@$HOSTNAME" for name in processes.node_names(component)}
         destination = re.search(r"inspect ping --destination (\S+)", check)
         assert destination and set(destination.group(1).split(",")) == destinations, check
         assert "-A scrapejobs" in check
