@@ -126,6 +126,8 @@ def _floor(tenant_id: uuid.UUID, rows: list[dict[str, str]]) -> float:
             "max_attempts": [5] * len(rows),
             "timeout_s": [30] * len(rows),
             "max_age_s": [0] * len(rows),
+            "render": ["none"] * len(rows),
+            "browser_options": [None] * len(rows),
         },
         schema=PART_SCHEMA,
     )

@@ -80,8 +80,8 @@ def _jobs_per_s(
                 sql(
                     db,
                     "INSERT INTO politeness_domainpolicy (domain, requests_per_second, burst, max_concurrency,"
-                    " grouping, obey_robots, note, updated_at)"
-                    " VALUES ('127.0.0.1', %s, %s, %s, 'host', true, 'bench', now()) RETURNING id",
+                    " grouping, obey_robots, egress_proxy, note, updated_at)"
+                    " VALUES ('127.0.0.1', %s, %s, %s, 'host', true, '', 'bench', now()) RETURNING id",
                     policy,
                 )
             procs = (
