@@ -34,6 +34,10 @@ class ClaimedJob:
     tenant_id: uuid.UUID | None = None  # robots.txt rules and the attempt's log lines
     render: str = "none"  # FR-30: "browser" is rendered by the browser component
     browser_options: dict[str, Any] | None = None
+    # The tenant's switches as the claim read them (None: not read, e.g. a claim built by hand):
+    # the fetch key's scope (apps.jobs.singleflight.fetch_key) and whether robots.txt is obeyed.
+    share_fetches: bool | None = None
+    obey_robots: bool | None = None
 
 
 CLAIM_SQL = """
@@ -63,9 +67,9 @@ WITH t AS (SELECT statement_timestamp() AS now), claimed AS (
                      AND cancel_requested_at IS NULL AND fetch_parked_at IS NULL
                 THEN true ELSE false END
 )
-SELECT attempts, method, url, headers, body, timeout_s, max_attempts, lease_expires_at,
-       tenant_id, render, browser_options
-  FROM claimed
+SELECT c.attempts, c.method, c.url, c.headers, c.body, c.timeout_s, c.max_attempts,
+       c.lease_expires_at, c.tenant_id, c.render, c.browser_options, tt.share_fetches, tt.obey_robots
+  FROM claimed AS c JOIN tenants_tenant AS tt ON tt.id = c.tenant_id
 """
 
 
@@ -77,8 +81,11 @@ def job_claim(*, job_id: uuid.UUID | str, worker: str, fetch_key: str | None = N
     ``not_before`` has not come yet is put back in the outbox (``published_at`` cleared,
     ``not_before`` kept), so the publisher sends it again when it is due: the message is never
     simply dropped. A job parked on another job's fetch (single-flight,
-    ``apps.jobs.singleflight``) is not taken; ``fetch_key``, when given, is stored with the claim,
-    so that later jobs can be served this fetch's result.
+    ``apps.jobs.singleflight``) is not taken; ``fetch_key``, when given, is stored with the claim
+    (an elected fetch's key, which the jobs parked on it are settled by). A job that needed no
+    decision (``max_age_s`` 0) is claimed without one: the claim returns the tenant's switches
+    with the request, the worker computes the key from them and the fold stores it with the
+    success (apps.scraping.attempt), so that later jobs can be served this fetch's result.
 
     Every time here is the database's (``statement_timestamp()``), never this worker's clock: whether the job is
     due, its lease's expiry and its start are compared by the publisher and the sweeper against
@@ -116,7 +123,7 @@ def job_claim(*, job_id: uuid.UUID | str, worker: str, fetch_key: str | None = N
     if row is None:
         return None
     (attempt, method, url, headers, body, timeout_s, max_attempts, lease_expires_at, tenant_id, render,
-     browser_options) = row  # fmt: skip
+     browser_options, share_fetches, obey_robots) = row  # fmt: skip
     if isinstance(headers, str) or isinstance(browser_options, str):
         import json  # noqa: PLC0415 - raw cursor: psycopg may hand jsonb back decoded or not
 
@@ -135,6 +142,8 @@ def job_claim(*, job_id: uuid.UUID | str, worker: str, fetch_key: str | None = N
         tenant_id=tenant_id,
         render=render,
         browser_options=browser_options,
+        share_fetches=share_fetches,
+        obey_robots=obey_robots,
     )
 
 

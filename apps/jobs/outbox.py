@@ -68,10 +68,10 @@ _SELECT_TENANTS = """
 # never decides.
 _SELECT_OLDEST = """
     SELECT w.priority, w.tenant_id::text, j.id::text, j.created_at, j.domain, j.timeout_s,
-           j.trace_context
+           j.trace_context, j.max_age_s
       FROM unnest(%s::text[], %s::uuid[], %s::int[]) AS w (priority, tenant_id, n)
      CROSS JOIN LATERAL (
-           SELECT id, created_at, domain, timeout_s, trace_context FROM jobs_job
+           SELECT id, created_at, domain, timeout_s, trace_context, max_age_s FROM jobs_job
             WHERE status = 'queued' AND published_at IS NULL AND render = %s
               AND priority = w.priority AND tenant_id = w.tenant_id
               AND (not_before IS NULL OR not_before <= now())
@@ -112,10 +112,10 @@ def outbox_tenants_due_after(
 
 def outbox_oldest_lock(
     *, render: str, wanted: Mapping[tuple[str, str], int], skip: Sequence[str]
-) -> dict[tuple[str, str], list[tuple[str, str, int, str | None]]]:
+) -> dict[tuple[str, str], list[tuple[str, str, int, str | None, int]]]:
     """Lock the oldest due rows (``not_before`` passed) of ``render`` each (priority, tenant) of
     ``wanted`` needs, at most its count, leaving out the ids in ``skip``; (id, domain, timeout,
-    trace context: FR-29, None when tracing is off) oldest first. Rows locked by someone else are skipped (SKIP LOCKED)."""
+    trace context: FR-29, None when tracing is off; max_age_s) oldest first. Rows locked by someone else are skipped (SKIP LOCKED)."""
     if not wanted:
         return {}
     pairs = list(wanted)
@@ -130,9 +130,22 @@ def outbox_oldest_lock(
                 list(skip),
             ],
         )
-        found: dict[tuple[str, str], list[tuple[datetime, str, str, int, str | None]]] = defaultdict(list)
-        for priority, tenant, job_id, created_at, domain, timeout_s, trace_context in cur.fetchall():
-            found[(priority, tenant)].append((created_at, job_id, domain, timeout_s, trace_context))
+        found: dict[tuple[str, str], list[tuple[datetime, str, str, int, str | None, int]]] = defaultdict(
+            list
+        )
+        for (
+            priority,
+            tenant,
+            job_id,
+            created_at,
+            domain,
+            timeout_s,
+            trace_context,
+            max_age_s,
+        ) in cur.fetchall():
+            found[(priority, tenant)].append(
+                (created_at, job_id, domain, timeout_s, trace_context, max_age_s)
+            )
     return {pair: [row[1:] for row in sorted(rows)] for pair, rows in found.items()}
 
 

@@ -111,11 +111,11 @@ WITH v AS (
       FROM unnest(%b::uuid[], %b::int[], %b::timestamptz[], %b::text[], %b::int[], %b::text[],
                   %b::text[], %b::bigint[], %b::text[], %b::float8[], %b::text[], %b::text[],
                   %b::text[], %b::text[], %b::bigint[], %b::text[], %b::text[], %b::int[],
-                  %b::int[], %b::int[], %b::text[], %b::jsonb[])
+                  %b::int[], %b::int[], %b::text[], %b::jsonb[], %b::text[])
            AS v(job_id, attempt, finished_at, outcome, http_status, error_class, error,
                 duration_ms, go, go_delay_s, last, cancel, last_error, result_key, result_size,
                 result_sha256, result_content_type, result_http_status, subrequests_made,
-                subrequests_blocked, result_final_url, result_headers)
+                subrequests_blocked, result_final_url, result_headers, fetch_key)
 ), closed AS (
     UPDATE jobs_attempt AS a
        SET finished_at = v.finished_at, outcome = v.outcome, http_status = v.http_status,
@@ -167,6 +167,9 @@ WITH v AS (
            result_stored_at = CASE WHEN p.has_result THEN p.finished_at ELSE j.result_stored_at END,
            result_final_url = CASE WHEN p.has_result THEN p.result_final_url ELSE j.result_final_url END,
            result_headers = CASE WHEN p.has_result THEN p.result_headers ELSE j.result_headers END,
+           -- The key of a fetch claimed without a decision (max_age_s 0): stored with its
+           -- success, the only version that later jobs look it up in (apps/jobs/singleflight.py).
+           fetch_key = CASE WHEN p.has_result THEN COALESCE(p.fetch_key, j.fetch_key) ELSE j.fetch_key END,
            finished_at = CASE WHEN p.final THEN p.finished_at ELSE j.finished_at END,
            -- The end-of-job outbox (apps/jobs/final_notices.py) holds what there is to announce:
            -- a job without a callback_url has nothing, so it leaves this write announced
@@ -192,11 +195,11 @@ def _apply_params(batch: Sequence[AttemptFinished]) -> list[Any]:
     and the statement picks one: ``go`` (neither), ``last``, ``cancel``. Only ``go`` may be a
     retry, so only its delay is sent (the statement adds it to the database's clock)."""
     base, cap = settings.SCRAPEJOBS_RETRY_BASE_S, settings.SCRAPEJOBS_RETRY_CAP_S
-    cols: list[list[Any]] = [[] for _ in range(22)]
+    cols: list[list[Any]] = [[] for _ in range(23)]
     (job_id, attempt, finished_at, outcome, http_status, error_class, error, duration_ms, go,
      go_delay_s, last, cancel, last_error, result_key, result_size, result_sha256,
      result_content_type, result_http_status, subrequests_made, subrequests_blocked, result_final_url,
-     result_headers) = cols  # fmt: skip
+     result_headers, fetch_key) = cols  # fmt: skip
     for r in batch:
         finished = _ts(r.finished_at)
         plan = functools.partial(
@@ -245,6 +248,7 @@ def _apply_params(batch: Sequence[AttemptFinished]) -> list[Any]:
         result_headers.append(
             None if res is None or res.headers is None else orjson.dumps(res.headers).decode()
         )
+        fetch_key.append(None if res is None else res.fetch_key)
     return [*cols, JOB_FINAL_CHANNEL]
 
 

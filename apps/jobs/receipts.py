@@ -30,7 +30,7 @@ COMPACT_V1 = 1
 V1_FIELDS = 12  # the version and the eleven fields of the first layout
 RESULT_FIELDS = 5
 # The result's fields a writer of this release reads: the first layout's and those appended since.
-RESULT_FIELDS_KNOWN = 7
+RESULT_FIELDS_KNOWN = 8
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,11 @@ class ResultStored:
     final_url: str | None = None
     # The target's response headers, bounded and masked (apps.scraping.fetch.response_headers_kept).
     headers: dict[str, str] | None = None
+    # The fetch key this body answers (apps.jobs.singleflight), stored by the fold with the
+    # success so that later jobs can be served it (FR-15): set by the worker for a job claimed
+    # without a decision (``max_age_s`` 0, whose claim no longer writes it). Appended (its place
+    # always held, null when unset): an older writer ignores it, an older worker's receipt lacks it.
+    fetch_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -130,6 +135,9 @@ def receipt_encode(r: AttemptFinished) -> bytes:
                 res.http_status,
                 res.final_url,
                 res.headers,
+                # Always in its place, as final_url: a later release's appended field is
+                # then never read as it.
+                res.fetch_key,
             ],
             *tail,
         ]

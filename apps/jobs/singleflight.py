@@ -3,9 +3,12 @@
 A job's **fetch key** is the SHA-256 of its request fingerprint (``request_fingerprint``: method,
 normalised URL, headers, body hash) and of its scope: the tenant, or ``shared`` when the tenant's
 operator let it share fetches (``Tenant.share_fetches``), so sharing happens only between tenants
-that both allow it. The worker computes it when it first decides about a job (``job_fetch_decide``,
-before the politeness gate and the claim), so jobs written by intake and jobs bulk-loaded straight
-into the ledger get it the same way. For a job with ``max_age_s`` > 0 the decision is:
+that both allow it. The worker computes it, so jobs written by intake and jobs bulk-loaded
+straight into the ledger get it the same way. A job with ``max_age_s`` 0 takes no stored result
+and waits for no other fetch: nothing is decided, the worker claims it at once and computes the
+key from what the claim returns (``job_fetch_key``), and the fold stores the key with the job's
+success, the only version later jobs look it up in. For a job with ``max_age_s`` > 0 the worker
+decides first (``job_fetch_decide``, before the politeness gate and the claim):
 
 - **served**: a job with the same key succeeded within ``max_age_s``: the job succeeds at once
   with that stored body (same key, size and SHA-256), its attempt recording which attempt it was
@@ -103,6 +106,29 @@ def fetch_key(*, fingerprint: str, tenant_id: uuid.UUID | str, shared: bool, obe
     return hashlib.sha256(f"{scope}\n{robots}\n{fingerprint}".encode()).hexdigest()
 
 
+def job_fetch_key(
+    *,
+    method: str,
+    url: str,
+    headers: dict[str, str],
+    body: str | None,
+    render: str,
+    browser_options: dict[str, Any] | None,
+    tenant_id: uuid.UUID | str,
+    share_fetches: bool,
+    obey_robots: bool,
+) -> str:
+    """A job's fetch key from its request and its tenant's two switches: what the decision
+    computes from its read, and the worker from the claim of a job that needed no decision."""
+    rendered = None if render == "none" else {"render": render, "options": browser_options}
+    return fetch_key(
+        fingerprint=request_fingerprint(method=method, url=url, headers=headers, body=body, render=rendered),
+        tenant_id=tenant_id,
+        shared=share_fetches,
+        obey_robots=obey_robots,
+    )
+
+
 @dataclass(frozen=True)
 class FetchDecision:
     """``fetch``: go on to the politeness gate and the claim (``key`` is stored by the claim;
@@ -125,16 +151,15 @@ def job_fetch_decide(*, job_id: uuid.UUID | str) -> FetchDecision:
     job = _decidable_job(job_uuid)
     if job is None:
         return FetchDecision("fetch")
-    key = fetch_key(
-        fingerprint=request_fingerprint(
-            method=job["method"],
-            url=job["url"],
-            headers=job["headers"],
-            body=job["body"],
-            render=_render_of(job),
-        ),
+    key = job_fetch_key(
+        method=job["method"],
+        url=job["url"],
+        headers=job["headers"],
+        body=job["body"],
+        render=job["render"],
+        browser_options=job["browser_options"],
         tenant_id=job["tenant_id"],
-        shared=job["share_fetches"],
+        share_fetches=job["share_fetches"],
         obey_robots=job["obey_robots"],
     )
     if job["max_age_s"] == 0:
@@ -211,12 +236,6 @@ def _decidable_job(job_id: uuid.UUID) -> dict[str, Any] | None:
         if isinstance(job[name], str):
             job[name] = json.loads(job[name])
     return job
-
-
-def _render_of(job: dict[str, Any]) -> dict[str, Any] | None:
-    if job["render"] == "none":
-        return None
-    return {"render": job["render"], "options": job["browser_options"]}
 
 
 # What a served job copies: the source job, the attempt it fetched in, and the outcome.

@@ -193,6 +193,11 @@ def _scrape_message_send(app: Any, producer: Any, *, pick: Pick, render: str) ->
     ``traceparent`` the message carries to the attempt (an extra keyword an older worker takes
     into ``**later``); without one the message is what it always was."""
     kwargs: dict[str, Any] = {"domain": pick.domain, "timeout_s": pick.timeout_s}
+    if pick.max_age_s == 0:
+        # A job that takes no stored result has nothing for the single-flight decision to read:
+        # the worker claims it at once (apps.scraping.attempt). An older worker takes the
+        # keyword into ``**later`` and reads as before. max_age_s never changes after intake.
+        kwargs["max_age_s"] = 0
     with (
         tracing.span("job.publish", parent=pick.trace_context, attributes={"scrapejobs.job_id": pick.job_id})
         if pick.trace_context is not None
@@ -233,6 +238,7 @@ class Pick(NamedTuple):
     domain: str
     timeout_s: int
     trace_context: str | None = None  # the job's trace (FR-29); None when tracing is off
+    max_age_s: int | None = None  # FR-15: 0 lets the worker claim without the single-flight read
 
 
 class Turn(NamedTuple):
@@ -301,8 +307,8 @@ def _dispatch_pick(*, limit: int, render: str = "none", active: set[str] | None 
             for tenant in plan.order:
                 queue = rows.get((p, tenant))
                 if queue:
-                    job_id, domain, timeout_s, trace_context = queue.pop(0)
-                    picked.append(Pick(job_id, p, domain, timeout_s, trace_context))
+                    job_id, domain, timeout_s, trace_context, max_age_s = queue.pop(0)
+                    picked.append(Pick(job_id, p, domain, timeout_s, trace_context, max_age_s))
                 else:
                     exhausted.add((p, tenant))
             # The cursor moves to where the plan ended, whether or not that tenant's rows came

@@ -30,7 +30,7 @@ from apps.db_failures import database_failure
 from apps.jobs.claims import ClaimedJob, job_claim
 from apps.jobs.models import AttemptOutcome, Render
 from apps.jobs.receipts import AttemptFinished
-from apps.jobs.singleflight import job_fetch_decide
+from apps.jobs.singleflight import FetchDecision, job_fetch_decide, job_fetch_key
 from apps.outbound.proxy_status import egress_proxy_auth_failed_record
 from apps.politeness.limiter import job_domain_turn
 from apps.politeness.selectors import tenant_obeys_robots
@@ -72,6 +72,7 @@ def job_run_attempt(
     domain: str | None = None,
     timeout_s: int | None = None,
     trace_context: str | None = None,
+    max_age_s: int | None = None,
 ) -> AttemptFinished | None:
     """Claim ``job_id`` and run one attempt; None when the claim is not ours (duplicate message,
     job final or cancelled, or its retry time not yet come: then it is deferred, see
@@ -83,9 +84,16 @@ def job_run_attempt(
     ``domain`` and ``timeout_s`` are the job's, sent in the broker message by the publisher, so
     that the politeness gate needs no read of the row (``job_domain_turn``).
 
-    What the attempt costs the shared services: PostgreSQL twice, the single-flight
-    read (one statement; a job with ``max_age_s`` > 0 adds one short transaction) and the claim
-    (one statement), and its connection goes back to the pool before the fetch, so a fetch of any
+    ``max_age_s``: the job's, sent by the publisher when it is 0 (it never changes after
+    intake). Such a job takes no stored result and never waits for another's fetch, so there is
+    nothing to decide: it is claimed without the single-flight read, the claim returns what its
+    fetch key is made of, and the key goes to the fold with the stored body (contract §6: a later
+    job with ``max_age_s`` > 0 can still be served it). None (an older publisher's message): the
+    decision reads the job as for any other.
+
+    What the attempt costs the shared services: PostgreSQL once for a job with ``max_age_s`` 0
+    (the claim, one statement), else twice, the single-flight read first (one statement; with
+    ``max_age_s`` > 0 one short transaction more); its connection goes back to the pool before the fetch, so a fetch of any
     length holds no database connection and the number of fetches in flight is set by the
     worker's threads alone; Redis three times: the gate's script before the claim, one cancel
     check as the fetch starts, and one pipeline after it (slot release, receipt, nudges).
@@ -94,7 +102,9 @@ def job_run_attempt(
     is then a ``job.attempt`` span of the job's trace, its steps spans inside it. None (tracing
     off, or a job without a trace): nothing of the kind is made."""
     if trace_context is None or not tracing_on():
-        return _attempt_claim_and_run(job_id=job_id, worker=worker, domain=domain, timeout_s=timeout_s)
+        return _attempt_claim_and_run(
+            job_id=job_id, worker=worker, domain=domain, timeout_s=timeout_s, max_age_s=max_age_s
+        )
     with tracing.span(
         "job.attempt", parent=trace_context, attributes={"scrapejobs.job_id": str(job_id)}
     ) as attempt:
@@ -103,6 +113,7 @@ def job_run_attempt(
             worker=worker,
             domain=domain,
             timeout_s=timeout_s,
+            max_age_s=max_age_s,
             attempt_span=traceparent_current(),
         )
         if receipt is not None:
@@ -123,6 +134,7 @@ def _attempt_claim_and_run(
     worker: str,
     domain: str | None,
     timeout_s: int | None,
+    max_age_s: int | None = None,
     attempt_span: str | None = None,
 ) -> AttemptFinished | None:
     """``job_run_attempt``'s work; ``attempt_span``: the traceparent of the attempt span this
@@ -138,7 +150,8 @@ def _attempt_claim_and_run(
         # ClaimUndecided and the task has the message delivered again. The
         # turn's slot, if one was granted, is released by the stack either way.
         try:
-            decision = job_fetch_decide(job_id=job_id)
+            # FR-15: a job that takes no stored result always fetches (see the docstring).
+            decision = FetchDecision("fetch") if max_age_s == 0 else job_fetch_decide(job_id=job_id)
             if decision.kind != "fetch":
                 logger.info("job %s %s by single-flight: no fetch of its own", job_id, decision.kind)
                 return None
@@ -162,7 +175,12 @@ def _attempt_claim_and_run(
             logger.info("job %s not claimable (duplicate message or not queued): skipped", job_id)
             return None
         job_log_context_claimed(tenant_id=claimed.tenant_id, attempt=claimed.attempt, url=claimed.url)
-        receipt = claimed_attempt_fetch_and_store(claimed=claimed, worker=worker, traced=traced)
+        receipt = claimed_attempt_fetch_and_store(
+            claimed=claimed,
+            worker=worker,
+            traced=traced,
+            fetch_key=decision.key or _claimed_fetch_key(claimed),
+        )
         # One round trip: the slot goes back, the receipt goes to the writer, and the publisher
         # is asked to refill the broker for the worker slot this frees. First, before anything
         # that may read the database: once the attempt's lease hold has ended no lease mark says
@@ -192,6 +210,24 @@ def _attempt_claim_and_run(
         if receipt.error_class == "proxy_auth":
             _proxy_auth_failure_record(receipt.error or "")
     return receipt
+
+
+def _claimed_fetch_key(claimed: ClaimedJob) -> str | None:
+    """The fetch key of a job claimed without a decision, from what the claim returned; None
+    when the claim did not read the tenant's switches."""
+    if claimed.share_fetches is None or claimed.obey_robots is None or claimed.tenant_id is None:
+        return None
+    return job_fetch_key(
+        method=claimed.method,
+        url=claimed.url,
+        headers=claimed.headers,
+        body=claimed.body,
+        render=claimed.render,
+        browser_options=claimed.browser_options,
+        tenant_id=claimed.tenant_id,
+        share_fetches=claimed.share_fetches,
+        obey_robots=claimed.obey_robots,
+    )
 
 
 @contextmanager
@@ -232,11 +268,13 @@ def _connection_release() -> None:
 
 
 def _robots_obeyed(claimed: ClaimedJob) -> bool:
-    """Whether this attempt reads robots.txt: the setting, then the tenant's switch (a cached
-    read of its row). Asked before the fetch, and the connection given back at once, so that the
+    """Whether this attempt reads robots.txt: the setting, then the tenant's switch (as the
+    claim read it with the job; for a claim that did not, a cached read of its row). Asked before the fetch, and the connection given back at once, so that the
     fetch still holds none; a database that cannot answer means obey, the safe side."""
     if not settings.SCRAPEJOBS_ROBOTS_OBEY:
         return False
+    if claimed.obey_robots is not None:  # the claim read the tenant's switch with the job
+        return claimed.obey_robots
     try:
         return tenant_obeys_robots(tenant_id=claimed.tenant_id)
     except Exception as e:
@@ -249,11 +287,17 @@ def _robots_obeyed(claimed: ClaimedJob) -> bool:
 
 
 def claimed_attempt_fetch_and_store(
-    *, claimed: ClaimedJob, worker: str, obey_robots: bool | None = None, traced: bool = False
+    *,
+    claimed: ClaimedJob,
+    worker: str,
+    obey_robots: bool | None = None,
+    traced: bool = False,
+    fetch_key: str | None = None,
 ) -> AttemptFinished:
     """Fetch and store; never raises: every outcome, a bug included, becomes the receipt.
     ``obey_robots`` None: looked up here (``_robots_obeyed``), under the lease. ``traced``: the
-    fetch and the upload are spans (FR-29).
+    fetch and the upload are spans (FR-29). ``fetch_key``: the job's (apps.jobs.singleflight),
+    carried with a stored body for the fold to store with the success.
 
     Everything after the claim runs under the lease keeper's hold, the database read of the
     tenant's robots.txt switch included: that read can wait for the connection pool (30 s) when
@@ -305,7 +349,7 @@ def claimed_attempt_fetch_and_store(
                 return finished(
                     AttemptOutcome.SUCCEEDED,
                     http_status=rendered.stored.http_status,
-                    result=rendered.stored,
+                    result=dataclasses.replace(rendered.stored, fetch_key=fetch_key),
                     answered_url=rendered.answered_url,
                     subrequests_made=rendered.subrequests_made,
                     subrequests_blocked=rendered.subrequests_blocked,
@@ -327,7 +371,7 @@ def claimed_attempt_fetch_and_store(
                         deadline=deadline,
                     )
                 tracing.span_set(fetch, **{"scrapejobs.bytes": stored.size})
-                stored = dataclasses.replace(stored, headers=fetched.headers)
+                stored = dataclasses.replace(stored, headers=fetched.headers, fetch_key=fetch_key)
         if answered_url and answered_url != claimed.url:
             # Redirected: the job's representation names the URL that answered (FR-25); a plain
             # job's receipt carries a null there (5 bytes), not its URL again.

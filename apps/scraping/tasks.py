@@ -75,6 +75,8 @@ def scrape_job(
                 timeout_s=timeout_s,
                 # FR-29: the publish span's traceparent, sent only when tracing is on.
                 trace_context=later.get(TRACEPARENT),
+                # FR-15: 0 when the job takes no stored result (sent only then).
+                max_age_s=later.get("max_age_s"),
             )
     except ClaimUndecided as e:
         _redeliver(self, e)

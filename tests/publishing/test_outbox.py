@@ -56,12 +56,20 @@ def test_each_unpublished_job_is_sent_once_and_stamped(make_tenant):
 def test_a_message_carries_the_domain_and_timeout_the_workers_gate_needs(make_tenant):
     # the worker's politeness gate runs before the claim; with these in the message it
     # reads nothing from PostgreSQL before the claim.
+    # A job that takes no stored result says so (FR-15): its worker then skips the single-flight
+    # read and claims at once; one that may be served one has its decision read as before.
     tenant, _, _ = make_tenant()
     job = job_create(tenant_id=tenant.id, url="http://shop.test/a", domain="shop.test", timeout_s=17)[0]
+    aged = job_create(tenant_id=tenant.id, url="http://shop.test/b", domain="shop.test", max_age_s=60)[0]
     outbox_publish_batch(limit=10)
-    (raw,) = _broker().lrange("jobs.normal", 0, -1)
-    args, kwargs, _embed = json.loads(base64.b64decode(json.loads(raw)["body"]))
-    assert args == [str(job.id)] and kwargs == {"domain": "shop.test", "timeout_s": 17}
+    messages = {}
+    for raw in _broker().lrange("jobs.normal", 0, -1):
+        args, kwargs, _embed = json.loads(base64.b64decode(json.loads(raw)["body"]))
+        messages[args[0]] = kwargs
+    assert messages == {
+        str(job.id): {"domain": "shop.test", "timeout_s": 17, "max_age_s": 0},
+        str(aged.id): {"domain": "shop.test", "timeout_s": 30},
+    }
 
 
 @pytest.mark.django_db
