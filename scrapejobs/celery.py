@@ -231,6 +231,25 @@ def _tracing_start(sender: object = None, **_: object) -> None:
     tracing_start(component=component, instrument=("celery", "psycopg", "redis", "urllib3"))
 
 
+@worker_init.connect
+def _scrape_consumer_without_ack_emulation(sender: object = None, **_: object) -> None:
+    """A process that consumes only scrape messages (the worker and browser components) turns
+    kombu's ack emulation off. The emulation writes a copy of every received message into the
+    broker's unacked set and removes it on the acknowledgement: two pipelines per message on the
+    consumer's one thread, which also reads and dispatches every message (NFR-11). It buys a
+    scrape message nothing: the message is acknowledged as its task starts (apps/scraping/tasks.py)
+    and a copy is given back only after the visibility timeout (an hour), while the sweeper
+    publishes a job nobody took again after SCRAPEJOBS_REPUBLISH_AFTER_S. A stopping worker puts
+    the messages it received and had not started back on their queues (kombu keeps them in
+    memory; apps/scheduling/shutdown_watchdog.py); only a killed one leaves their jobs to the
+    sweeper, as before. The control tasks, acknowledged late, keep the emulation."""
+    if getattr(sender, "app", None) is not app:
+        return
+    consumed = set(app.amqp.queues.consume_from or ())
+    if consumed and consumed <= {*SCRAPE_QUEUES, BROWSER_QUEUE}:
+        app.conf.broker_transport_options = {**app.conf.broker_transport_options, "ack_emulation": False}
+
+
 @worker_ready.connect
 def _start_nudge_listener(sender: object = None, **_: object) -> None:
     # The component that runs the control tasks also answers nudges (scrapejobs/nudge_listener.py).

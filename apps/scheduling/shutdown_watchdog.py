@@ -24,7 +24,7 @@ import os
 import threading
 from typing import Any
 
-from celery.signals import worker_shutting_down
+from celery.signals import worker_init, worker_shutting_down
 from django.conf import settings
 
 logger = logging.getLogger(__name__)
@@ -34,6 +34,31 @@ SCRAPE_TASK = "apps.scraping.tasks.scrape_job"
 
 # Set by the first SIGTERM / SIGINT: a second one does not start a second watchdog.
 _watchdog_started = threading.Event()
+# This process's worker (set at its start): its consumer holds the messages received and not
+# yet started.
+_worker: Any = None
+
+
+@worker_init.connect
+def _remember_worker(sender: Any = None, **_: Any) -> None:
+    global _worker
+    _worker = sender
+
+
+def received_messages_restore() -> int:
+    """Put the messages this process received and has not started (all its threads were busy)
+    back on their queues, as a warm shutdown that completes does when its channel closes; returns
+    how many. The exit below would otherwise drop them: the scrape worker keeps no copy in the
+    broker (no ack emulation, scrapejobs/celery.py), and with one the copy came back only after
+    the visibility timeout, so their jobs waited for the sweeper's republish."""
+    channel = getattr(getattr(getattr(_worker, "consumer", None), "task_consumer", None), "channel", None)
+    qos = getattr(channel, "qos", None)
+    if qos is None:
+        return 0
+    n = len(getattr(qos, "_delivered", ()))
+    if n:
+        qos.restore_unacked()
+    return n
 
 
 def _job_id_of(request: Any) -> str | None:
@@ -55,9 +80,16 @@ def held_scrape_jobs() -> list[str]:
 
 
 def release_and_exit(*, hostname: str, exit_code: int = 0) -> None:
-    """Give back what this process holds, then end it without waiting for its threads."""
+    """Give back what this process holds, then end it without waiting for its threads: the
+    messages it received and had not started, and the jobs it runs."""
     from apps.jobs.sweeping import jobs_release_held  # noqa: PLC0415 - Django is ready by now
 
+    try:
+        restored = received_messages_restore()
+        if restored:
+            logger.warning("shutdown grace over: %d received messages not started put back", restored)
+    except Exception:  # noqa: BLE001 - the broker may be away; the sweeper republishes their jobs
+        logger.exception("could not put back the received messages; the sweeper will republish their jobs")
     try:
         held = held_scrape_jobs()
         if held:

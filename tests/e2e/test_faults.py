@@ -213,6 +213,59 @@ def test_a_stopped_worker_gives_its_job_back_within_its_grace_period(services, m
     assert job.status == JobStatus.SUCCEEDED and job.attempts == 2
 
 
+def _unacked_holds(broker: redis.Redis, job: Job) -> bool:
+    """Whether the broker's unacked set (kombu's ack emulation) holds a copy of the job's message."""
+    return any(str(job.id).encode() in raw for raw in broker.hvals("unacked"))
+
+
+def _queued_messages_for(broker: redis.Redis, job: Job) -> int:
+    return sum(str(job.id).encode() in raw for raw in broker.lrange("jobs.normal", 0, -1))
+
+
+def test_a_stopped_worker_puts_back_the_message_it_received_and_had_not_started(
+    services, make_tenant, target, tmp_path
+):
+    """NFR-11, NFR-4: the scrape worker runs without kombu's ack emulation, so a message it holds
+    leaves no copy in the broker (two pipelines per message saved on its consumer thread); a
+    stopping worker puts a message it received and had not started back on its queue, so the
+    job runs on the next worker without waiting for the sweeper (its republish bound is set
+    beyond the test here)."""
+    svc = services(**fast_env(tmp_path, SCRAPEJOBS_LEASE_S="60", SCRAPEJOBS_REPUBLISH_AFTER_S="600"))
+    svc.start("control")
+    svc.start("beat")
+    stopping = svc.start("worker", concurrency=1, name="stopping")
+    tenant, _, _ = make_tenant()
+    busy = submit(tenant, target.url("/drip?n=16&delay=0.5"))  # 8 s: holds the one thread
+    wait_for(lambda: target.requests_for("/drip") and _running(busy, 1), timeout=30, what="download started")
+    held = submit(tenant, target.url("/bytes/32"))
+    broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    # Published, then taken off the queue by the worker, which has no thread for it yet.
+    wait_for(
+        lambda: (
+            Job.objects.filter(id=held.id, published_at__isnull=False).exists()
+            and _queued_messages_for(broker, held) == 0
+        ),
+        timeout=30,
+        what="the worker to receive the second message",
+    )
+    time.sleep(0.5)
+    held.refresh_from_db()
+    assert (held.status, held.attempts) == (JobStatus.QUEUED, 0)
+    assert not _unacked_holds(broker, held)  # no copy in the broker while the worker holds it
+
+    os.killpg(stopping.pid, signal.SIGTERM)
+    assert stopping.p is not None
+    stopping.p.wait(timeout=15)
+    assert _queued_messages_for(broker, held) == 1  # put back on its queue as the worker stopped
+    svc.start("worker", concurrency=4, name="next")
+    wait_all_final([busy.id, held.id], timeout=45)
+    busy.refresh_from_db()
+    held.refresh_from_db()
+    assert (busy.status, busy.attempts) == (JobStatus.SUCCEEDED, 2)  # given back at the grace's end
+    assert (held.status, held.attempts) == (JobStatus.SUCCEEDED, 1)
+    assert attempt_history(held) == [(1, AttemptOutcome.SUCCEEDED, None)]
+
+
 def test_a_webhook_receiver_that_fails_twice_gets_the_signed_event_three_times(
     services, make_tenant, target, tmp_path
 ):
