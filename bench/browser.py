@@ -218,6 +218,9 @@ def _run() -> None:
         for n in LEVELS:
             _plain_level(url, pages * 5, n)
             _render_level(url, pages, n)
-            figure(f"browser_p{n}_cpu_ratio", _results[("browser", n)] / _results[("plain", n)], "x")
+            if _results[("plain", n)] > 0:
+                figure(f"browser_p{n}_cpu_ratio", _results[("browser", n)] / _results[("plain", n)], "x")
+            else:  # too few plain fetches for the process clock to see (a smoke run's sizes)
+                note(f"browser: p{n} plain fetches used no measurable CPU; no ratio")
     finally:
         server.shutdown()

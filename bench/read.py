@@ -16,6 +16,7 @@ from __future__ import annotations
 import http.client
 import json
 import multiprocessing
+import os
 import threading
 import time
 import uuid
@@ -39,8 +40,8 @@ from bench.common import (
 from scrapejobs import processes
 
 CLIENT_PROCESSES, THREADS_PER_PROCESS = 4, 8
-MEASURE_S = 10.0
-WAITERS = 200
+MEASURE_S = float(os.environ.get("BENCH_READ_SECONDS", "10"))
+WAITERS = int(os.environ.get("BENCH_READ_WAITERS", "200"))
 WEB_WORKERS = 2
 FINAL_CHANNEL = "scrapejobs_job_final"  # apps.jobs.final_notices.JOB_FINAL_CHANNEL
 

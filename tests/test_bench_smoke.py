@@ -1,0 +1,86 @@
+"""``make bench`` runs to the end (NFR-15, docs/benchmarks.md): every benchmark, in one
+``python -m bench`` run at the smallest sizes their settings allow, prints its figures and its
+"took" line. Three of them had stopped the whole run unnoticed (a column added to a table a
+benchmark wrote by hand, a column added to the bulk part's schema, a database read added to the
+fetch path); this holds the run, not the figures, which only a full run on a quiet machine says.
+
+On the test servers: each benchmark makes its own throwaway database there, and its Redis
+databases are 10 to 12, away from the ones the tests use."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+from bench.__main__ import available
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SMALL = {
+    "BENCH_INTAKE_WARMUP_S": "0.5",
+    "BENCH_INTAKE_SECONDS": "1",
+    "BENCH_INTAKE_ROUNDS": "1",
+    "BENCH_INTAKE_OPEN_RATE": "20",
+    "BENCH_E2E_JOBS": "40",
+    "BENCH_BUDGET_JOBS": "10",
+    "BENCH_BUDGET_PUBLISH_BATCH": "10",
+    "BENCH_BUDGET_WRITER_BATCH": "10",
+    "BENCH_WRITER_RECEIPTS": "200",
+    "BENCH_WRITER_BASELINE_RECEIPTS": "50",
+    "BENCH_POLITENESS_JOBS": "40",
+    "BENCH_POLITENESS_SHED_JOBS": "40",
+    "BENCH_POLITENESS_SHED_RPS": "40",
+    "BENCH_BULK_ROWS": "500",
+    "BENCH_METRICS_JOBS": "500",
+    "BENCH_METRICS_ROUNDS": "2",
+    "BENCH_SINGLEFLIGHT_JOBS": "20",
+    "BENCH_READ_SECONDS": "1",
+    "BENCH_READ_WAITERS": "10",
+    "BENCH_ADMIN_JOBS": "2000",
+    "BENCH_PEAK_RATE": "4",
+    "BENCH_PEAK_SECONDS": "5",
+    "BENCH_PEAK_TARGET_S": "1",
+    "BENCH_CAPACITY_LEVELS": "10",
+    "BENCH_CAPACITY_TARGET_S": "1",
+    "BENCH_CAPACITY_SECONDS": "3",
+    "BENCH_SCALING_MEASURE_JOBS": "20",
+    "BENCH_BROWSER_PAGES": "3",
+    "BENCH_BROWSER_ITEMS": "10",
+}
+
+
+def _redis_db(url: str, db: int) -> str:
+    return urlunsplit(urlsplit(url)._replace(path=f"/{db}"))
+
+
+@pytest.mark.e2e
+def test_make_bench_runs_every_benchmark_to_the_end(tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        **SMALL,
+        "DATABASE_URL": os.environ["DATABASE_URL"],
+        "REDIS_URL": _redis_db(os.environ["REDIS_URL"], 10),
+        "BENCH_SCALING_PLOT": str(tmp_path / "scaling.png"),
+    }
+    env.pop("CELERY_BROKER_URL", None)
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "bench"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
+    )
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-6000:]
+    names = available()
+    assert len(names) >= 14
+    for name in names:
+        assert re.search(rf"^# {name} took \d+s$", done.stdout, re.M), (
+            f"{name} did not finish:\n{out[-4000:]}"
+        )
+    figures = re.findall(r"^[a-z0-9_]+: \S", done.stdout, re.M)
+    assert len(figures) >= 3 * len(names), out[-4000:]
+    assert (tmp_path / "scaling.png").exists()
