@@ -46,11 +46,14 @@ def _remember_worker(sender: Any = None, **_: Any) -> None:
 
 
 def received_messages_restore() -> int:
-    """Put the messages this process received and has not started (all its threads were busy)
-    back on their queues, as a warm shutdown that completes does when its channel closes; returns
-    how many. The exit below would otherwise drop them: the scrape worker keeps no copy in the
-    broker (no ack emulation, scrapejobs/celery.py), and with one the copy came back only after
-    the visibility timeout, so their jobs waited for the sweeper's republish."""
+    """Put the messages this process received and has not acknowledged back on their queues, as
+    a warm shutdown that completes does when its channel closes; returns how many. In the scrape
+    worker, whose messages are acknowledged as they start, those are the ones no thread had
+    started (all were busy); in the control process, whose tasks are acknowledged late, its
+    running tasks' too, which are idempotent and would be redelivered anyway. The exit below would
+    otherwise drop them: the scrape worker keeps no copy in the broker (no ack emulation,
+    scrapejobs/celery.py), and with one the copy came back only after the visibility timeout, so
+    their jobs waited for the sweeper's republish."""
     channel = getattr(getattr(getattr(_worker, "consumer", None), "task_consumer", None), "channel", None)
     qos = getattr(channel, "qos", None)
     if qos is None:
