@@ -25,6 +25,14 @@ FAST = {
 }
 
 
+def unacked_holds(broker: Any, job: Job) -> bool:
+    """Whether the broker's unacked set (kombu's ack emulation) holds a copy of the job's message.
+
+    The set is the whole broker's: the control process's messages, acknowledged late, are in it
+    while their tasks run, so a test asks about one job's message, never about the set's size."""
+    return any(str(job.id).encode() in raw for raw in broker.hvals("unacked"))
+
+
 def fast_env(results_dir: Path, **overrides: str) -> dict[str, str]:
     return {**FAST, "SCRAPEJOBS_RESULTS_DIR": str(results_dir), **overrides}
 

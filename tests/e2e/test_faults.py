@@ -21,7 +21,15 @@ from apps.jobs.models import AttemptOutcome, Job, JobStatus
 from apps.jobs.sweeping import LEASE_EXPIRED, WORKER_STOPPED
 from apps.webhooks.models import DeliveryStatus, WebhookAttempt, WebhookDelivery
 from apps.webhooks.signing import SIGNATURE_HEADER, signature_verify
-from tests.e2e.fault_support import attempt_history, fast_env, sha256, stored_body, submit, wait_all_final
+from tests.e2e.fault_support import (
+    attempt_history,
+    fast_env,
+    sha256,
+    stored_body,
+    submit,
+    unacked_holds,
+    wait_all_final,
+)
 from tests.support.procs import wait_for
 from tests.support.target import body_for
 
@@ -213,11 +221,6 @@ def test_a_stopped_worker_gives_its_job_back_within_its_grace_period(services, m
     assert job.status == JobStatus.SUCCEEDED and job.attempts == 2
 
 
-def _unacked_holds(broker: redis.Redis, job: Job) -> bool:
-    """Whether the broker's unacked set (kombu's ack emulation) holds a copy of the job's message."""
-    return any(str(job.id).encode() in raw for raw in broker.hvals("unacked"))
-
-
 def _queued_messages_for(broker: redis.Redis, job: Job) -> int:
     return sum(str(job.id).encode() in raw for raw in broker.lrange("jobs.normal", 0, -1))
 
@@ -251,7 +254,7 @@ def test_a_stopped_worker_puts_back_the_message_it_received_and_had_not_started(
     time.sleep(0.5)
     held.refresh_from_db()
     assert (held.status, held.attempts) == (JobStatus.QUEUED, 0)
-    assert not _unacked_holds(broker, held)  # no copy in the broker while the worker holds it
+    assert not unacked_holds(broker, held)  # no copy in the broker while the worker holds it
 
     os.killpg(stopping.pid, signal.SIGTERM)
     assert stopping.p is not None
