@@ -46,7 +46,7 @@ from django.conf import settings
 
 from apps.jobs.outbox import job_defer_for_domain, waiting_for_domain_refusal
 from apps.politeness.keys import domain_keys
-from apps.politeness.selectors import domain_limits_get, job_runnable_get
+from apps.politeness.selectors import DomainLimits, domain_limits_cached, domain_limits_get, job_runnable_get
 from apps.redis_clients import state_redis
 
 logger = logging.getLogger(__name__)
@@ -152,15 +152,52 @@ def domain_outcome_record(
     (see the module docstring), and a ``Retry-After`` pauses the group for that long (at most
     ``MAX_COOLDOWN_S``). Returns the pause left in seconds (0: none). With adaptation off, only a
     Retry-After costs a Redis call."""
+    call = _record_call(
+        domain_limits_get(domain=domain),
+        http_status=http_status,
+        retry_after_s=retry_after_s,
+        timed_out=timed_out,
+    )
+    if call is None:
+        return 0.0
+    keys, args = call
+    left_ms, _rate = _script("record", _RECORD)(keys=keys, args=args)
+    return int(left_ms) / 1000.0
+
+
+def domain_outcome_record_into(
+    pipe: Any, *, domain: str, http_status: int | None, retry_after_s: float | None, timed_out: bool = False
+) -> bool:
+    """``domain_outcome_record`` queued on the caller's pipeline (its reply is the script's) when
+    host ``domain``'s limits are in this process's cache: no query, so the pipeline is never
+    held up by PostgreSQL. True when the answer is taken care of (queued, or nothing to record);
+    False when the limits are not at hand: the caller records it with ``domain_outcome_record``."""
+    limits = domain_limits_cached(domain=domain)
+    if limits is None:
+        return False
+    call = _record_call(limits, http_status=http_status, retry_after_s=retry_after_s, timed_out=timed_out)
+    if call is not None:
+        keys, args = call
+        # EVAL, not the cached script's EVALSHA: a pipeline cannot reload a script Redis lost
+        # (a restart) before its other commands run, and redis-py's pipeline would ask whether
+        # the script exists, a round trip of its own, at every execute.
+        pipe.eval(_RECORD, len(keys), *keys, *args)
+    return True
+
+
+def _record_call(
+    limits: DomainLimits, *, http_status: int | None, retry_after_s: float | None, timed_out: bool
+) -> tuple[list[str], list[Any]] | None:
+    """The record script's keys and arguments for an answer under ``limits``; None when there is
+    nothing to record (adaptation off and no Retry-After)."""
     adapt = settings.SCRAPEJOBS_DOMAIN_ADAPTIVE
     if not adapt and not retry_after_s:
-        return 0.0
-    limits = domain_limits_get(domain=domain)
+        return None
     keys = domain_keys(limits.group)
     ceiling = limits.requests_per_second
-    left_ms, _rate = _script("record", _RECORD)(
-        keys=[keys.state, keys.adapt, keys.outcomes],
-        args=[
+    return (
+        [keys.state, keys.adapt, keys.outcomes],
+        [
             max(0.0, retry_after_s or 0.0),
             "1" if timed_out or http_status in THROTTLE_STATUSES else "0",
             "1" if adapt else "0",
@@ -174,7 +211,6 @@ def domain_outcome_record(
             ADAPTIVE_MEMORY_S,
         ],
     )
-    return int(left_ms) / 1000.0
 
 
 def domain_crawl_delay_set(*, domain: str, delay_s: float | None, ttl_s: float) -> None:
@@ -224,6 +260,26 @@ class DomainTurn:
             # The attempt is over and its receipt handed in; an answer left out of the adaptive
             # window costs nothing that matters, an exception here would fail the task.
             logger.warning("recording the answer of %s failed", domain, exc_info=True)
+
+    def record_into(
+        self,
+        pipe: Any,
+        *,
+        http_status: int | None,
+        retry_after_s: float | None,
+        timed_out: bool = False,
+        answered_url: str | None = None,
+    ) -> bool:
+        """``record`` queued on the caller's pipeline, so that it rides in the round trip that
+        hands in the receipt; False when it could not be (the answering host's limits are not in
+        this process's cache, e.g. after a redirect to another host): then call ``record``."""
+        domain = (urlsplit(answered_url).hostname if answered_url else None) or self.domain
+        try:
+            return domain_outcome_record_into(
+                pipe, domain=domain, http_status=http_status, retry_after_s=retry_after_s, timed_out=timed_out
+            )
+        except Exception:  # noqa: BLE001 - a bug here must not cost the receipt: ``record`` logs it
+            return False
 
     def release_into(self, pipe: Any) -> None:
         """Queue the slot's release on ``pipe``; the turn's exit then releases nothing more. If

@@ -84,6 +84,14 @@ def domain_limits_get(*, domain: str) -> DomainLimits:
     return limits
 
 
+def domain_limits_cached(*, domain: str) -> DomainLimits | None:
+    """``domain_limits_get``'s answer when this process read it less than ``POLICY_CACHE_S`` ago,
+    else None: never a query, for a caller that must not wait on PostgreSQL (the worker's
+    end-of-attempt round trip, which hands in the receipt)."""
+    hit = _cache.get(domain)
+    return hit[1] if hit is not None and hit[0] > time.monotonic() else None
+
+
 def _limits_read(*, host: str) -> DomainLimits:
     registrable = registrable_domain(host)
     rows = {

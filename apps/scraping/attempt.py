@@ -93,10 +93,11 @@ def job_run_attempt(
 
     What the attempt costs the shared services: PostgreSQL once for a job with ``max_age_s`` 0
     (the claim, one statement), else twice, the single-flight read first (one statement; with
-    ``max_age_s`` > 0 one short transaction more); its connection goes back to the pool before the fetch, so a fetch of any
-    length holds no database connection and the number of fetches in flight is set by the
-    worker's threads alone; Redis three times: the gate's script before the claim, one cancel
-    check as the fetch starts, and one pipeline after it (slot release, receipt, nudges).
+    ``max_age_s`` > 0 one short transaction more); its connection goes back to the pool before
+    the fetch, so a fetch of any length holds no database connection and the number of fetches
+    in flight is set by the worker's threads alone; Redis three times: the gate's script before
+    the claim, one cancel check as the fetch starts, and one pipeline after it (slot release,
+    the answer for the adaptive rate, receipt, nudges).
 
     ``trace_context``: the traceparent the publisher sent (FR-29, docs/tracing.md); the attempt
     is then a ``job.attempt`` span of the job's trace, its steps spans inside it. None (tracing
@@ -181,32 +182,45 @@ def _attempt_claim_and_run(
             traced=traced,
             fetch_key=decision.key or _claimed_fetch_key(claimed),
         )
-        # One round trip: the slot goes back, the receipt goes to the writer, and the publisher
-        # is asked to refill the broker for the worker slot this frees. First, before anything
-        # that may read the database: once the attempt's lease hold has ended no lease mark says
-        # this worker is alive, and only the receipt waiting in the stream keeps the sweeper off
-        # the job. (Recording the answer first read the domain's policy, which waited 30 s for
-        # the connection pool while PostgreSQL was away, or failed at once without it and lost
-        # the receipt: the finished fetch was swept ``lost`` and done again, NFR-3.)
-        with step("job.receipt"):
-            if traced:  # the writer's fold links to the attempt span (the receipt's last field)
-                receipt = replace(receipt, trace_context=attempt_span)
-            receipt_submit(receipt, also=turn.release_into, nudge_publisher=True)
-        if receipt.outcome in (AttemptOutcome.PERMANENT, AttemptOutcome.TEMPORARY):
-            job_attempt_failure_log(logger, error_class=receipt.error_class, error=receipt.error)
+        # One round trip: the slot goes back, the answer moves the domain's adaptive rate, the
+        # receipt goes to the writer, and the publisher is asked to refill the broker for the
+        # worker slot this frees. First, before anything that may read the database: once the
+        # attempt's lease hold has ended no lease mark says this worker is alive, and only the
+        # receipt waiting in the stream keeps the sweeper off the job. (Recording the answer first
+        # read the domain's policy, which waited 30 s for the connection pool while PostgreSQL was
+        # away, or failed at once without it and lost the receipt: the finished fetch was swept
+        # ``lost`` and done again, NFR-3. The answer rides along only when the policy is in this
+        # process's cache; else it is recorded after the receipt, below.)
+        #
         # Every answer moves the adaptive rate of the domain that gave it (429/503 and timeouts
         # lower it: after a redirect, the host redirected to); a Retry-After pauses that domain
         # for every worker. A robots.txt verdict is no answer of the URL's: its pause (a file
         # that could not be had) is the origin's own, held by the origin's cached copy
         # (apps.politeness.robots), and must not pause the host's other ports (NFR-23). The
         # egress proxy's failures say nothing of the target either (FR-28).
-        if receipt.error_class not in NOT_ANSWERS and receipt.error_class not in PROXY_ERROR_CLASSES:
-            turn.record(
-                http_status=receipt.http_status,
-                retry_after_s=receipt.retry_after_s,
-                timed_out=receipt.error_class == "timeout",
-                answered_url=receipt.answered_url,
-            )
+        answered = receipt.error_class not in NOT_ANSWERS and receipt.error_class not in PROXY_ERROR_CLASSES
+        answer: dict[str, Any] = {
+            "http_status": receipt.http_status,
+            "retry_after_s": receipt.retry_after_s,
+            "timed_out": receipt.error_class == "timeout",
+            "answered_url": receipt.answered_url,
+        }
+        recorded = not answered
+
+        def end_of_attempt(pipe: Any) -> None:
+            nonlocal recorded
+            turn.release_into(pipe)
+            if answered:
+                recorded = turn.record_into(pipe, **answer)
+
+        with step("job.receipt"):
+            if traced:  # the writer's fold links to the attempt span (the receipt's last field)
+                receipt = replace(receipt, trace_context=attempt_span)
+            receipt_submit(receipt, also=end_of_attempt, nudge_publisher=True)
+        if receipt.outcome in (AttemptOutcome.PERMANENT, AttemptOutcome.TEMPORARY):
+            job_attempt_failure_log(logger, error_class=receipt.error_class, error=receipt.error)
+        if not recorded:
+            turn.record(**answer)
         if receipt.error_class == "proxy_auth":
             _proxy_auth_failure_record(receipt.error or "")
     return receipt

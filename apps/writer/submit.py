@@ -9,12 +9,15 @@ or by beat's next tick.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from apps.jobs.nudges import PUBLISH, WRITER, nudges_queue
 from apps.jobs.receipts import AttemptFinished, receipt_encode
 from apps.writer.streams import FIELD, STREAM, SUBMIT, WAITING, waiting_field, writer_redis
+
+logger = logging.getLogger(__name__)
 
 
 def receipt_submit(
@@ -28,7 +31,10 @@ def receipt_submit(
     stream id. No trimming here: an entry leaves the stream only once the writer applied it (or
     moved it to the dead receipts).
 
-    ``also`` queues the caller's own commands on the same pipeline (they run first).
+    ``also`` queues the caller's own commands on the same pipeline (they run first). A reply of
+    theirs that is an error is logged, not raised: the receipt is in, and what the caller added
+    (a slot's release, an answer for the adaptive rate) has its own fallback; an error of the
+    receipt's own commands is raised.
     ``nudge_publisher``: a worker slot is free, so ask the publisher to refill the broker too.
     The nudges (apps.jobs.nudges) ride in the same round trip."""
     pipe = writer_redis().pipeline(transaction=False)
@@ -47,4 +53,11 @@ def receipt_submit(
         waiting_field(receipt.job_id, receipt.attempt),
     )
     nudges_queue(pipe, *((WRITER, PUBLISH) if nudge_publisher else (WRITER,)))
-    return str(pipe.execute()[head])
+    replies = pipe.execute(raise_on_error=False)
+    for reply in replies[head:]:
+        if isinstance(reply, Exception):
+            raise reply
+    for reply in replies[:head]:
+        if isinstance(reply, Exception):
+            logger.warning("a command sent with receipt %s failed: %s", receipt.job_id, reply)
+    return str(replies[head])

@@ -193,3 +193,65 @@ def test_a_duplicate_message_naming_the_domain_gives_its_slot_back_and_fetches_n
     assert len(target.requests_for("/bytes/10")) == 1
     job.refresh_from_db()
     assert job.attempts == 1
+
+
+def _answers_recorded_apart(monkeypatch) -> list[dict]:
+    """The answers recorded with a round trip of their own, after the receipt's (still made)."""
+    from apps.politeness import limiter
+
+    calls: list[dict] = []
+    record = limiter.domain_outcome_record
+
+    def spy(**kw):
+        calls.append(kw)
+        return record(**kw)
+
+    monkeypatch.setattr(limiter, "domain_outcome_record", spy)
+    return calls
+
+
+def test_a_429_is_recorded_in_the_round_trip_that_hands_in_the_receipt(tenant, target, monkeypatch):
+    # NFR-11: the gate has just read the domain's policy, so the answer rides along with the
+    # slot's release and the receipt instead of costing the worker a Redis round trip more.
+    apart = _answers_recorded_apart(monkeypatch)
+    job = published_job(tenant, target.url("/retry-after/ride?fail=1&after=30"), max_attempts=3)
+    receipt = job_run_attempt(job_id=job.id, worker="w:1:1", domain=DOMAIN, timeout_s=job.timeout_s)
+    assert receipt is not None and receipt.http_status == 429
+    assert apart == []
+    assert 28 <= domain_state_get(domain=DOMAIN).cooldown_s <= 30  # the Retry-After took effect
+    assert domain_state_get(domain=DOMAIN).in_flight == 0
+
+
+def test_an_answer_whose_policy_is_not_at_hand_is_recorded_after_the_receipt(tenant, target, monkeypatch):
+    # No read of PostgreSQL inside the receipt's round trip (the receipt must not wait for the
+    # pool while the database is away, NFR-3): without the policy cached, the answer goes apart.
+    from apps.politeness import limiter
+
+    monkeypatch.setattr(limiter, "domain_limits_cached", lambda *, domain: None)
+    apart = _answers_recorded_apart(monkeypatch)
+    job = published_job(tenant, target.url("/retry-after/apart?fail=1&after=30"), max_attempts=3)
+    receipt = job_run_attempt(job_id=job.id, worker="w:1:1", domain=DOMAIN, timeout_s=job.timeout_s)
+    assert receipt is not None and receipt.http_status == 429
+    assert [(c["domain"], c["http_status"], c["retry_after_s"]) for c in apart] == [(DOMAIN, 429, 30.0)]
+    assert 28 <= domain_state_get(domain=DOMAIN).cooldown_s <= 30
+
+
+@override_settings(SCRAPEJOBS_DOMAIN_ADAPTIVE=True)  # every answer is recorded (off in the tests)
+def test_an_answer_redis_refuses_to_record_costs_neither_the_receipt_nor_the_attempt(tenant, target, caplog):
+    # The answer's window is no list (a damaged key): its script fails inside the receipt's
+    # pipeline, which still hands the receipt in; the attempt ends as it would have.
+    from apps.politeness.keys import domain_keys
+    from apps.writer.streams import STREAM
+
+    r = state_redis()
+    r.set(domain_keys(DOMAIN).outcomes, "not a list")
+    before = r.xlen(STREAM)
+    job = published_job(tenant, target.url("/bytes/10"))
+    receipt = job_run_attempt(job_id=job.id, worker="w:1:1", domain=DOMAIN, timeout_s=job.timeout_s)
+    assert receipt is not None and receipt.outcome == "succeeded"
+    assert r.xlen(STREAM) == before + 1
+    assert any("failed" in m and "WRONGTYPE" in m for m in caplog.messages), caplog.messages
+    assert domain_state_get(domain=DOMAIN).in_flight == 0
+    attempts_apply_finished([receipt])
+    job.refresh_from_db()
+    assert job.status == "succeeded"

@@ -201,3 +201,33 @@ def test_a_message_from_a_newer_publisher_with_arguments_this_release_does_not_k
     )
     assert result.successful(), result.traceback
     assert Attempt.objects.get(job=job).number == 1 and len(target.requests_for("/bytes/77")) == 1
+
+
+@pytest.mark.django_db
+@override_settings(SCRAPEJOBS_DOMAIN_ADAPTIVE=True)  # every answer is recorded for the adaptive rate
+def test_an_attempt_costs_its_thread_three_redis_round_trips(tenant, target, monkeypatch):
+    # NFR-11, docs/benchmarks.md: each round trip hands the interpreter lock to the worker's other
+    # threads and waits to get it back, which is most of what a job costs its thread beyond the
+    # fetch. The politeness gate's script; the cancel check as the fetch starts; one pipeline
+    # after it with the slot's release, the answer for the adaptive rate, the receipt and the
+    # nudges. The lease keeper's threads (renewals, the cancel watcher) are not counted.
+    import redis.connection
+
+    sent: list[bytes] = []
+    me = threading.get_ident()
+    send = redis.connection.AbstractConnection.send_packed_command
+
+    def counting(self, command, check_health=True):
+        packed = b"".join(command) if isinstance(command, list) else bytes(command)
+        if threading.get_ident() == me and not packed.startswith(b"*1\r\n$4\r\nPING"):  # health checks
+            sent.append(packed)
+        return send(self, command, check_health)
+
+    _attempt(_job(tenant, target.url("/bytes/10")).id)  # connections made, policy cached
+    monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", counting)
+    job = _job(tenant, target.url("/bytes/11"))
+    receipt = job_run_attempt(job_id=job.id, worker="w:1:1", domain=job.domain, timeout_s=job.timeout_s)
+    assert receipt is not None and receipt.outcome == "succeeded"
+    assert len(sent) == 3, [p[:80] for p in sent]
+    assert b"EVALSHA" in sent[0] and b"EXISTS" in sent[1]
+    assert sent[2].count(b"EVAL\r\n") == 2 and b"ZREM" in sent[2] and b"LPUSH" in sent[2]
