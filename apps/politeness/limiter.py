@@ -233,13 +233,15 @@ class DomainTurn:
     """A job's permission to contact its domain now; ``record`` reports how the target answered.
 
     The concurrency slot is given back when the turn ends (``job_domain_turn``'s exit), or earlier
-    inside the caller's own Redis pipeline (``release_into``), so that the worker's end-of-attempt
-    bookkeeping is one round trip."""
+    inside the caller's own Redis pipeline (``release_into``); the answer likewise rides in that
+    pipeline when it can (``record_into``), so that the worker's end-of-attempt bookkeeping is one
+    round trip. Either is done once: after the ``_into`` version, the other does nothing."""
 
     domain: str  # the job's host
     holder: str
     group: str = ""  # whose slot it holds (DomainDecision.group)
     released: bool = False
+    recorded: bool = False
 
     def record(
         self,
@@ -250,8 +252,11 @@ class DomainTurn:
         answered_url: str | None = None,
     ) -> None:
         """``answered_url``: the URL that gave the answer when known; its host's domain is the one
-        the answer is about (a redirect may have led to another), the job's host otherwise."""
-        domain = (urlsplit(answered_url).hostname if answered_url else None) or self.domain
+        the answer is about (a redirect may have led to another), the job's host otherwise.
+        Nothing when ``record_into`` queued the answer already."""
+        if self.recorded:
+            return
+        domain = self._answering_domain(answered_url)
         try:
             domain_outcome_record(
                 domain=domain, http_status=http_status, retry_after_s=retry_after_s, timed_out=timed_out
@@ -260,6 +265,7 @@ class DomainTurn:
             # The attempt is over and its receipt handed in; an answer left out of the adaptive
             # window costs nothing that matters, an exception here would fail the task.
             logger.warning("recording the answer of %s failed", domain, exc_info=True)
+        self.recorded = True
 
     def record_into(
         self,
@@ -269,17 +275,24 @@ class DomainTurn:
         retry_after_s: float | None,
         timed_out: bool = False,
         answered_url: str | None = None,
-    ) -> bool:
+    ) -> None:
         """``record`` queued on the caller's pipeline, so that it rides in the round trip that
-        hands in the receipt; False when it could not be (the answering host's limits are not in
-        this process's cache, e.g. after a redirect to another host): then call ``record``."""
-        domain = (urlsplit(answered_url).hostname if answered_url else None) or self.domain
+        hands in the receipt, when the answering host's limits are in this process's cache;
+        otherwise (e.g. after a redirect to another host) nothing is queued and a later
+        ``record`` does it."""
         try:
-            return domain_outcome_record_into(
-                pipe, domain=domain, http_status=http_status, retry_after_s=retry_after_s, timed_out=timed_out
+            self.recorded = domain_outcome_record_into(
+                pipe,
+                domain=self._answering_domain(answered_url),
+                http_status=http_status,
+                retry_after_s=retry_after_s,
+                timed_out=timed_out,
             )
         except Exception:  # noqa: BLE001 - a bug here must not cost the receipt: ``record`` logs it
-            return False
+            pass
+
+    def _answering_domain(self, answered_url: str | None) -> str:
+        return (urlsplit(answered_url).hostname if answered_url else None) or self.domain
 
     def release_into(self, pipe: Any) -> None:
         """Queue the slot's release on ``pipe``; the turn's exit then releases nothing more. If

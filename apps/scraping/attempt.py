@@ -198,20 +198,21 @@ def _attempt_claim_and_run(
         # that could not be had) is the origin's own, held by the origin's cached copy
         # (apps.politeness.robots), and must not pause the host's other ports (NFR-23). The
         # egress proxy's failures say nothing of the target either (FR-28).
-        answered = receipt.error_class not in NOT_ANSWERS and receipt.error_class not in PROXY_ERROR_CLASSES
-        answer: dict[str, Any] = {
-            "http_status": receipt.http_status,
-            "retry_after_s": receipt.retry_after_s,
-            "timed_out": receipt.error_class == "timeout",
-            "answered_url": receipt.answered_url,
-        }
-        recorded = not answered
+        answer: dict[str, Any] | None = (
+            {
+                "http_status": receipt.http_status,
+                "retry_after_s": receipt.retry_after_s,
+                "timed_out": receipt.error_class == "timeout",
+                "answered_url": receipt.answered_url,
+            }
+            if receipt.error_class not in NOT_ANSWERS and receipt.error_class not in PROXY_ERROR_CLASSES
+            else None
+        )
 
         def end_of_attempt(pipe: Any) -> None:
-            nonlocal recorded
             turn.release_into(pipe)
-            if answered:
-                recorded = turn.record_into(pipe, **answer)
+            if answer is not None:
+                turn.record_into(pipe, **answer)
 
         with step("job.receipt"):
             if traced:  # the writer's fold links to the attempt span (the receipt's last field)
@@ -219,8 +220,8 @@ def _attempt_claim_and_run(
             receipt_submit(receipt, also=end_of_attempt, nudge_publisher=True)
         if receipt.outcome in (AttemptOutcome.PERMANENT, AttemptOutcome.TEMPORARY):
             job_attempt_failure_log(logger, error_class=receipt.error_class, error=receipt.error)
-        if not recorded:
-            turn.record(**answer)
+        if answer is not None:
+            turn.record(**answer)  # nothing when it rode in the receipt's round trip
         if receipt.error_class == "proxy_auth":
             _proxy_auth_failure_record(receipt.error or "")
     return receipt
