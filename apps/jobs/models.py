@@ -62,6 +62,9 @@ class WaitingFor(models.TextChoices):
     DOMAIN_RATE = "domain_rate"  # its domain's requests per second are spent
     DOMAIN_CONCURRENCY = "domain_concurrency"  # its domain's requests in flight are at the cap
     DOMAIN_PAUSED = "domain_paused"  # its domain asked us to back off (Retry-After, cooldown)
+    # Its place in its domain's line: higher-priority jobs, or its share among tenants, come first
+    # (NFR-9, NFR-10 at the gate; apps.politeness.limiter).
+    DOMAIN_TURN = "domain_turn"
     RETRY_BACKOFF = "retry_backoff"  # an attempt failed temporarily; the next one waits
     TENANT_SHARE = "tenant_share"  # due, waiting for its turn in the fair dispatch
     DISPATCH = "dispatch"  # sent to the workers (or the gate's state was unavailable)

@@ -13,12 +13,14 @@ Each domain has, in Redis (keys in ``apps.politeness.keys``):
   never above the policy's rate, never below its floor. A robots.txt ``Crawl-delay`` caps it too;
 - a **cooldown-until**: set by a target's ``Retry-After`` (or a robots.txt that cannot be read);
   every worker respects it. It expires by itself;
-- a **booking pointer** and per-job **tickets**: a refused job is given a place in the domain's
-  line, spaced ``1/rate`` apart, and told to come back then. Without it every refused job would
-  come back at the next token, all at once, and all but one be refused again (a backlog of N jobs
-  would cost N broker messages per token); and a fresh job could take the token a deferred job was
-  waiting for, again and again. A job holding a ticket passes the line; a job without one waits
-  behind the booked ones.
+- a **line** (NFR-9, NFR-10 at the gate): once a job is refused, every job asking for the domain
+  takes a place in it, and the permits go in the same weighted-fair order as the pool's slots:
+  the priorities by their weights (``SCRAPEJOBS_PRIORITY_WEIGHTS``), the tenants of a priority by
+  theirs. A refused job keeps its place and is told to come back when the permits before it are
+  due, so refused jobs come back spread at the domain's rate (not all at the next token), a
+  deferral never sends a job to the back, and a fresh job cannot take the permit a waiting
+  higher-priority job was due. A place lapses ``LINE_HOLD_S`` after its job was due back. While
+  nobody waits, a job takes a free permit without the line (docs/design/politeness.md).
 
 Each operation is one Lua script (``apps/politeness/lua/``), so concurrent workers cannot both
 spend the last token or take the last slot, and every time is the Redis server's clock (``TIME``):
@@ -45,7 +47,7 @@ import redis
 from django.conf import settings
 
 from apps.jobs.outbox import job_defer_for_domain, waiting_for_domain_refusal
-from apps.politeness.keys import domain_keys
+from apps.politeness.keys import LINE_PRIORITIES, domain_keys
 from apps.politeness.selectors import DomainLimits, domain_limits_cached, domain_limits_get, job_runnable_get
 from apps.redis_clients import state_redis
 
@@ -64,9 +66,11 @@ ADAPTIVE_MEMORY_S = 3600
 # "Retry-After: 31536000" would otherwise park every tenant's jobs for a year). The job's own
 # retry still honours the full value (apps.jobs.lifecycle).
 MAX_COOLDOWN_S = 3600
-# A ticket outlives its booked time by this much: the publisher (beat, every second) and a busy
-# broker may deliver the deferred job late; a ticket lost after that only costs the job its place.
-TICKET_GRACE_S = 120
+# A refused job's place in its domain's line outlives the time it was told to come back by this
+# much: the publisher (beat, every second) and a busy broker may deliver the deferred job late. A
+# place whose job never comes back (cancelled, its worker died) holds the permits behind it back
+# for this long at most.
+LINE_HOLD_S = 15
 # When Redis cannot be asked, the job waits this long in the database: refusing is the polite
 # failure (every worker would otherwise hit the target unthrottled during the outage).
 UNAVAILABLE_DEFER_S = 5.0
@@ -92,44 +96,85 @@ def _script(name: str, source: str) -> Any:
 
 
 @dataclass(frozen=True)
+class LineShare:
+    """Where a job stands in a domain's line: its priority, and its tenant with that tenant's
+    weight (NFR-9, NFR-10). The publisher sends them in the job's message; a message without them
+    (an older publisher's) stands as a ``normal`` job of a tenant of weight 1."""
+
+    priority: str = "normal"
+    tenant: str = ""
+    weight: int = 1
+
+    @classmethod
+    def from_message(cls, priority: object, tenant: object, weight: object) -> LineShare:
+        p = str(priority) if priority in LINE_PRIORITIES else "normal"
+        try:
+            w = max(1, int(str(weight)))
+        except ValueError:
+            w = 1
+        return cls(priority=p, tenant=str(tenant or ""), weight=w)
+
+
+DEFAULT_SHARE = LineShare()
+
+
+@dataclass(frozen=True)
 class DomainDecision:
     granted: bool
     wait_s: float  # when refused: come back after this long
     reason: str  # "" when granted; cooldown, queue, concurrency, rate, unavailable
     group: str = ""  # whose budget was asked (DomainLimits.group): release the slot there
+    place: int = 0  # when refused: how many of the domain's permits go to others first
 
 
 def domain_permit_acquire(
-    *, domain: str, holder: str, ticket: str, slot_ttl_s: float, token_only: bool = False
+    *,
+    domain: str,
+    holder: str,
+    ticket: str,
+    slot_ttl_s: float,
+    token_only: bool = False,
+    share: LineShare = DEFAULT_SHARE,
 ) -> DomainDecision:
     """Take a token and a concurrency slot of host ``domain``'s group for ``holder``, or say how
     long to wait.
 
-    ``ticket`` names the job: a refused job is booked a place in the domain's line under it, and
-    passes the line when it comes back. The slot frees itself after ``slot_ttl_s`` if
-    ``domain_permit_release`` is never called (the worker was killed). ``token_only``: a redirect
-    hop within a group whose slot the fetch already holds takes a token and no second slot."""
+    ``ticket`` names the job in the domain's line: a refused job keeps its place there under it
+    (``share`` says which line and how it shares it) and asks again when told. The slot frees
+    itself after ``slot_ttl_s`` if ``domain_permit_release`` is never called (the worker was
+    killed). ``token_only``: a redirect hop within a group whose slot the fetch already holds
+    takes a token and no second slot."""
     limits = domain_limits_get(domain=domain)
     keys = domain_keys(limits.group)
-    granted, wait_ms, reason = _script("acquire", _ACQUIRE)(
-        keys=[keys.state, keys.slots, keys.ticket(ticket), keys.adapt],
+    weights = settings.SCRAPEJOBS_PRIORITY_WEIGHTS
+    granted, wait_ms, reason, place = _script("acquire", _ACQUIRE)(
+        keys=[keys.state, keys.slots, keys.adapt, keys.fair, keys.lapses, *keys.lines],
         args=[
             limits.requests_per_second,
             limits.burst,
             limits.max_concurrency,
             holder,
             0 if token_only else slot_ttl_s,
-            TICKET_GRACE_S,
+            ticket,
+            LINE_PRIORITIES.index(share.priority) + 1,
+            share.tenant,
+            share.weight,
+            LINE_HOLD_S,
+            *(weights[p] for p in LINE_PRIORITIES),
         ],
     )
     return DomainDecision(
-        granted=bool(int(granted)), wait_s=int(wait_ms) / 1000.0, reason=str(reason), group=limits.group
+        granted=bool(int(granted)),
+        wait_s=int(wait_ms) / 1000.0,
+        reason=str(reason),
+        group=limits.group,
+        place=int(place),
     )
 
 
 def domain_token_try(*, domain: str) -> bool:
     """Take one token of host ``domain``'s group now, or be refused at once (no wait, no place
-    booked in its line): a rendered page's subresource of the page's own registrable domain
+    taken in its line, refused while jobs wait there): a rendered page's subresource of the page's own registrable domain
     (NFR-32, docs/design/browser.md), which is loaded now or not at all."""
     limits = domain_limits_get(domain=domain)
     keys = domain_keys(limits.group)
@@ -303,7 +348,11 @@ class DomainTurn:
 
 @contextmanager
 def job_domain_turn(
-    *, job_id: uuid.UUID | str, domain: str | None = None, timeout_s: int | None = None
+    *,
+    job_id: uuid.UUID | str,
+    domain: str | None = None,
+    timeout_s: int | None = None,
+    share: LineShare = DEFAULT_SHARE,
 ) -> Iterator[DomainTurn | None]:
     """The worker's gate, before the claim: yields a ``DomainTurn`` when the job may contact its
     domain now, and releases the concurrency slot on exit, whatever happens inside. Yields None
@@ -314,7 +363,8 @@ def job_domain_turn(
     row): with them the gate reads nothing from PostgreSQL. A duplicate message then spends a
     token before its claim fails, which costs the domain one request's worth of rate, once, in the
     rare case of a redelivery; without them (a message from before they were sent) the job's row
-    is read first, as it always was."""
+    is read first, as it always was. ``share``: the job's place in the domain's line (its
+    priority, tenant and weight, also from the message)."""
     if domain is None or timeout_s is None:
         job = job_runnable_get(job_id=job_id)
         if job is None:
@@ -327,7 +377,7 @@ def job_domain_turn(
     slot_ttl_s = timeout_s + settings.SCRAPEJOBS_LEASE_S
     try:
         decision = domain_permit_acquire(
-            domain=domain, holder=holder, ticket=str(job_id), slot_ttl_s=slot_ttl_s
+            domain=domain, holder=holder, ticket=str(job_id), slot_ttl_s=slot_ttl_s, share=share
         )
     except redis.RedisError:
         logger.warning(
