@@ -202,18 +202,20 @@ def _apply_params(batch: Sequence[AttemptFinished]) -> list[Any]:
      result_headers, fetch_key) = cols  # fmt: skip
     for r in batch:
         finished = _ts(r.finished_at)
+        # The backoff's exponent is the attempts that count (NFR-24), as the sweeper's.
+        counted = r.counted_attempt
         plan = functools.partial(
             plan_after_attempt,
             outcome=r.outcome,
-            attempt=r.attempt,
+            attempt=counted,
             retry_after_s=r.retry_after_s,
             now=finished,
             base=base,
             cap=cap,
         )
-        nxt = plan(max_attempts=r.attempt + 1, cancel_requested=False)
-        nxt_last = plan(max_attempts=r.attempt, cancel_requested=False)
-        nxt_cancel = plan(max_attempts=r.attempt + 1, cancel_requested=True)
+        nxt = plan(max_attempts=counted + 1, cancel_requested=False)
+        nxt_last = plan(max_attempts=counted, cancel_requested=False)
+        nxt_cancel = plan(max_attempts=counted + 1, cancel_requested=True)
         if nxt_cancel.status == JobStatus.QUEUED or (
             nxt_last.status == JobStatus.QUEUED and r.outcome != AttemptOutcome.DEFERRED
         ):

@@ -339,6 +339,7 @@ def claimed_attempt_fetch_and_store(
             finished_at=time.time(),
             duration_ms=int((time.monotonic() - started) * 1000),
             worker=worker,
+            deferred_before=claimed.deferred_attempts,
             **kw,
         )
 
