@@ -18,6 +18,8 @@ import psycopg
 from django.conf import settings
 from django.db import connection
 
+from apps.jobs.models import counted_attempts_sql
+
 
 @dataclass(frozen=True)
 class ClaimedJob:
@@ -43,7 +45,7 @@ class ClaimedJob:
     deferred_attempts: int = 0
 
 
-CLAIM_SQL = """
+CLAIM_SQL = f"""
 WITH t AS (SELECT statement_timestamp() AS now), claimed AS (
     UPDATE jobs_job
        SET status = 'running', attempts = attempts + 1, lease_owner = %(worker)s,
@@ -52,7 +54,7 @@ WITH t AS (SELECT statement_timestamp() AS now), claimed AS (
            started_at = COALESCE(started_at, t.now), updated_at = t.now,
            fetch_key = COALESCE(%(fetch_key)s, fetch_key)
       FROM t
-     WHERE id = %(id)s AND status = 'queued' AND attempts - deferred_attempts < max_attempts
+     WHERE id = %(id)s AND status = 'queued' AND {counted_attempts_sql()} < max_attempts
        AND (not_before IS NULL OR not_before <= t.now)
        AND cancel_requested_at IS NULL AND fetch_parked_at IS NULL
  RETURNING id, attempts, method, url, headers, body, timeout_s, max_attempts,

@@ -70,6 +70,20 @@ class WaitingFor(models.TextChoices):
     DISPATCH = "dispatch"  # sent to the workers (or the gate's state was unavailable)
 
 
+def counted_attempts(*, attempts: int, deferred_attempts: int) -> int:
+    """The attempts that count toward ``max_attempts`` (NFR-24): every attempt started but the
+    deferrals. The one definition: the fold, the sweeper and the admin use this, the claim, the
+    single-flight read, the fold's statement and a requeue ``counted_attempts_sql``; the table's
+    CHECK constraint (``Meta``) says the same as ``attempts <= max_attempts + deferred_attempts``."""
+    return attempts - deferred_attempts
+
+
+def counted_attempts_sql(alias: str = "") -> str:
+    """``counted_attempts`` as an SQL expression over ``jobs_job`` (``alias``: its alias there)."""
+    prefix = f"{alias}." if alias else ""
+    return f"({prefix}attempts - {prefix}deferred_attempts)"
+
+
 class Job(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
     # No index of its own: jobs_tenant_newest (tenant, -id) serves every lookup by tenant.
