@@ -32,11 +32,12 @@ from apps.jobs.models import AttemptOutcome, Render
 from apps.jobs.receipts import AttemptFinished
 from apps.jobs.singleflight import FetchDecision, job_fetch_decide, job_fetch_key
 from apps.outbound.proxy_status import egress_proxy_auth_failed_record
-from apps.politeness.limiter import DEFAULT_SHARE, LineShare, job_domain_turn
+from apps.politeness.limiter import DEFAULT_SHARE, LineShare
 from apps.politeness.selectors import tenant_obeys_robots
 from apps.redis_clients import cancel_flag_key, state_redis
 from apps.results.storage import ResultStoreFailed, result_store
 from apps.runtime.logs import job_attempt_failure_log, job_log_context_claimed
+from apps.scraping.domain_turn import job_domain_turn
 from apps.scraping.errors import FetchError
 from apps.scraping.fetch import FetchRequest, RedirectDeferred, fetch_open
 from apps.scraping.leases import LeaseHandle, lease_keeper

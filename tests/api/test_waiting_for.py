@@ -16,12 +16,13 @@ from django.utils import timezone
 
 from apps.jobs.models import Job
 from apps.jobs.receipt_fold import attempts_apply_finished
-from apps.politeness.limiter import domain_outcome_record, job_domain_turn
+from apps.politeness.limiter import domain_outcome_record
 from apps.politeness.models import DomainPolicy
 from apps.politeness.selectors import domain_limits_cache_clear
 from apps.publishing.publisher import outbox_publish_batch
 from apps.redis_clients import state_redis
 from apps.scraping.attempt import job_run_attempt
+from apps.scraping.domain_turn import job_domain_turn
 
 pytestmark = pytest.mark.django_db
 
