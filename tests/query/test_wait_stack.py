@@ -14,6 +14,7 @@ from django.db import connection
 from apps.jobs.models import Job
 from tests.query.test_wait import _connections, _free_port
 from tests.support.procs import wait_for_web
+from tests.support.threads import CheckedThread
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -41,11 +42,11 @@ def test_500_waiters_are_answered_within_1s_of_their_job_and_intake_stays_fast(s
     # Each job's caller starts waiting right after submitting it, seconds before the job can end.
     session = requests.Session()
     job_ids: list[str] = []
-    waiters: list[threading.Thread] = []
+    waiters: list[CheckedThread] = []
     for i in range(WAITERS):
         url = target.url(f"/bytes/64?delay={TARGET_DELAY_S}&n={i}")
         job_ids.append(session.post(base, json={"url": url}, headers=auth).json()["id"])
-        waiters.append(threading.Thread(target=wait, args=(job_ids[-1],)))
+        waiters.append(CheckedThread(target=wait, args=(job_ids[-1],)))
         waiters[-1].start()
 
     intake_ms: list[float] = []
@@ -69,7 +70,7 @@ def test_500_waiters_are_answered_within_1s_of_their_job_and_intake_stays_fast(s
         finally:
             connection.close()
 
-    side = [threading.Thread(target=submit_while_they_wait), threading.Thread(target=count_connections)]
+    side = [CheckedThread(target=submit_while_they_wait), CheckedThread(target=count_connections)]
     for t in side:
         t.start()
     for w in waiters:
