@@ -69,7 +69,19 @@ def token_rate_take(principal: Any) -> tuple[bool, float]:
     """Spend one request of the principal's token: ``(allowed, seconds until the next one)``.
     Tokens without a limit (rate 0) pass; a Redis failure lets the request pass too, or, with
     SCRAPEJOBS_RATE_LIMIT_FAIL_CLOSED, refuses it for a second."""
-    bucket = _bucket_of(principal)
+    return _bucket_take(_bucket_of(principal))
+
+
+def address_rate_take(address: str) -> tuple[bool, float]:
+    """``token_rate_take`` for what needs no token, per client address
+    (SCRAPEJOBS_OPEN_RATE_LIMIT_PER_SECOND; 0: no limit)."""
+    rate = settings.SCRAPEJOBS_OPEN_RATE_LIMIT_PER_SECOND
+    if rate <= 0:
+        return True, 0.0
+    return _bucket_take((f"sj:rl:addr:{address}", rate, max(settings.SCRAPEJOBS_OPEN_RATE_LIMIT_BURST, 1)))
+
+
+def _bucket_take(bucket: tuple[str, float, int] | None) -> tuple[bool, float]:
     if bucket is None:
         return True, 0.0
     if time.monotonic() < _redis_down_until:
@@ -125,3 +137,12 @@ class TokenRateThrottle(BaseThrottle):
 
     def wait(self) -> float | None:
         return max(1.0, math.ceil(getattr(self, "_wait", 1.0)))
+
+
+class AddressRateThrottle(TokenRateThrottle):
+    """For the pages that need no token: a bucket per client address (``get_ident``: the
+    connection's, or the forwarded one behind REST_FRAMEWORK's NUM_PROXIES trusted proxies)."""
+
+    def allow_request(self, request: Request, view: Any) -> bool:
+        allowed, self._wait = address_rate_take(self.get_ident(request))
+        return allowed
