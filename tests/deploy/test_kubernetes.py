@@ -291,7 +291,13 @@ def test_every_setting_given_is_one_the_project_reads_and_documents() -> None:
     for component in DEPLOYMENTS:
         for container in pod(component)["containers"] + pod(component).get("initContainers", []):
             refs = [e.get("configMapRef", e.get("secretRef"))["name"] for e in container["envFrom"]]
-            assert refs == ["scrapejobs-config", "scrapejobs-secrets"], component
+            # The browser pod names the secrets it needs instead (the test below).
+            whole = (
+                ["scrapejobs-config"]
+                if component == "browser"
+                else ["scrapejobs-config", "scrapejobs-secrets"]
+            )
+            assert refs == whole, component
 
 
 def test_the_worker_is_given_the_time_its_graceful_stop_takes() -> None:
@@ -486,3 +492,31 @@ def test_every_alert_names_a_summary_and_a_severity() -> None:
     assert len({r["alert"] for r in alerts}) == len(alerts)
     for r in alerts:
         assert r["labels"]["severity"] in ("page", "ticket") and r["annotations"]["summary"], r["alert"]
+
+
+def test_the_browser_pod_gets_only_the_secrets_rendering_needs() -> None:
+    """A page's scripts run in the browser pod: it is given the secrets it needs by name, never
+    the whole Secret (no metrics token, Flower login or webhooks' proxy)."""
+    (secret,) = [d for _, d in objects("base") if d["kind"] == "Secret"]
+    every = set(secret["stringData"])
+    spec = pod("browser")
+    for container in spec["initContainers"] + spec["containers"]:
+        assert not any("secretRef" in source for source in container.get("envFrom", [])), container["name"]
+        given = {
+            e["valueFrom"]["secretKeyRef"]["key"]
+            for e in container.get("env", [])
+            if "secretKeyRef" in e.get("valueFrom", {})
+        }
+        assert given <= every, given - every  # every name is one the Secret has
+        assert {"DJANGO_SECRET_KEY", "DATABASE_URL", "REDIS_URL"} <= given, container["name"]
+        assert not given & {
+            "SCRAPEJOBS_METRICS_TOKEN",
+            "FLOWER_BASIC_AUTH",
+            "SCRAPEJOBS_WEBHOOK_EGRESS_PROXY",
+        }
+    (browser,) = spec["containers"]
+    assert {e["name"] for e in browser["env"]} >= {
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "SCRAPEJOBS_EGRESS_PROXY",
+    }
