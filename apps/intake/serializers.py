@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from rest_framework import serializers
 
-from apps.jobs.models import Method, Priority, Render
+from apps.jobs.models import JOB_TIMEOUT_DEFAULT_S, Method, Priority, Render
 from apps.outbound.addresses import is_allowed_address
 
 MAX_URL_LENGTH = 8192
@@ -30,7 +30,11 @@ MAX_IDEMPOTENCY_KEY = 255
 
 # (lowest, highest, default) of each integer field: JobCreateInput's fields, the lean path and the
 # batches' column checks all read them here.
-INT_BOUNDS = {"max_attempts": (1, 20, 5), "timeout_s": (1, 300, 30), "max_age_s": (0, 2_592_000, 0)}
+INT_BOUNDS = {
+    "max_attempts": (1, 20, 5),
+    "timeout_s": (1, 300, JOB_TIMEOUT_DEFAULT_S),
+    "max_age_s": (0, 2_592_000, 0),
+}
 
 # Browser options (FR-30, docs/design/browser.md): what a rendered job may ask of the page.
 WAIT_UNTIL = ("load", "domcontentloaded", "networkidle")

@@ -84,6 +84,11 @@ def counted_attempts_sql(alias: str = "") -> str:
     return f"({prefix}attempts - {prefix}deferred_attempts)"
 
 
+# A job's timeout when it names none (FR-1). Also the shortest timeout whose expiry says something
+# of the target for every tenant: a shorter one is the job's own choice (NFR-5, docs/design/politeness.md).
+JOB_TIMEOUT_DEFAULT_S = 30
+
+
 class Job(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
     # No index of its own: jobs_tenant_newest (tenant, -id) serves every lookup by tenant.
@@ -99,7 +104,7 @@ class Job(models.Model):
     domain = models.CharField(max_length=255)  # indexed in Meta (jobs_job_domain_3f0e0f84)
     priority = models.CharField(max_length=8, choices=Priority.choices, default=Priority.NORMAL)
     callback_url = models.TextField(null=True, blank=True)
-    timeout_s = models.PositiveIntegerField(default=30)
+    timeout_s = models.PositiveIntegerField(default=JOB_TIMEOUT_DEFAULT_S)
     max_age_s = models.PositiveIntegerField(default=0)
     # Rendering (FR-30, docs/design/browser.md): ``browser`` jobs go to their own queue and
     # component; ``browser_options`` holds their validated options with defaults filled in (null

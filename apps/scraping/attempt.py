@@ -27,6 +27,7 @@ from django.db import connection
 
 from apps import tracing
 from apps.db_failures import database_failure
+from apps.jobs import models as job_models
 from apps.jobs.claims import ClaimedJob, job_claim
 from apps.jobs.models import AttemptOutcome, Render
 from apps.jobs.receipts import AttemptFinished
@@ -207,7 +208,12 @@ def _attempt_claim_and_run(
         # for every worker. A robots.txt verdict is no answer of the URL's: its pause (a file
         # that could not be had) is the origin's own, held by the origin's cached copy
         # (apps.politeness.robots), and must not pause the host's other ports (NFR-23). The
-        # egress proxy's failures say nothing of the target either (FR-28).
+        # egress proxy's failures say nothing of the target either (FR-28), nor does a timeout
+        # shorter than the default one: that is the job's own impatience, and one tenant's
+        # timeout_s=1 against a site that answers in 2 s must not slow the site for everyone.
+        own_timeout = (
+            receipt.error_class == "timeout" and claimed.timeout_s < job_models.JOB_TIMEOUT_DEFAULT_S
+        )
         answer: dict[str, Any] | None = (
             {
                 "http_status": receipt.http_status,
@@ -215,7 +221,9 @@ def _attempt_claim_and_run(
                 "timed_out": receipt.error_class == "timeout",
                 "answered_url": receipt.answered_url,
             }
-            if receipt.error_class not in NOT_ANSWERS and receipt.error_class not in PROXY_ERROR_CLASSES
+            if receipt.error_class not in NOT_ANSWERS
+            and receipt.error_class not in PROXY_ERROR_CLASSES
+            and not own_timeout
             else None
         )
 

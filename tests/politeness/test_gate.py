@@ -256,3 +256,23 @@ def test_an_answer_redis_refuses_to_record_costs_neither_the_receipt_nor_the_att
     attempts_apply_finished([receipt])
     job.refresh_from_db()
     assert job.status == "succeeded"
+
+
+@override_settings(SCRAPEJOBS_DOMAIN_ADAPTIVE=True)  # every answer is recorded (off in the tests)
+def test_a_jobs_own_short_timeout_says_nothing_of_the_site_but_a_default_one_does(
+    tenant, target, monkeypatch
+):
+    """NFR-5: a tenant's timeout_s shorter than the default is its own impatience, not the site's
+    slowness: it leaves the site's shared adaptive window alone; a timeout at least the default
+    one (made 2 s here, so that the test waits 2 s, not 30) is counted against the site."""
+    from apps.jobs import models as job_models
+    from apps.politeness.keys import domain_keys
+
+    window = domain_keys(DOMAIN).outcomes
+    monkeypatch.setattr(job_models, "JOB_TIMEOUT_DEFAULT_S", 2)
+    own = run(published_job(tenant, target.url("/slow?delay=4&n=own"), timeout_s=1, max_attempts=1))
+    assert own.error_class == "timeout"  # the job's own answer: it timed out
+    assert state_redis().lrange(window, 0, -1) == []  # the site's window never heard of it
+    default = run(published_job(tenant, target.url("/slow?delay=4&n=default"), timeout_s=2, max_attempts=1))
+    assert default.error_class == "timeout"
+    assert state_redis().lrange(window, 0, -1) == ["1"]  # one bad answer, counted for every tenant
