@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import ipaddress
+import logging
 import os
 import socket
 import threading
@@ -28,6 +29,8 @@ from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
+
+logger = logging.getLogger(__name__)
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -118,8 +121,11 @@ def resolve_allowed(
     answers = resolve(host, port) if timeout_s is None else _resolve_within(resolve, host, port, timeout_s)
     allowed = [(family, sockaddr) for family, sockaddr in answers if is_allowed_address(_ip_of(sockaddr))]
     if not allowed:
+        # The addresses go to the operator's log only: a tenant must not learn what an internal
+        # name resolves to from its job's error (the class, address_refused, says enough).
         shown = ", ".join(sorted({_ip_of(s) for _f, s in answers})) or "nothing"
-        raise AddressRefused(f"{host} resolves to {shown}: refused (private, loopback, or reserved)")
+        logger.warning("%s resolves to %s: refused (private, loopback, or reserved)", host, shown)
+        raise AddressRefused(f"{host} resolves only to refused addresses (private, loopback, or reserved)")
     return allowed
 
 

@@ -23,6 +23,7 @@ redirects are the caller's business (pass ``redirect=False``).
 
 from __future__ import annotations
 
+import logging
 import socket
 import ssl
 import threading
@@ -44,6 +45,8 @@ from apps.outbound.addresses import (
 )
 from apps.outbound.interrupt import RequestContext, current_context
 from apps.outbound.proxies import EgressProxy, ProxyAuthFailed, ProxyFailed
+
+logger = logging.getLogger(__name__)
 
 # The most a proxy's answer to CONNECT may hold before its blank line.
 _MAX_CONNECT_ANSWER = 16 * 1024
@@ -102,7 +105,8 @@ class _GuardedConnectionMixin:
                 # The address we are really talking to, whatever resolved to what above.
                 peer = sock.getpeername()[0]
                 if not is_allowed_address(peer):
-                    raise AddressRefused(f"{self.host} connected to refused address {peer}")
+                    logger.warning("%s connected to refused address %s", self.host, peer)  # the operator's
+                    raise AddressRefused(f"{self.host} connected to a refused address")
                 return sock
             except TimeoutError as e:
                 sock.close()

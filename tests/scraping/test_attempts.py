@@ -97,12 +97,15 @@ def test_the_last_temporary_failure_fails_the_job(tenant, target):
 
 @pytest.mark.django_db
 @override_settings(SCRAPEJOBS_ALLOW_PRIVATE_TARGETS=False)
-def test_a_private_target_fails_permanently_without_being_contacted(tenant, target):
-    job = _job(tenant, target.url("/bytes/10"))
+def test_a_private_target_fails_permanently_without_being_contacted(tenant, target, caplog):
+    job = _job(tenant, target.url("/bytes/10").replace("127.0.0.1", "localhost"))
     _attempt(job.id)
     job.refresh_from_db()
     assert (job.status, job.last_error["class"]) == ("failed", "address_refused")
     assert target.requests == []
+    # The tenant is not told what the name resolves to; the operator's log is.
+    assert "127.0.0.1" not in job.last_error["message"] and "::1" not in job.last_error["message"]
+    assert "localhost resolves to" in caplog.text and "127.0.0.1" in caplog.text
 
 
 @pytest.mark.django_db
