@@ -56,10 +56,11 @@ def job_log_context(*, job_id: str, domain: str | None = None) -> Iterator[None]
 
 
 def job_log_context_claimed(*, tenant_id: object, attempt: int, url: str) -> None:
-    """Add what the claim taught (tenant, attempt number, URL) to the current job's context."""
+    """Add what the claim taught (tenant, attempt number, URL) to the current job's context. The
+    URL is masked as a message is (a ``?token=`` value): it is a field of every line logged."""
     current = _job.get()
     if current is not None:
-        _job.set(replace(current, tenant=str(tenant_id or ""), attempt=attempt, url=url))
+        _job.set(replace(current, tenant=str(tenant_id or ""), attempt=attempt, url=secrets_masked(url)))
 
 
 def job_attempt_failure_log(logger: logging.Logger, *, error_class: str | None, error: str | None) -> None:

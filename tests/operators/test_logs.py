@@ -25,7 +25,7 @@ from django.conf import settings
 
 from apps.jobs.intake import job_create
 from apps.jobs.models import Job
-from apps.runtime.logs import job_log_context, job_log_context_claimed
+from apps.runtime.logs import JobContextFilter, job_log_context, job_log_context_claimed
 from scrapejobs import processes
 from tests.support.procs import ROOT, Proc, service_env, wait_for
 
@@ -164,3 +164,28 @@ def _status(url: str, auth: str | None = None) -> int | None:
         return e.code
     except OSError:
         return None
+
+
+def test_the_jobs_url_field_is_masked_as_the_message_is(text_log: io.StringIO) -> None:
+    """Every line logged during a job carries its URL: a credential in its query is masked there
+    too, not only in the message."""
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    log = logging.getLogger("apps.scraping.attempt")
+    keep = Keep()
+    keep.addFilter(JobContextFilter())
+    log.addHandler(keep)
+    try:
+        with job_log_context(job_id="0192-job", domain="shop.example"):
+            job_log_context_claimed(
+                tenant_id="t-1", attempt=1, url="https://shop.example/a?api_key=s3cr3t&page=2"
+            )
+            log.warning("fetching")
+    finally:
+        log.removeHandler(keep)
+    (record,) = records
+    assert "s3cr3t" not in record.url and "page=2" in record.url  # type: ignore[attr-defined]
