@@ -110,12 +110,32 @@ def _file_exporter(path: str) -> Any:
     return JsonLinesExporter()
 
 
+# Where the instrumentations put a request's URL (older and current semantic conventions).
+_URL_ATTRIBUTES = ("http.url", "url.full", "http.target", "url.path", "url.query")
+
+
+def _span_urls_masked(span: Any, *_: Any) -> None:
+    """A request hook: the URL attributes the instrumentation just set, masked as a log line is
+    (a ``?token=`` or ``?api_key=`` value, a signed result link's token: apps.runtime.logs).
+    Exported spans leave the service; a credential in a URL must not go with them."""
+    from apps.runtime.logs import secrets_masked  # noqa: PLC0415 - apps.runtime.logs imports this module
+
+    attributes = getattr(span, "attributes", None) or {}
+    for key in _URL_ATTRIBUTES:
+        value = attributes.get(key)
+        if isinstance(value, str):
+            masked = secrets_masked(value)
+            if masked != value:
+                span.set_attribute(key, masked)
+
+
 def _instrument(names: Sequence[str]) -> None:
-    # The maintained instrumentations; each patches its library for the whole process.
+    # The maintained instrumentations; each patches its library for the whole process. Those
+    # that record URLs mask them (``_span_urls_masked``).
     if "django" in names:
         from opentelemetry.instrumentation.django import DjangoInstrumentor  # noqa: PLC0415
 
-        DjangoInstrumentor().instrument()
+        DjangoInstrumentor().instrument(request_hook=_span_urls_masked)
     if "celery" in names:
         from opentelemetry.instrumentation.celery import CeleryInstrumentor  # noqa: PLC0415
 
@@ -131,7 +151,7 @@ def _instrument(names: Sequence[str]) -> None:
     if "urllib3" in names:
         from opentelemetry.instrumentation.urllib3 import URLLib3Instrumentor  # noqa: PLC0415
 
-        URLLib3Instrumentor().instrument()
+        URLLib3Instrumentor().instrument(request_hook=_span_urls_masked)
 
 
 def traceparent_current() -> str | None:

@@ -110,8 +110,17 @@ def test_one_jobs_spans_from_web_worker_and_writer_share_its_trace_with_the_righ
     svc, port = _start(services, env)
     _, token, _ = make_tenant()
     # Fails once with a 503, then answers: two attempts, the second a retry.
-    job_id = _post_job(port, token, target.url("/flaky/trace?fail=1"))
+    job_id = _post_job(port, token, target.url("/flaky/trace?fail=1&api_key=s3cr3t-in-the-url"))
     wait_all_final([job_id], timeout=60)
+    # The result through its signed link, whose token is the credential: the web's span records
+    # the request's path.
+    link = requests.get(
+        f"http://127.0.0.1:{port}/api/v1/jobs/{job_id}/result",
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=30,
+    ).json()["url"]
+    assert requests.get(link, timeout=30).status_code == 200
+    link_token = link.rstrip("/").rsplit("/", 1)[-1].split("?")[0]
     job = Job.objects.get(id=job_id)
     assert (job.status, job.attempts) == (JobStatus.SUCCEEDED, 2)
     assert job.trace_context and job.trace_context.startswith("00-")
@@ -183,6 +192,12 @@ def test_one_jobs_spans_from_web_worker_and_writer_share_its_trace_with_the_righ
         and request["context"]["span_id"] in {lk["context"]["span_id"] for lk in s["links"]}
     ]
     assert len(batches) == 2 and all(b.get("parent_id") is None for b in batches)
+
+    # No exported span carries a credential of a URL: the target's query value, the link's token
+    # (the instrumentations' request hooks mask them as a log line is).
+    exported = spans_file.read_text()
+    assert "s3cr3t-in-the-url" not in exported
+    assert link_token not in exported and "/results/<link>" in exported
 
     # The import probe sees OpenTelemetry in every process when tracing is on (so its silence
     # in the test with tracing off means something).
