@@ -38,6 +38,10 @@ class ClaimedJob:
     # the fetch key's scope (apps.jobs.singleflight.fetch_key) and whether robots.txt is obeyed.
     share_fetches: bool | None = None
     obey_robots: bool | None = None
+    # Re-fetching (FR-33, FR-34): whether the job asked to revalidate, and when its webhook is
+    # sent (None: "final"). Either makes the worker look up the tenant's previous success.
+    revalidate: bool = False
+    callback_on: str | None = None
 
 
 CLAIM_SQL = """
@@ -53,7 +57,7 @@ WITH t AS (SELECT statement_timestamp() AS now), claimed AS (
        AND (not_before IS NULL OR not_before <= t.now)
        AND cancel_requested_at IS NULL AND fetch_parked_at IS NULL
  RETURNING id, attempts, method, url, headers, body, timeout_s, max_attempts,
-           lease_expires_at, tenant_id, render, browser_options
+           lease_expires_at, tenant_id, render, browser_options, revalidate, callback_on
 ), attempt AS (
     INSERT INTO jobs_attempt (job_id, number, worker, started_at)
     SELECT id, attempts, %(worker)s, t.now FROM claimed, t
@@ -68,7 +72,8 @@ WITH t AS (SELECT statement_timestamp() AS now), claimed AS (
                 THEN true ELSE false END
 )
 SELECT c.attempts, c.method, c.url, c.headers, c.body, c.timeout_s, c.max_attempts,
-       c.lease_expires_at, c.tenant_id, c.render, c.browser_options, tt.share_fetches, tt.obey_robots
+       c.lease_expires_at, c.tenant_id, c.render, c.browser_options, tt.share_fetches, tt.obey_robots,
+       c.revalidate, c.callback_on
   FROM claimed AS c JOIN tenants_tenant AS tt ON tt.id = c.tenant_id
 """
 
@@ -123,7 +128,7 @@ def job_claim(*, job_id: uuid.UUID | str, worker: str, fetch_key: str | None = N
     if row is None:
         return None
     (attempt, method, url, headers, body, timeout_s, max_attempts, lease_expires_at, tenant_id, render,
-     browser_options, share_fetches, obey_robots) = row  # fmt: skip
+     browser_options, share_fetches, obey_robots, revalidate, callback_on) = row  # fmt: skip
     if isinstance(headers, str) or isinstance(browser_options, str):
         import json  # noqa: PLC0415 - raw cursor: psycopg may hand jsonb back decoded or not
 
@@ -144,6 +149,8 @@ def job_claim(*, job_id: uuid.UUID | str, worker: str, fetch_key: str | None = N
         browser_options=browser_options,
         share_fetches=share_fetches,
         obey_robots=obey_robots,
+        revalidate=bool(revalidate),
+        callback_on=callback_on,
     )
 
 

@@ -129,9 +129,11 @@ def attempts_settled_upto(*, after_id: int, limit: int, settle_s: float) -> int:
 
 # Each attempt's job is looked up by primary key (a LATERAL subquery kept apart by OFFSET 0, which
 # the planner cannot flatten into a join): a batch costs O(batch) probes. As a plain join, the
-# planner hashes the whole of jobs_job as soon as a batch is a few percent of it.
+# planner hashes the whole of jobs_job as soon as a batch is a few percent of it. A success the
+# target answered 304 Not Modified (FR-33, FR-35) is counted under the class ``not_modified``.
 _GROUPS_SQL = """
-SELECT date_trunc('minute', a.finished_at), j.domain, a.outcome, COALESCE(a.error_class, ''),
+SELECT date_trunc('minute', a.finished_at), j.domain, a.outcome,
+       COALESCE(a.error_class, CASE WHEN a.http_status = 304 THEN 'not_modified' ELSE '' END),
        count(*), count(*) FILTER (WHERE j.status = 'failed' AND a.number = j.attempts)
   FROM jobs_attempt AS a
  CROSS JOIN LATERAL (SELECT domain, status, attempts FROM jobs_job WHERE id = a.job_id OFFSET 0) AS j
