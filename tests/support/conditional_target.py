@@ -7,13 +7,15 @@ depending on NAME) with an ``ETag`` (strong, or weak ``W/"…"`` with ``server.w
 the current ETag (weak comparison), or, without one, whose ``If-Modified-Since`` is that date, is
 answered ``304 Not Modified`` without a body; without it every request gets the whole body (a
 server that ignores the condition). Every request is logged with its headers, and the body bytes
-sent are counted. ``python -m tests.support.conditional_target PORT SIZE`` serves until killed
-(the benchmark's target, a process of its own whose CPU is measured).
+sent are counted; ``/stats`` answers the counters as JSON. ``python -m
+tests.support.conditional_target PORT SIZE`` serves until killed (the benchmark's target, a
+process of its own whose CPU is measured).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -33,8 +35,17 @@ class _Handler(BaseHTTPRequestHandler):
         path = urlsplit(self.path).path
         srv = self.server
         headers = {k.lower(): v for k, v in self.headers.items()}
+        if path == "/stats":
+            with srv.lock:
+                stats = {"requests": len(srv.requests), "bytes_sent": srv.bytes_sent}
+                stats["not_modified"] = srv.not_modified
+            self._send(200, json.dumps(stats).encode(), {"Content-Type": "application/json"})
+            return
         with srv.lock:
-            srv.requests.append((path, headers))
+            if srv.keep_log:
+                srv.requests.append((path, headers))
+            else:
+                srv.requests.append((path, {}))
         if not path.startswith("/page/"):
             self._send(404, b"no such page")
             return
@@ -71,6 +82,7 @@ def _not_modified(headers: dict[str, str], etag: str) -> bool:
 
 class ConditionalTarget(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 1024  # a worker's burst of connections is not refused
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, size: int = 16 * 1024) -> None:
         super().__init__((host, port), _Handler)
@@ -80,6 +92,7 @@ class ConditionalTarget(ThreadingHTTPServer):
         self.weak = False
         self.lock = threading.Lock()
         self.requests: list[tuple[str, dict[str, str]]] = []
+        self.keep_log = True  # the benchmark's target keeps no headers
         self.bytes_sent = 0
         self.not_modified = 0
         self._thread: threading.Thread | None = None
@@ -117,4 +130,6 @@ class ConditionalTarget(ThreadingHTTPServer):
 
 
 if __name__ == "__main__":
-    ConditionalTarget(port=int(sys.argv[1]), size=int(sys.argv[2])).serve_forever()
+    served = ConditionalTarget(port=int(sys.argv[1]), size=int(sys.argv[2]))
+    served.keep_log = False
+    served.serve_forever()
