@@ -479,7 +479,8 @@ def _conditional(
         for name, value in previous.validators().items()
         if not any(k.lower() == name.lower() for k in request.headers)
     }
-    if not validators or previous.body_deleted or not results_storage().exists(previous.result_key):
+    own = any(k.lower() in ("if-none-match", "if-modified-since") for k in request.headers)
+    if not (validators or own) or previous.body_deleted or not results_storage().exists(previous.result_key):
         return request
     return dataclasses.replace(request, headers={**request.headers, **validators}, conditional=True)
 

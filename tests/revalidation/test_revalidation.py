@@ -221,3 +221,17 @@ def test_304s_are_counted_in_the_attempt_history_and_in_metrics(make_tenant, pag
     samples = scrape()
     assert value(samples, "scrapejobs_attempts_total", outcome="succeeded", error_class="not_modified") == 2
     assert value(samples, "scrapejobs_attempts_total", outcome="succeeded", error_class="") == 1
+
+
+def test_a_job_s_own_if_none_match_is_sent_as_given_and_its_304_served(make_tenant, page):
+    _, _, api = make_tenant()
+    url = page.url("own")
+    etag = page.etag(page.body("own"))
+    first = _run(api, url, revalidate=True, headers={"If-None-Match": etag})
+    assert first["status"] == "failed"  # nothing earlier to keep: a 304 is no answer then
+    page.honour = False
+    ok = _run(api, url, revalidate=True, headers={"If-None-Match": etag})
+    page.honour = True
+    second = _run(api, url, revalidate=True, headers={"If-None-Match": etag})
+    assert page.requests_for("own")[-1]["if-none-match"] == etag
+    assert (second["status"], second["changed"], second["previous_job"]) == ("succeeded", False, ok["id"])
