@@ -221,6 +221,7 @@ def test_304s_are_counted_in_the_attempt_history_and_in_metrics(make_tenant, pag
     samples = scrape()
     assert value(samples, "scrapejobs_attempts_total", outcome="succeeded", error_class="not_modified") == 2
     assert value(samples, "scrapejobs_attempts_total", outcome="succeeded", error_class="") == 1
+    assert value(samples, "scrapejobs_not_modified_bytes_total") == 2 * 4096  # two kept 4 KiB bodies
 
 
 def test_a_job_s_own_if_none_match_is_sent_as_given_and_its_304_served(make_tenant, page):
