@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
-import time
 import uuid
 from pathlib import Path
 
 from bench.common import (
+    ROOT,
     Proc,
     celery_ready,
     create_tenant,
@@ -67,9 +68,16 @@ def run() -> None:
                 Proc("beat", processes.beat(schedule_file=str(results / "celerybeat-schedule")), env),
                 Proc("worker", processes.worker(concurrency=CONCURRENCY), env),
             )
-            with running(*procs) as (writer, _beat, worker):
+            submit = [sys.executable, "-m", "bench.revalidate", "submit", tenant_id, base, str(PAGES)]
+            # Its stdin closed on the way out, the submitter ends (and is waited for).
+            with (
+                subprocess.Popen(
+                    submit, cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+                ) as submitter,
+                running(*procs) as (writer, _beat, worker),
+            ):
                 wait_until(lambda: celery_ready(writer) and celery_ready(worker), 60, "writer and worker")
-                _round(db, env, tenant_id, base, revalidate=False, done=0)  # every page fetched once
+                _round(db, submitter, revalidate=False, done=0)  # every page fetched once
                 classify = service_classifier(
                     "bench_revalidate", submit="bench.revalidate", target=TARGET_MODULE
                 )
@@ -77,7 +85,7 @@ def run() -> None:
                 for n, (name, revalidate) in enumerate((("plain", False), ("revalidate", True)), start=1):
                     before = target_stats(base)
                     with CpuMeter(classify) as meter:
-                        _round(db, env, tenant_id, base, revalidate=revalidate, done=n * PAGES)
+                        _round(db, submitter, revalidate=revalidate, done=n * PAGES)
                     after = target_stats(base)
                     cpu = meter.totals()
                     measured[name] = {
@@ -112,34 +120,22 @@ def run() -> None:
     )
 
 
-def _round(db: str, env: dict[str, str], tenant_id: str, base: str, *, revalidate: bool, done: int) -> None:
-    """Submit one job per page and wait until every job so far (``done`` before, these after) is
-    final."""
-    submit = Proc(
-        "submit",
-        [
-            sys.executable,
-            "-m",
-            "bench.revalidate",
-            "submit",
-            tenant_id,
-            base,
-            str(PAGES),
-            str(int(revalidate)),
-        ],
-        env,
-    )
-    wait_until(lambda: submit.p.poll() is not None, TIMEOUT_S, "the submissions")
-    if submit.p.returncode != 0:
-        raise RuntimeError(submit.output())
-    submit.stop()
+def _round(db: str, submitter: subprocess.Popen[str], *, revalidate: bool, done: int) -> None:
+    """Have the submitter add one job per page, and wait until every job so far (``done``
+    before, these after) is final."""
+    assert submitter.stdin is not None and submitter.stdout is not None
+    submitter.stdin.write("1\n" if revalidate else "0\n")
+    submitter.stdin.flush()
+    if submitter.stdout.readline().strip() != "submitted":
+        raise RuntimeError(f"the submitter stopped (exit {submitter.poll()})")
     final = "SELECT count(*) FROM jobs_job WHERE status IN ('succeeded', 'failed', 'cancelled')"
     wait_until(lambda: sql(db, final)[0][0] >= done + PAGES, TIMEOUT_S, "every job to be final", 0.05)
 
 
-def _submit(tenant_id: str, base: str, n: int, revalidate: bool) -> None:
-    """``python -m bench.revalidate submit TENANT BASE N 0|1``: one job per page, from 4 threads
-    (run by ``run()`` with the benchmark's env)."""
+def _submit(tenant_id: str, base: str, n: int) -> None:
+    """``python -m bench.revalidate submit TENANT BASE N``: for each line read (``0`` plain, ``1``
+    with revalidate), one job per page from 4 threads, then ``submitted`` (one process for every
+    round: Django is set up once)."""
     import django
 
     django.setup()
@@ -149,7 +145,7 @@ def _submit(tenant_id: str, base: str, n: int, revalidate: bool) -> None:
 
     tenant = uuid.UUID(tenant_id)
 
-    def some(pages: range) -> None:
+    def some(pages: range, revalidate: bool) -> None:
         try:
             for i in pages:
                 job_create(
@@ -158,17 +154,18 @@ def _submit(tenant_id: str, base: str, n: int, revalidate: bool) -> None:
         finally:
             connection.close()
 
-    threads = [threading.Thread(target=some, args=(range(i, n, 4),)) for i in range(4)]
-    started = time.time()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    print(started, time.time(), flush=True)
+    for line in sys.stdin:
+        revalidate = line.strip() == "1"
+        threads = [threading.Thread(target=some, args=(range(i, n, 4), revalidate)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        print("submitted", flush=True)
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["submit"]:
-        _submit(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5] == "1")
+        _submit(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     else:
         run()
