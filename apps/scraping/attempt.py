@@ -29,18 +29,19 @@ from apps import tracing
 from apps.db_failures import database_failure
 from apps.jobs.claims import ClaimedJob, job_claim
 from apps.jobs.models import AttemptOutcome, Render
-from apps.jobs.receipts import AttemptFinished, ResultStored
-from apps.jobs.revalidation import PreviousSuccess, job_previous_success
+from apps.jobs.receipts import AttemptFinished
+from apps.jobs.revalidation import PreviousSuccess
 from apps.jobs.singleflight import FetchDecision, job_fetch_decide, job_fetch_key
 from apps.outbound.proxy_status import egress_proxy_auth_failed_record
 from apps.politeness.limiter import job_domain_turn
 from apps.politeness.selectors import tenant_obeys_robots
 from apps.redis_clients import cancel_flag_key, state_redis
-from apps.results.storage import ResultStoreFailed, result_store, results_storage
+from apps.results.storage import ResultStoreFailed, result_store
 from apps.runtime.logs import job_attempt_failure_log, job_log_context_claimed
 from apps.scraping.errors import FetchError
 from apps.scraping.fetch import FetchRequest, RedirectDeferred, fetch_open
 from apps.scraping.leases import LeaseHandle, lease_keeper
+from apps.scraping.refetch import compared, conditional, kept, previous_success_for
 from apps.scraping.render import render_and_store
 from apps.tracing import traceparent_current, tracing_on
 from apps.writer.submit import receipt_submit
@@ -366,14 +367,14 @@ def claimed_attempt_fetch_and_store(
                 return finished(
                     AttemptOutcome.SUCCEEDED,
                     http_status=rendered.stored.http_status,
-                    result=_compared(
+                    result=compared(
                         claimed, dataclasses.replace(rendered.stored, fetch_key=fetch_key), previous
                     ),
                     answered_url=rendered.answered_url,
                     subrequests_made=rendered.subrequests_made,
                     subrequests_blocked=rendered.subrequests_blocked,
                 )
-            request = _conditional(claimed, request, previous)
+            request = conditional(claimed, request, previous)
             with (
                 _fetch_step(step, url=claimed.url) as fetch,
                 fetch_open(request=request, check=check, interrupt=lease.interrupt) as fetched,
@@ -388,7 +389,7 @@ def claimed_attempt_fetch_and_store(
                     return finished(
                         AttemptOutcome.SUCCEEDED,
                         http_status=304,
-                        result=_kept(previous, fetch_key=fetch_key),
+                        result=kept(previous, fetch_key=fetch_key),
                         answered_url=answered_url,
                     )
                 # The body streams from the fetch into storage: the upload is inside the fetch.
@@ -410,7 +411,7 @@ def claimed_attempt_fetch_and_store(
         return finished(
             AttemptOutcome.SUCCEEDED,
             http_status=stored.http_status,
-            result=_compared(claimed, stored, previous),
+            result=compared(claimed, stored, previous),
             answered_url=answered_url,
         )
     except FetchError as e:
@@ -448,70 +449,13 @@ def claimed_attempt_fetch_and_store(
         )
 
 
-def _asks_previous(claimed: ClaimedJob) -> bool:
-    """Whether the job asked to be compared with the tenant's previous success (FR-33, FR-34)."""
-    return claimed.revalidate or claimed.callback_on is not None
-
-
 def _previous_success(claimed: ClaimedJob, *, fetch_key: str | None) -> PreviousSuccess | None:
-    """The tenant's previous success of the job's fetch key, for a job that asked (one read; the
-    connection goes back to the pool before the fetch); None for every other job, which reads
-    nothing. A database error ends the attempt as a temporary failure (``internal_error``)."""
-    if not _asks_previous(claimed) or fetch_key is None or claimed.tenant_id is None:
-        return None
+    """``previous_success_for`` (apps/scraping/refetch.py), the connection then given back to the
+    pool before the fetch, as after every read here."""
     try:
-        return job_previous_success(fetch_key=fetch_key, tenant_id=claimed.tenant_id, job_id=claimed.id)
+        return previous_success_for(claimed, fetch_key=fetch_key)
     finally:
         _connection_release()
-
-
-def _conditional(
-    claimed: ClaimedJob, request: FetchRequest, previous: PreviousSuccess | None
-) -> FetchRequest:
-    """The request with the previous success's validators (FR-33, docs/revalidation.md), when
-    the job asked to revalidate, that success had some, and its body is still in storage (gone,
-    erased or removed by retention: the fetch is unconditional). The caller's own headers win:
-    a job that set If-None-Match itself sends it as given."""
-    if not claimed.revalidate or previous is None:
-        return request
-    validators = {
-        name: value
-        for name, value in previous.validators().items()
-        if not any(k.lower() == name.lower() for k in request.headers)
-    }
-    own = any(k.lower() in ("if-none-match", "if-modified-since") for k in request.headers)
-    if not (validators or own) or previous.body_deleted or not results_storage().exists(previous.result_key):
-        return request
-    return dataclasses.replace(request, headers={**request.headers, **validators}, conditional=True)
-
-
-def _kept(previous: PreviousSuccess, *, fetch_key: str | None) -> ResultStored:
-    """A 304's result: the previous success's stored body (same key, size and SHA-256), aged by
-    when that body was fetched."""
-    return ResultStored(
-        key=previous.result_key,
-        size=previous.size,
-        sha256=previous.sha256,
-        content_type=previous.content_type,
-        http_status=previous.http_status,
-        final_url=previous.final_url,
-        headers=previous.headers,
-        fetch_key=fetch_key,
-        changed=False,
-        previous_job=previous.job_id,
-        revalidated_from=previous.job_id,
-        stored_at=previous.stored_at.timestamp(),
-    )
-
-
-def _compared(claimed: ClaimedJob, stored: ResultStored, previous: PreviousSuccess | None) -> ResultStored:
-    """A fetched body compared with the previous success, for a job that asked (FR-34): changed
-    when its SHA-256 differs, or when there was none (a first fetch counts as a change)."""
-    if not _asks_previous(claimed):
-        return stored
-    if previous is None:
-        return dataclasses.replace(stored, changed=True)
-    return dataclasses.replace(stored, changed=stored.sha256 != previous.sha256, previous_job=previous.job_id)
 
 
 def _stop_check(*, job_id: str, attempt: int, lease: LeaseHandle) -> Callable[[], None]:
