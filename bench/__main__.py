@@ -14,7 +14,8 @@ messages, beside a bare Celery task's Redis commands), peak (the seed's peak thr
 jobs/s against a 20 s target, six workers), capacity (fetches in flight one worker process holds
 at a 10 s target), scaling (a day of the seed's load through the worker autoscaling rule, with one
 worker's measured capacity), browser (a page a script fills, rendered at 1, 2 and 4 pages per
-process, against a plain fetch of it), each ``bench/<name>.py:run()``.
+process, against a plain fetch of it), revalidate (1,000 unchanged pages re-fetched plain and with
+``revalidate``: bytes received, target CPU, service CPU per job), each ``bench/<name>.py:run()``.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ ORDER = (
     "capacity",
     "scaling",
     "browser",
+    "revalidate",
 )
 
 

@@ -128,6 +128,8 @@ def _floor(tenant_id: uuid.UUID, rows: list[dict[str, str]]) -> float:
             "max_age_s": [0] * len(rows),
             "render": ["none"] * len(rows),
             "browser_options": [None] * len(rows),
+            "revalidate": [None] * len(rows),
+            "callback_on": [None] * len(rows),
         },
         schema=PART_SCHEMA,
     )

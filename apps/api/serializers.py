@@ -64,6 +64,8 @@ def job_representation(job: Job, *, base: str) -> dict[str, Any]:
         "final_url": job.result_final_url or (job.url if job.status == JobStatus.SUCCEEDED else None),
         "batch": None if job.batch_id is None else str(job.batch_id),
         "batch_row": job.batch_row,
+        "changed": job.changed,
+        "previous_job": None if job.previous_job is None else str(job.previous_job),
         "links": job_links(base=base, job_id=job.id),
     }
 
@@ -85,6 +87,7 @@ def attempt_representation(a: Attempt, *, own_jobs: Collection[uuid.UUID] = ()) 
         if a.subrequests_made is None
         else {"made": a.subrequests_made, "blocked": a.subrequests_blocked or 0},
         "served_from": _served_from(a, own_jobs),
+        "revalidated_from": None if a.revalidated_from is None else str(a.revalidated_from),
     }
 
 
@@ -161,6 +164,15 @@ class JobOutput(serializers.Serializer):
     batch_row = serializers.IntegerField(
         allow_null=True, help_text="Its row in that batch, numbered from 1 as in the batch's rejected_rows."
     )
+    changed = serializers.BooleanField(
+        allow_null=True,
+        help_text="For a succeeded job that asked (revalidate or callback_on): whether its body's SHA-256 "
+        "differs from your previous success of the same request (true for the first one; false after a "
+        "304). Null for every other job.",
+    )
+    previous_job = serializers.UUIDField(
+        allow_null=True, help_text="That previous success, the body was compared with; null when none."
+    )
     links = JobLinksOutput()
 
 
@@ -197,6 +209,11 @@ class AttemptOutput(serializers.Serializer):
         allow_null=True,
         help_text="Set when this attempt did not fetch: an identical request's attempt (single-flight "
         "fetch within max_age_s) whose stored outcome it was served.",
+    )
+    revalidated_from = serializers.UUIDField(
+        allow_null=True,
+        help_text="Set when the target answered 304 Not Modified to this attempt's conditional request "
+        "(revalidate): the job whose stored body the job kept.",
     )
 
 

@@ -130,8 +130,9 @@ def plain_rows(batch: pa.RecordBatch) -> tuple[pa.Array, pa.Array]:
         column = batch.column(name)
         if name == "url":
             continue
-        # A rendered row (render, browser) is decided row by row, as a body is.
-        if name not in _FIELDS or name in ("body", "render", "browser"):
+        # A rendered row (render, browser) is decided row by row, as a body is; so is a row that
+        # asks to revalidate or sets callback_on (FR-33, FR-34: rules across fields).
+        if name not in _FIELDS or name in ("body", "render", "browser", "revalidate", "callback_on"):
             checks.append(pc.is_null(column))
         elif name == "method":
             checks.append(_choice_ok(column, METHODS))
@@ -186,6 +187,8 @@ def plain_table(batch: pa.RecordBatch, domain: pa.Array, numbers: pa.Array) -> p
         **{name: _int_or(batch, name) for name in INT_BOUNDS},
         "render": pa.repeat(pa.scalar(Render.NONE.value, pa.string()), count),
         "browser_options": pa.nulls(count, pa.string()),
+        "revalidate": pa.nulls(count, pa.bool_()),
+        "callback_on": pa.nulls(count, pa.string()),
     }
     return pa.Table.from_pydict(columns, schema=PART_SCHEMA)
 
@@ -200,8 +203,10 @@ def rows_table(good: Iterable[tuple[int, dict[str, Any]]]) -> pa.Table:
         columns["render"].append(data.get("render", Render.NONE))
         options = data.get("browser_options")
         columns["browser_options"].append(None if options is None else json.dumps(options))
+        columns["revalidate"].append(True if data.get("revalidate") else None)
+        columns["callback_on"].append(data.get("callback_on"))
         for name in PART_SCHEMA.names[2:]:
-            if name not in ("headers", "render", "browser_options"):
+            if name not in ("headers", "render", "browser_options", "revalidate", "callback_on"):
                 columns[name].append(data[name])
     return pa.Table.from_pydict(columns, schema=PART_SCHEMA)
 

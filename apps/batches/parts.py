@@ -31,9 +31,12 @@ from apps.results.storage import results_storage
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_VERSION = 1
-_ARROW_TYPES = {"uuid": pa.binary(16), "int4": pa.int32(), "text": pa.string()}
+_ARROW_TYPES = {"uuid": pa.binary(16), "int4": pa.int32(), "text": pa.string(), "bool": pa.bool_()}
 # The part file's columns are the staging table's, by name and in order (apps/jobs/bulk.py).
 PART_SCHEMA = pa.schema([(name, _ARROW_TYPES[kind]) for name, kind in STAGE_COLUMNS])
+# A part written by the release before re-fetching (FR-33, FR-34) lacks its two last columns (a
+# batch accepted before an upgrade and loaded after it): its rows load as rows that did not ask.
+_PART_SCHEMA_BEFORE_REFETCHING = pa.schema(list(PART_SCHEMA)[:-2])
 # zstd level 3: the seed's choice; a fraction of the size of the JSON rows at little CPU.
 PART_COMPRESSION = "zstd"
 PART_COMPRESSION_LEVEL = 3
@@ -184,7 +187,8 @@ def part_fetch(part: PartInfo) -> str:
             schema = pq.read_schema(path)
         except (pa.ArrowException, OSError) as e:
             raise PartDamaged(f"part {part.number} ({part.key}) is not a readable Parquet file: {e}") from e
-        if meta.num_rows != part.rows or not schema.equals(PART_SCHEMA):
+        known = schema.equals(PART_SCHEMA) or schema.equals(_PART_SCHEMA_BEFORE_REFETCHING)
+        if meta.num_rows != part.rows or not known:
             raise PartDamaged(
                 f"part {part.number} ({part.key}) has other rows or columns than its manifest says"
             )
@@ -195,8 +199,13 @@ def part_fetch(part: PartInfo) -> str:
 
 
 def part_table(path: str) -> pa.Table:
-    """The rows of a checked part, as an Arrow table with the staging table's columns."""
-    return pq.read_table(path, schema=PART_SCHEMA)
+    """The rows of a checked part, as an Arrow table with the staging table's columns (those an
+    older part lacks: nulls)."""
+    table = pq.read_table(path)
+    for f in PART_SCHEMA:
+        if f.name not in table.column_names:
+            table = table.append_column(f, pa.nulls(table.num_rows, f.type))
+    return table.select(PART_SCHEMA.names).cast(PART_SCHEMA)
 
 
 def batch_objects_remove(*, batch_id: uuid.UUID) -> int:

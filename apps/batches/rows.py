@@ -51,6 +51,8 @@ _INT_FIELDS = ("max_attempts", "timeout_s", "max_age_s")
 # Object fields, written in a CSV cell or a Parquet string as JSON: the headers, a rendered job's
 # browser options (FR-30).
 _JSON_FIELDS = ("headers", "browser")
+# Boolean fields, written in a CSV cell as true or false (FR-33).
+_BOOL_FIELDS = ("revalidate",)
 # Content types that name a format; multipart uploads may name it by the file's extension.
 CONTENT_TYPES = {
     "application/json": "json",
@@ -337,9 +339,12 @@ def _json_cell(name: str, value: str) -> Any:
 
 def _csv_cell(name: str, value: str) -> Any:
     """A CSV cell as the JSON value POST /jobs would get: numbers for the integer fields, an object
-    for headers; anything that does not convert stays a string and is refused by the rules."""
+    for headers, true or false for ``revalidate``; anything that does not convert stays a string
+    and is refused by the rules."""
     if name in _INT_FIELDS and value.strip().lstrip("-").isdigit():
         return int(value)
+    if name in _BOOL_FIELDS and value.strip() in ("true", "false"):
+        return value.strip() == "true"
     if name in _JSON_FIELDS:
         return _json_cell(name, value)
     return value

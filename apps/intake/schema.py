@@ -5,7 +5,8 @@ drf-spectacular describes the serializer's fields (types, bounds, enums, lengths
 see, this post-processing hook adds, from the same constants the validation reads: the URL
 pattern (http or https, a host name, printable ASCII; ``PLAIN_HTTP_URL`` is narrower than what is
 accepted, so a URL it matches is never refused for its form), no unknown fields, the header
-rules, a body only with POST, render "browser" only with GET and its options only with it, the
+rules, a body only with POST, render "browser" only with GET and its options only with it,
+revalidate only with the plain fetch, callback_on "change" only with a callback_url, the
 browser options' own unknown fields and selector length, the job id's form, the Idempotency-Key's
 length, and a batch's JSON body as a list of such jobs. Private and loopback hosts are refused unless the operator allows
 them; names that resolve to them are refused at fetch time: a pattern cannot say that.
@@ -86,6 +87,23 @@ def constraints_hook(result: dict[str, Any], generator: Any, request: Any, publi
                 "anyOf": [
                     {"not": {"required": ["browser"]}},
                     {"required": ["render"], "properties": {"render": {"enum": ["browser"]}}},
+                ]
+            },
+            # revalidate only with the plain fetch (FR-33).
+            {
+                "anyOf": [
+                    {"properties": {"revalidate": {"enum": [False]}}},
+                    {"properties": {"render": {"enum": ["none"]}}},
+                ]
+            },
+            # callback_on "change" only with a callback_url (FR-34).
+            {
+                "anyOf": [
+                    {"properties": {"callback_on": {"enum": ["final"]}}},
+                    {
+                        "required": ["callback_url"],
+                        "not": {"properties": {"callback_url": {"enum": [None]}}},
+                    },
                 ]
             },
         ]

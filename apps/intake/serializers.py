@@ -159,6 +159,10 @@ class ViewportInput(StrictObjectInput):
     )
 
 
+# When a job's webhook is sent (FR-34): when it ends, or only when its body changed.
+CALLBACK_ON = ("final", "change")
+
+
 # The ``browser`` object of a rendered job (FR-30); every option bounded.
 class BrowserOptionsInput(StrictObjectInput):
     wait_until = serializers.ChoiceField(
@@ -279,6 +283,19 @@ class JobCreateInput(StrictObjectInput):
         "ran (GET only; timeout_s bounds the whole render). Default: the plain HTTP fetch.",
     )
     browser = BrowserOptionsInput(required=False, help_text='Options of render "browser"; refused otherwise.')
+    revalidate = StrictBooleanField(
+        default=False,
+        help_text="Ask the target with the validators (ETag, Last-Modified) of your previous success of the "
+        "same request: a 304 Not Modified keeps that body (same sha256, nothing stored again). Plain fetch "
+        "only (docs/revalidation.md).",
+    )
+    callback_on = serializers.ChoiceField(
+        choices=CALLBACK_ON,
+        default="final",
+        help_text='"final": the webhook is sent when the job ends; "change": only when it failed or its '
+        "body changed since your previous success of the same request (a first fetch counts as a change). "
+        "Needs callback_url.",
+    )
 
     def validate_url(self, value: str) -> str:
         return _http_url(value, what="url")
@@ -307,6 +324,18 @@ class JobCreateInput(StrictObjectInput):
             raise serializers.ValidationError({"browser": ['Only allowed with render "browser".']})
         attrs.setdefault("body", None)
         attrs.setdefault("callback_url", None)
+        # Re-fetching (FR-33, FR-34): set only when asked, so a plain job's validated data (its
+        # idempotency fingerprint, the lean path's answer) stays what it was.
+        if attrs.pop("revalidate", False):
+            if render == Render.BROWSER:
+                raise serializers.ValidationError(
+                    {"revalidate": ['revalidate is only allowed with the plain fetch (render "none").']}
+                )
+            attrs["revalidate"] = True
+        if attrs.pop("callback_on", "final") == "change":
+            if attrs["callback_url"] is None:
+                raise serializers.ValidationError({"callback_on": ['"change" needs a callback_url.']})
+            attrs["callback_on"] = "change"
         return attrs
 
 

@@ -16,7 +16,8 @@ In: intake (FR-1, NFR-1, NFR-2)
 Out: publishing and claiming
 - ``outbox``: the publisher's weighted-fair picks, its publish stamp, a job deferred back into it;
 - ``singleflight``: jobs asking for the same fetch share one: decide, park, settle;
-- ``claims``: a worker claims a job (a new attempt, a lease) and renews its leases.
+- ``claims``: a worker claims a job (a new attempt, a lease) and renews its leases;
+- ``revalidation``: the tenant's previous success of a fetch key, its validators (FR-33, FR-34).
 
 Back: receipts and the fold (FR-W1 to FR-W4)
 - ``receipts``: what a worker reports after a claim, and its wire format;

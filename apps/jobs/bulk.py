@@ -49,6 +49,9 @@ STAGE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("max_age_s", "int4"),
     ("render", "text"),
     ("browser_options", "text"),
+    # Re-fetching (FR-33, FR-34): null unless the row asked, as for a job from POST /jobs.
+    ("revalidate", "bool"),
+    ("callback_on", "text"),
 )
 
 # jobs_job column -> the SQL that fills it from the staging row ``s``; every NOT NULL column of a
@@ -71,6 +74,8 @@ MERGE_VALUES: dict[str, str] = {
     "max_age_s": "s.max_age_s",
     "render": "s.render",
     "browser_options": "s.browser_options::jsonb",
+    "revalidate": "s.revalidate",
+    "callback_on": "s.callback_on",
     "status": "'queued'",
     "attempts": "0",
     "created_at": "now()",

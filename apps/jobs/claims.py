@@ -43,6 +43,10 @@ class ClaimedJob:
     # Its attempts so far that were deferrals and do not count (NFR-24): the receipt carries it,
     # so that the fold plans the retry on the counted attempts, as the sweeper does.
     deferred_attempts: int = 0
+    # Re-fetching (FR-33, FR-34): whether the job asked to revalidate, and when its webhook is
+    # sent (None: "final"). Either makes the worker look up the tenant's previous success.
+    revalidate: bool = False
+    callback_on: str | None = None
 
 
 CLAIM_SQL = f"""
@@ -58,7 +62,7 @@ WITH t AS (SELECT statement_timestamp() AS now), claimed AS (
        AND (not_before IS NULL OR not_before <= t.now)
        AND cancel_requested_at IS NULL AND fetch_parked_at IS NULL
  RETURNING id, attempts, method, url, headers, body, timeout_s, max_attempts,
-           lease_expires_at, tenant_id, render, browser_options, deferred_attempts
+           lease_expires_at, tenant_id, render, browser_options, deferred_attempts, revalidate, callback_on
 ), attempt AS (
     INSERT INTO jobs_attempt (job_id, number, worker, started_at)
     SELECT id, attempts, %(worker)s, t.now FROM claimed, t
@@ -74,7 +78,7 @@ WITH t AS (SELECT statement_timestamp() AS now), claimed AS (
 )
 SELECT c.attempts, c.method, c.url, c.headers, c.body, c.timeout_s, c.max_attempts,
        c.lease_expires_at, c.tenant_id, c.render, c.browser_options, tt.share_fetches, tt.obey_robots,
-       c.deferred_attempts
+       c.deferred_attempts, c.revalidate, c.callback_on
   FROM claimed AS c JOIN tenants_tenant AS tt ON tt.id = c.tenant_id
 """
 
@@ -129,7 +133,7 @@ def job_claim(*, job_id: uuid.UUID | str, worker: str, fetch_key: str | None = N
     if row is None:
         return None
     (attempt, method, url, headers, body, timeout_s, max_attempts, lease_expires_at, tenant_id, render,
-     browser_options, share_fetches, obey_robots, deferred_attempts) = row  # fmt: skip
+     browser_options, share_fetches, obey_robots, deferred_attempts, revalidate, callback_on) = row  # fmt: skip
     if isinstance(headers, str) or isinstance(browser_options, str):
         import json  # noqa: PLC0415 - raw cursor: psycopg may hand jsonb back decoded or not
 
@@ -151,6 +155,8 @@ def job_claim(*, job_id: uuid.UUID | str, worker: str, fetch_key: str | None = N
         share_fetches=share_fetches,
         obey_robots=obey_robots,
         deferred_attempts=deferred_attempts,
+        revalidate=bool(revalidate),
+        callback_on=callback_on,
     )
 
 

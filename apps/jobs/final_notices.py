@@ -61,6 +61,10 @@ class FinalJob(NamedTuple):
     finished_at: datetime | None
     callback_url: str | None
     tenant_id: uuid.UUID
+    # Re-fetching (FR-34): null unless the job asked (revalidate or callback_on).
+    changed: bool | None = None
+    previous_job: uuid.UUID | None = None
+    callback_on: str | None = None
 
 
 def jobs_final_unannounced_lock(*, limit: int) -> list[FinalJob]:
@@ -73,7 +77,7 @@ def jobs_final_unannounced_lock(*, limit: int) -> list[FinalJob]:
         # Uses the partial index jobs_final_unannounced.
         cur.execute(
             """
-            SELECT id, status, finished_at, callback_url, tenant_id
+            SELECT id, status, finished_at, callback_url, tenant_id, changed, previous_job, callback_on
               FROM jobs_job
              WHERE status IN ('succeeded', 'failed', 'cancelled') AND final_published_at IS NULL
              ORDER BY finished_at

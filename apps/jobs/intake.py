@@ -41,6 +41,8 @@ def job_create(
     max_age_s: int = 0,
     render: str = "none",
     browser_options: dict[str, Any] | None = None,
+    revalidate: bool = False,
+    callback_on: str | None = None,
     idempotency_key: str | None = None,
     idempotency_fingerprint: str | None = None,
 ) -> tuple[Job, bool]:
@@ -73,6 +75,9 @@ def job_create(
         max_age_s=max_age_s,
         render=render,
         browser_options=browser_options,
+        # FR-33, FR-34: null unless asked, so a plain job's row carries nothing more.
+        revalidate=True if revalidate else None,
+        callback_on=callback_on if callback_on == "change" else None,
         idempotency_key=idempotency_key,
         idempotency_fingerprint=idempotency_fingerprint,
         created_at=timezone.now(),

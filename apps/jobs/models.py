@@ -114,6 +114,12 @@ class Job(models.Model):
         max_length=8, choices=Render.choices, default=Render.NONE, db_default=Render.NONE
     )
     browser_options = models.JSONField(null=True, blank=True)
+    # Re-fetching (FR-33, FR-34, docs/revalidation.md): ``revalidate`` asks the target with the
+    # validators of the tenant's previous success of the same fetch key; ``callback_on`` "change"
+    # sends the webhook only when the body changed. Both null for a job that did not ask (null
+    # is false / "final"), so a plain job's row versions carry not a byte more.
+    revalidate = models.BooleanField(null=True, blank=True)
+    callback_on = models.CharField(max_length=8, null=True, blank=True)
     # The W3C traceparent of the request that created the job (FR-29, docs/tracing.md): the
     # publish, attempts and fold of the job are spans of that trace. Null when tracing is off,
     # and then intake's INSERT leaves the column out (apps/jobs/inserts.py).
@@ -188,6 +194,11 @@ class Job(models.Model):
     result_final_url = models.TextField(null=True, blank=True)
     # The target's response headers with the stored body: bounded and masked (FR-25).
     result_headers = models.JSONField(null=True, blank=True)
+    # Whether the stored body differs (by SHA-256) from the tenant's previous success of the same
+    # fetch key, and that job (FR-34): set by the fold for a job that asked (``revalidate`` or
+    # ``callback_on``); null for every other job. ``changed`` is true for a first fetch.
+    changed = models.BooleanField(null=True, blank=True)
+    previous_job = models.UUIDField(null=True, blank=True)
 
     # Retention: when the retention task deleted the stored result. The row
     # keeps its result metadata; /result answers 410 and GET /jobs/{id} says result_expired.
@@ -275,7 +286,17 @@ class Job(models.Model):
                 condition=Q(status__in=["succeeded", "failed", "cancelled"]),
                 name="jobs_final_by_finished",
             ),
+            # job_list (apps/query/selectors.py) with ?changed= (FR-34): only the jobs that asked
+            # whether their body changed (revalidate or callback_on) have a ``changed``, so only
+            # they enter it; a plain job pays nothing for it.
+            models.Index(
+                fields=["tenant", "-id"],
+                condition=Q(changed__isnull=False),
+                name="jobs_tenant_changed_newest",
+            ),
             # apps/jobs/singleflight.py: a young stored result for a key, and the jobs parked on it.
+            # Also the tenant's previous success of a key for revalidation (FR-33,
+            # apps/jobs/revalidation.py): every success is in it already, so that costs no entry.
             models.Index(
                 fields=["fetch_key", "finished_at"],
                 condition=Q(fetch_key__isnull=False),
@@ -318,6 +339,9 @@ class Attempt(models.Model):
     # the source may belong to another tenant (sharing) and outlive nothing here.
     served_from_job = models.UUIDField(null=True, blank=True)
     served_from_attempt = models.PositiveSmallIntegerField(null=True, blank=True)
+    # Set when the target answered 304 Not Modified to this attempt's conditional request
+    # (FR-33): the job whose stored body it kept (the tenant's previous success of the key).
+    revalidated_from = models.UUIDField(null=True, blank=True)
 
     class Meta:
         indexes = [

@@ -111,17 +111,19 @@ WITH v AS (
       FROM unnest(%b::uuid[], %b::int[], %b::timestamptz[], %b::text[], %b::int[], %b::text[],
                   %b::text[], %b::bigint[], %b::text[], %b::float8[], %b::text[], %b::text[],
                   %b::text[], %b::text[], %b::bigint[], %b::text[], %b::text[], %b::int[],
-                  %b::int[], %b::int[], %b::text[], %b::jsonb[], %b::text[])
+                  %b::int[], %b::int[], %b::text[], %b::jsonb[], %b::text[], %b::bool[],
+                  %b::uuid[], %b::uuid[], %b::timestamptz[])
            AS v(job_id, attempt, finished_at, outcome, http_status, error_class, error,
                 duration_ms, go, go_delay_s, last, cancel, last_error, result_key, result_size,
                 result_sha256, result_content_type, result_http_status, subrequests_made,
-                subrequests_blocked, result_final_url, result_headers, fetch_key)
+                subrequests_blocked, result_final_url, result_headers, fetch_key, changed,
+                previous_job, revalidated_from, stored_at)
 ), closed AS (
     UPDATE jobs_attempt AS a
        SET finished_at = v.finished_at, outcome = v.outcome, http_status = v.http_status,
            error_class = v.error_class, error = left(v.error, 2000),
            duration_ms = v.duration_ms, subrequests_made = v.subrequests_made,
-           subrequests_blocked = v.subrequests_blocked
+           subrequests_blocked = v.subrequests_blocked, revalidated_from = v.revalidated_from
       FROM v
      WHERE a.job_id = v.job_id AND a.number = v.attempt AND a.finished_at IS NULL
 ), locked AS (
@@ -164,19 +166,28 @@ WITH v AS (
                                       ELSE j.result_content_type END,
            result_http_status = CASE WHEN p.has_result THEN p.result_http_status
                                      ELSE j.result_http_status END,
-           result_stored_at = CASE WHEN p.has_result THEN p.finished_at ELSE j.result_stored_at END,
+           -- A 304 (FR-33) keeps the previous success's body, aged by when that was fetched.
+           result_stored_at = CASE WHEN p.has_result THEN COALESCE(p.stored_at, p.finished_at)
+                                   ELSE j.result_stored_at END,
            result_final_url = CASE WHEN p.has_result THEN p.result_final_url ELSE j.result_final_url END,
            result_headers = CASE WHEN p.has_result THEN p.result_headers ELSE j.result_headers END,
            -- The key of a fetch claimed without a decision (max_age_s 0): stored with its
            -- success, the only version that later jobs look it up in (apps/jobs/singleflight.py).
            fetch_key = CASE WHEN p.has_result THEN COALESCE(p.fetch_key, j.fetch_key) ELSE j.fetch_key END,
+           -- Re-fetching (FR-34): set only for a job that asked (its receipt says; null else).
+           changed = CASE WHEN p.has_result THEN p.changed ELSE j.changed END,
+           previous_job = CASE WHEN p.has_result THEN p.previous_job ELSE j.previous_job END,
            finished_at = CASE WHEN p.final THEN p.finished_at ELSE j.finished_at END,
            -- The end-of-job outbox (apps/jobs/final_notices.py) holds what there is to announce:
            -- a job without a callback_url has nothing, so it leaves this write announced
            -- already, and the job's row needs no fifth version (and its index entries) for the
            -- stamp (NFR-15).
+           -- A callback_on "change" job whose body did not change has nothing to announce
+           -- either (FR-34).
            final_published_at = CASE WHEN NOT p.final THEN j.final_published_at
-                                     WHEN j.callback_url IS NULL THEN now() END,
+                                     WHEN j.callback_url IS NULL THEN now()
+                                     WHEN j.callback_on = 'change' AND p.has_result
+                                          AND p.changed IS FALSE THEN now() END,
            published_at = CASE WHEN p.final THEN j.published_at ELSE NULL END,
            not_before = p.not_before,
            updated_at = now()
@@ -195,11 +206,11 @@ def _apply_params(batch: Sequence[AttemptFinished]) -> list[Any]:
     and the statement picks one: ``go`` (neither), ``last``, ``cancel``. Only ``go`` may be a
     retry, so only its delay is sent (the statement adds it to the database's clock)."""
     base, cap = settings.SCRAPEJOBS_RETRY_BASE_S, settings.SCRAPEJOBS_RETRY_CAP_S
-    cols: list[list[Any]] = [[] for _ in range(23)]
+    cols: list[list[Any]] = [[] for _ in range(27)]
     (job_id, attempt, finished_at, outcome, http_status, error_class, error, duration_ms, go,
      go_delay_s, last, cancel, last_error, result_key, result_size, result_sha256,
      result_content_type, result_http_status, subrequests_made, subrequests_blocked, result_final_url,
-     result_headers, fetch_key) = cols  # fmt: skip
+     result_headers, fetch_key, changed, previous_job, revalidated_from, stored_at) = cols  # fmt: skip
     for r in batch:
         finished = _ts(r.finished_at)
         # The backoff's exponent is the attempts that count (NFR-24), as the sweeper's.
@@ -251,6 +262,10 @@ def _apply_params(batch: Sequence[AttemptFinished]) -> list[Any]:
             None if res is None or res.headers is None else orjson.dumps(res.headers).decode()
         )
         fetch_key.append(None if res is None else res.fetch_key)
+        changed.append(None if res is None else res.changed)
+        previous_job.append(None if res is None else res.previous_job)
+        revalidated_from.append(None if res is None else res.revalidated_from)
+        stored_at.append(None if res is None or res.stored_at is None else _ts(res.stored_at))
     return [*cols, JOB_FINAL_CHANNEL]
 
 

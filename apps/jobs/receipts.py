@@ -14,7 +14,7 @@ decodes, so receipts already in a stream or in the dead letters when this shippe
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 import orjson
@@ -30,7 +30,7 @@ COMPACT_V1 = 1
 V1_FIELDS = 12  # the version and the eleven fields of the first layout
 RESULT_FIELDS = 5
 # The result's fields a writer of this release reads: the first layout's and those appended since.
-RESULT_FIELDS_KNOWN = 8
+RESULT_FIELDS_KNOWN = 9
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,16 @@ class ResultStored:
     # without a decision (``max_age_s`` 0, whose claim no longer writes it). Appended (its place
     # always held, null when unset): an older writer ignores it, an older worker's receipt lacks it.
     fetch_key: str | None = None
+    # Re-fetching (FR-33, FR-34, docs/revalidation.md), for a job that asked: whether the body
+    # differs from the tenant's previous success of the key, and that job; on a 304, the job
+    # whose body was kept (``revalidated_from``) and when that body was fetched (``stored_at``,
+    # Unix seconds: the result's age). On the wire one appended element, always in its place:
+    # null for a job that did not ask (five bytes), else the four as an array; an older writer
+    # ignores it.
+    changed: bool | None = None
+    previous_job: str | None = None
+    revalidated_from: str | None = None
+    stored_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -149,6 +159,9 @@ def receipt_encode(r: AttemptFinished) -> bytes:
                 # Always in its place, as final_url: a later release's appended field is
                 # then never read as it.
                 res.fetch_key,
+                None
+                if res.changed is None and res.revalidated_from is None
+                else [res.changed, res.previous_job, res.revalidated_from, res.stored_at],
             ],
             *tail,
         ]
@@ -181,9 +194,26 @@ def receipt_decode(raw: str | bytes) -> AttemptFinished:
         err_cls,
         err,
         wait,
-        None if res is None else ResultStored(*res[:RESULT_FIELDS_KNOWN]),
+        None if res is None else _result_decode(res),
         subrequests_made=made if type(made) is int else None,
         subrequests_blocked=blocked if type(blocked) is int else None,
         trace_context=trace_context if type(trace_context) is str else None,
         deferred_before=deferred if type(deferred) is int else 0,
+    )
+
+
+def _result_decode(res: list[Any]) -> ResultStored:
+    """The result's nested array: the first layout's fields and those appended since, the
+    re-fetching ones (FR-33, FR-34) as one array in their place."""
+    compared = res[RESULT_FIELDS_KNOWN - 1] if len(res) >= RESULT_FIELDS_KNOWN else None
+    stored = ResultStored(*res[: RESULT_FIELDS_KNOWN - 1])
+    if type(compared) is not list or len(compared) < 4:
+        return stored
+    changed, previous_job, revalidated_from, stored_at = compared[:4]
+    return replace(
+        stored,
+        changed=changed if type(changed) is bool else None,
+        previous_job=previous_job if type(previous_job) is str else None,
+        revalidated_from=revalidated_from if type(revalidated_from) is str else None,
+        stored_at=float(stored_at) if type(stored_at) in (int, float) else None,
     )

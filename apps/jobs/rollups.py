@@ -28,6 +28,9 @@ class AttemptGroup:
     error_class: str  # "" when the attempt has none
     attempts: int
     dead_letters: int  # of them, attempts that ended their job as failed (a dead letter)
+    # Of them, the body bytes the target did not send because it answered 304 (FR-33, FR-35):
+    # the size of the body each such attempt's job kept.
+    bytes_kept: int = 0
 
 
 @dataclass(frozen=True)
@@ -129,12 +132,15 @@ def attempts_settled_upto(*, after_id: int, limit: int, settle_s: float) -> int:
 
 # Each attempt's job is looked up by primary key (a LATERAL subquery kept apart by OFFSET 0, which
 # the planner cannot flatten into a join): a batch costs O(batch) probes. As a plain join, the
-# planner hashes the whole of jobs_job as soon as a batch is a few percent of it.
+# planner hashes the whole of jobs_job as soon as a batch is a few percent of it. A success the
+# target answered 304 Not Modified (FR-33, FR-35) is counted under the class ``not_modified``.
 _GROUPS_SQL = """
-SELECT date_trunc('minute', a.finished_at), j.domain, a.outcome, COALESCE(a.error_class, ''),
-       count(*), count(*) FILTER (WHERE j.status = 'failed' AND a.number = j.attempts)
+SELECT date_trunc('minute', a.finished_at), j.domain, a.outcome,
+       COALESCE(a.error_class, CASE WHEN a.http_status = 304 THEN 'not_modified' ELSE '' END),
+       count(*), count(*) FILTER (WHERE j.status = 'failed' AND a.number = j.attempts),
+       COALESCE(sum(j.result_size) FILTER (WHERE a.http_status = 304 AND a.outcome = 'succeeded'), 0)
   FROM jobs_attempt AS a
- CROSS JOIN LATERAL (SELECT domain, status, attempts FROM jobs_job WHERE id = a.job_id OFFSET 0) AS j
+ CROSS JOIN LATERAL (SELECT domain, status, attempts, result_size FROM jobs_job WHERE id = a.job_id OFFSET 0) AS j
  WHERE a.id > %(after)s AND a.id <= %(upto)s AND a.finished_at IS NOT NULL
  GROUP BY 1, 2, 3, 4
 """

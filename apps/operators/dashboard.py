@@ -259,6 +259,26 @@ def chart_dead_letters(buckets: Buckets, rows: list[tuple]) -> Chart:
     return chart
 
 
+def chart_not_modified_bytes(buckets: Buckets) -> Chart:
+    """Body bytes targets did not send because they answered a revalidation 304 (FR-35)."""
+    rows = _binned(
+        buckets,
+        "SELECT date_bin(%(step)s, minute, %(origin)s), sum(bytes_kept) "
+        "FROM operators_attemptminute WHERE minute >= %(start)s AND bytes_kept > 0 GROUP BY 1",
+    )
+    chart = Chart(
+        "not-modified-bytes", "Bytes not transferred (304 Not Modified)", "line", buckets.labels, unit="MiB"
+    )
+    chart.datasets = [
+        {
+            "label": "MiB kept instead of fetched again",
+            "data": _series(buckets, {buckets.index(b): round(int(n) / 2**20, 3) for b, n in rows}),
+        }
+    ]
+    chart.empty = "" if rows else "No revalidation was answered 304 in this window."
+    return chart
+
+
 def chart_failures_by_domain(buckets: Buckets) -> Chart:
     rows = _rows(
         "SELECT domain, sum(attempts), sum(failures) FROM operators_domainhour "
@@ -351,6 +371,7 @@ def dashboard_charts(*, window: Window, now: datetime | None = None) -> list[Cha
         ("past-lease", "Jobs running past their lease", lambda: chart_past_lease(buckets)),
         ("writer-lag", "Writer lag", lambda: chart_writer_lag(buckets)),
         ("dead-letters", "Dead letters", lambda: chart_dead_letters(buckets, attempts())),
+        ("not-modified-bytes", "Bytes not transferred", lambda: chart_not_modified_bytes(buckets)),
     ]
     return [_guarded(chart_id, title, build) for chart_id, title, build in builders]
 

@@ -127,9 +127,11 @@ class ScrapejobsCollector(Collector):
             labels=["error_class"],
         )
         dead_by_class: defaultdict[str, int] = defaultdict(int)
+        kept = 0
         for t in AttemptTotal.objects.all():
             attempts.add_metric([t.outcome, t.error_class], t.attempts)
             dead_by_class[t.error_class] += t.dead_letters
+            kept += t.bytes_kept
         for error_class, n in sorted(dead_by_class.items()):
             dead.add_metric([error_class], n)
         by_domain = CounterMetricFamily(
@@ -143,7 +145,13 @@ class ScrapejobsCollector(Collector):
         for d in DomainTotal.objects.all():
             by_domain.add_metric([d.domain], d.attempts)
             failed_by_domain.add_metric([d.domain], d.failures)
-        yield from (attempts, dead, by_domain, failed_by_domain)
+        # FR-35: the body bytes targets did not send because they answered a revalidation 304.
+        not_sent = CounterMetricFamily(
+            "scrapejobs_not_modified_bytes",
+            "Body bytes not transferred: the kept bodies of attempts answered 304 Not Modified.",
+            value=kept,
+        )
+        yield from (attempts, dead, by_domain, failed_by_domain, not_sent)
         state = RollupState.objects.filter(pk=1).values_list("updated_at", flat=True).first()
         if state is not None:
             yield GaugeMetricFamily(

@@ -16,6 +16,8 @@ class AttemptMinute(models.Model):
     error_class = models.CharField(max_length=64, blank=True, default="")
     attempts = models.PositiveIntegerField(default=0)
     dead_letters = models.PositiveIntegerField(default=0)  # attempts that ended their job as failed
+    # Body bytes not transferred: the kept bodies of the attempts answered 304 (FR-35).
+    bytes_kept = models.BigIntegerField(default=0)
 
     class Meta:
         constraints = [
@@ -92,6 +94,7 @@ class AttemptTotal(models.Model):
     error_class = models.CharField(max_length=64, blank=True, default="")
     attempts = models.BigIntegerField(default=0)
     dead_letters = models.BigIntegerField(default=0)
+    bytes_kept = models.BigIntegerField(default=0)  # as AttemptMinute's (FR-35)
 
     class Meta:
         constraints = [

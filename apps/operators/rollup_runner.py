@@ -103,21 +103,25 @@ def _upsert_adding(table: str, key: Sequence[str], values: Sequence[str], rows: 
 def _add_attempt_groups(groups: list[AttemptGroup]) -> None:
     by_minute: Counter[tuple[datetime, str, str]] = Counter()
     dead_by_minute: Counter[tuple[datetime, str, str]] = Counter()
+    kept_by_minute: Counter[tuple[datetime, str, str]] = Counter()
     by_hour: Counter[tuple[datetime, str]] = Counter()
     failed_by_hour: Counter[tuple[datetime, str]] = Counter()
     for g in groups:
         key = (g.minute, g.outcome, g.error_class)
         by_minute[key] += g.attempts
         dead_by_minute[key] += g.dead_letters
+        kept_by_minute[key] += g.bytes_kept
         hour_key = (g.minute.replace(minute=0), g.domain)
         by_hour[hour_key] += g.attempts
         if g.outcome in FAILED_OUTCOMES:
             failed_by_hour[hour_key] += g.attempts
     totals: Counter[tuple[str, str]] = Counter()
     dead_totals: Counter[tuple[str, str]] = Counter()
+    kept_totals: Counter[tuple[str, str]] = Counter()
     for (_, outcome, error_class), n in by_minute.items():
         totals[(outcome, error_class)] += n
         dead_totals[(outcome, error_class)] += dead_by_minute[(_, outcome, error_class)]
+        kept_totals[(outcome, error_class)] += kept_by_minute[(_, outcome, error_class)]
     domain_totals: Counter[str] = Counter()
     domain_failures: Counter[str] = Counter()
     for (_, domain), n in by_hour.items():
@@ -126,8 +130,8 @@ def _add_attempt_groups(groups: list[AttemptGroup]) -> None:
     _upsert_adding(
         "operators_attemptminute",
         ("minute", "outcome", "error_class"),
-        ("attempts", "dead_letters"),
-        ((*k, n, dead_by_minute[k]) for k, n in by_minute.items()),
+        ("attempts", "dead_letters", "bytes_kept"),
+        ((*k, n, dead_by_minute[k], kept_by_minute[k]) for k, n in by_minute.items()),
     )
     _upsert_adding(
         "operators_domainhour",
@@ -138,8 +142,8 @@ def _add_attempt_groups(groups: list[AttemptGroup]) -> None:
     _upsert_adding(
         "operators_attempttotal",
         ("outcome", "error_class"),
-        ("attempts", "dead_letters"),
-        ((*k, n, dead_totals[k]) for k, n in totals.items()),
+        ("attempts", "dead_letters", "bytes_kept"),
+        ((*k, n, dead_totals[k], kept_totals[k]) for k, n in totals.items()),
     )
     _upsert_adding(
         "operators_domaintotal",

@@ -31,6 +31,8 @@ JOB_COLUMNS = (
     "batch_id",  # batch, batch_row: a batch's rows map to their jobs (FR-10, FR-24)
     "batch_row",
     "result_final_url",  # final_url (FR-25)
+    "changed",  # changed, previous_job (FR-34)
+    "previous_job",
     "version",  # the read cache's compare-and-set (apps/query/cache.py)
 ) + JOB_WAITING_COLUMNS
 # Result columns, for GET /jobs/{id}/result.
@@ -64,6 +66,7 @@ def job_list(
     status: str | None = None,
     priority: str | None = None,
     batch_id: uuid.UUID | None = None,
+    changed: bool | None = None,
     before: uuid.UUID | None = None,
     limit: int = 50,
 ) -> tuple[list[Job], uuid.UUID | None]:
@@ -75,7 +78,8 @@ def job_list(
     every committed job below the cursor). A job committed during the walk shows (once) only if
     its id is below the cursor then: one minted by a host whose clock is behind, or a batch's row
     loaded during the walk (its id was minted at intake); one above it does not. FR-3,
-    tests/query/test_list_clocks.py. Served by the jobs_tenant_*_newest indexes.
+    tests/query/test_list_clocks.py. Served by the jobs_tenant_*_newest indexes; ``changed``
+    (FR-34) by jobs_tenant_changed_newest, which holds only the jobs that have one.
     """
     qs = Job.objects.only(*JOB_COLUMNS).filter(tenant_id=tenant_id)
     if status is not None:
@@ -84,6 +88,8 @@ def job_list(
         qs = qs.filter(priority=priority)
     if batch_id is not None:
         qs = qs.filter(batch_id=batch_id)
+    if changed is not None:
+        qs = qs.filter(changed=changed)
     if before is not None:
         qs = qs.filter(id__lt=before)
     rows = list(qs.order_by("-id")[: limit + 1])

@@ -59,6 +59,12 @@ class JobListView(APIView):
             help_text="Jobs of one batch (POST /batches). A batch that is not the caller's is 404, "
             "as on GET /batches/{batch_id}.",
         )
+        changed = serializers.ChoiceField(
+            choices=["true", "false"],
+            required=False,
+            help_text="Only succeeded jobs whose body changed (true) or not (false) since the previous "
+            "fetch of the same request; only jobs that asked (revalidate or callback_on) are compared.",
+        )
         limit = serializers.IntegerField(min_value=1, max_value=500, default=50)
         cursor = serializers.RegexField(
             CURSOR_PATTERN,
@@ -102,6 +108,7 @@ class JobListView(APIView):
             status=params.get("status"),
             priority=params.get("priority"),
             batch_id=params.get("batch"),
+            changed=None if "changed" not in params else params["changed"] == "true",
             before=before,
             limit=params["limit"],
         )

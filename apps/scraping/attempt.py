@@ -31,6 +31,7 @@ from apps.jobs import models as job_models
 from apps.jobs.claims import ClaimedJob, job_claim
 from apps.jobs.models import AttemptOutcome, Render
 from apps.jobs.receipts import AttemptFinished
+from apps.jobs.revalidation import PreviousSuccess
 from apps.jobs.singleflight import FetchDecision, job_fetch_decide, job_fetch_key
 from apps.outbound.proxy_status import egress_proxy_auth_failed_record
 from apps.politeness.limiter import DEFAULT_SHARE, LineShare
@@ -42,6 +43,7 @@ from apps.scraping.domain_turn import job_domain_turn
 from apps.scraping.errors import FetchError
 from apps.scraping.fetch import FetchRequest, RedirectDeferred, fetch_open
 from apps.scraping.leases import LeaseHandle, lease_keeper
+from apps.scraping.refetch import compared, conditional, kept, previous_success_for
 from apps.scraping.render import render_and_store
 from apps.tracing import traceparent_current, tracing_on
 from apps.writer.submit import receipt_submit
@@ -374,6 +376,7 @@ def claimed_attempt_fetch_and_store(
         ) as lease:
             request = request_for(_robots_obeyed(claimed) if obey_robots is None else obey_robots)
             check = _stop_check(job_id=str(claimed.id), attempt=claimed.attempt, lease=lease)
+            previous = _previous_success(claimed, fetch_key=fetch_key)
             if claimed.render == Render.BROWSER:  # FR-30: apps/scraping/render.py
                 rendered = render_and_store(
                     claimed=claimed,
@@ -385,17 +388,31 @@ def claimed_attempt_fetch_and_store(
                 return finished(
                     AttemptOutcome.SUCCEEDED,
                     http_status=rendered.stored.http_status,
-                    result=dataclasses.replace(rendered.stored, fetch_key=fetch_key),
+                    result=compared(
+                        claimed, dataclasses.replace(rendered.stored, fetch_key=fetch_key), previous
+                    ),
                     answered_url=rendered.answered_url,
                     subrequests_made=rendered.subrequests_made,
                     subrequests_blocked=rendered.subrequests_blocked,
                 )
+            request = conditional(claimed, request, previous)
             with (
                 _fetch_step(step, url=claimed.url) as fetch,
                 fetch_open(request=request, check=check, interrupt=lease.interrupt) as fetched,
             ):
                 answered_url = fetched.url
                 tracing.span_set(fetch, **{"http.response.status_code": fetched.status})
+                if fetched.status == 304 and previous is not None:
+                    # Not Modified (FR-33): the previous success's body is this job's result;
+                    # nothing is stored. The (empty) body is read so the connection is reused.
+                    for _ in fetched.chunks():
+                        pass
+                    return finished(
+                        AttemptOutcome.SUCCEEDED,
+                        http_status=304,
+                        result=kept(previous, fetch_key=fetch_key),
+                        answered_url=answered_url,
+                    )
                 # The body streams from the fetch into storage: the upload is inside the fetch.
                 with step("job.upload"):
                     stored = result_store(
@@ -413,7 +430,10 @@ def claimed_attempt_fetch_and_store(
             # job's receipt carries a null there (5 bytes), not its URL again.
             stored = dataclasses.replace(stored, final_url=answered_url)
         return finished(
-            AttemptOutcome.SUCCEEDED, http_status=stored.http_status, result=stored, answered_url=answered_url
+            AttemptOutcome.SUCCEEDED,
+            http_status=stored.http_status,
+            result=compared(claimed, stored, previous),
+            answered_url=answered_url,
         )
     except FetchError as e:
         return finished(
@@ -448,6 +468,15 @@ def claimed_attempt_fetch_and_store(
         return finished(
             AttemptOutcome.TEMPORARY, error_class="internal_error", error=f"{type(e).__name__}: {e}"
         )
+
+
+def _previous_success(claimed: ClaimedJob, *, fetch_key: str | None) -> PreviousSuccess | None:
+    """``previous_success_for`` (apps/scraping/refetch.py), the connection then given back to the
+    pool before the fetch, as after every read here."""
+    try:
+        return previous_success_for(claimed, fetch_key=fetch_key)
+    finally:
+        _connection_release()
 
 
 def _stop_check(*, job_id: str, attempt: int, lease: LeaseHandle) -> Callable[[], None]:

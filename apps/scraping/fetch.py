@@ -89,6 +89,9 @@ class FetchRequest:
     charge_redirects: bool = False
     ticket: str = ""  # with charge_redirects: names the job in a hop domain's line
     share: LineShare = DEFAULT_SHARE  # and where it stands there (NFR-9, NFR-10)
+    # A conditional request (FR-33, docs/revalidation.md): a 304 Not Modified is then an answer,
+    # yielded like a 2xx (with no body), not an invalid response.
+    conditional: bool = False
 
 
 @dataclass(frozen=True)
@@ -287,6 +290,8 @@ def _open_final(
             if length and length.isdigit() and int(length) > limits.max_bytes:
                 _finish(response, reuse=False, interrupt=interrupt)
                 raise _too_large(limits.max_bytes)
+            return response, url
+        if status == 304 and request.conditional:
             return response, url
         location = response.headers.get("Location")
         _finish(response, reuse=False, interrupt=interrupt)

@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -77,13 +78,24 @@ def _disabled_among(*, pairs: Iterable[tuple[uuid.UUID, str]]) -> set[tuple[uuid
     return set(rows) & wanted
 
 
-def webhook_body(*, job_id: uuid.UUID | str, status: str, finished_at: datetime | None) -> str:
-    """The event: ``{id, status, finished_at}`` (FR-1 to FR-7), compact JSON."""
-    payload = {
+def webhook_body(
+    *,
+    job_id: uuid.UUID | str,
+    status: str,
+    finished_at: datetime | None,
+    changed: bool | None = None,
+    previous_job: uuid.UUID | str | None = None,
+) -> str:
+    """The event: ``{id, status, finished_at}`` (FR-1 to FR-7), compact JSON; with ``changed``
+    and ``previous_job`` for a succeeded job that asked whether its body changed (FR-34)."""
+    payload: dict[str, Any] = {
         "id": str(job_id),
         "status": status,
         "finished_at": finished_at.isoformat().replace("+00:00", "Z") if finished_at else None,
     }
+    if changed is not None:
+        payload["changed"] = changed
+        payload["previous_job"] = None if previous_job is None else str(previous_job)
     return json.dumps(payload, separators=(",", ":"))
 
 
@@ -105,13 +117,21 @@ def webhooks_enqueue_final(*, batch_size: int = ENQUEUE_BATCH_SIZE) -> int:
             for job in rows:
                 if not job.callback_url:
                     continue
+                if job.callback_on == "change" and job.changed is False:
+                    continue  # FR-34: an unchanged body is not announced (the fold stamps most)
                 skipped = (job.tenant_id, url_digest(job.callback_url)) in disabled
                 deliveries.append(
                     WebhookDelivery(
                         job_id=job.id,
                         event=job.status,
                         url=job.callback_url,
-                        body=webhook_body(job_id=job.id, status=job.status, finished_at=job.finished_at),
+                        body=webhook_body(
+                            job_id=job.id,
+                            status=job.status,
+                            finished_at=job.finished_at,
+                            changed=job.changed if job.status == "succeeded" else None,
+                            previous_job=job.previous_job,
+                        ),
                         created_at=now,
                         status=DeliveryStatus.SKIPPED if skipped else DeliveryStatus.PENDING,
                         next_attempt_at=None if skipped else now,

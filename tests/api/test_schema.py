@@ -69,6 +69,8 @@ def test_the_submit_body_in_the_schema_is_exactly_the_accepted_fields(schema):
         "max_age_s",
         "render",
         "browser",
+        "revalidate",
+        "callback_on",
     }
     assert body["required"] == ["url"]
     assert (body["properties"]["max_attempts"]["minimum"], body["properties"]["max_attempts"]["maximum"]) == (

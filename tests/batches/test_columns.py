@@ -126,6 +126,10 @@ def _stored(part_row: dict) -> dict:
     # A plain row's validated data has no render fields (apps/intake/serializers.py).
     if stored["render"] == "none" and stored["browser_options"] is None:
         del stored["render"], stored["browser_options"]
+    # Nor any re-fetching field it did not ask for (FR-33, FR-34).
+    for name in ("revalidate", "callback_on"):
+        if stored[name] is None:
+            del stored[name]
     return stored
 
 

@@ -13,7 +13,7 @@ from django.test import Client, override_settings
 from django.utils import timezone
 
 from apps.jobs.claims import job_claim
-from apps.jobs.models import Job
+from apps.jobs.models import Attempt, Job
 from apps.operators.dashboard import histogram_quantile
 from apps.operators.models import AttemptMinute, GaugeMinute, RollupState
 from apps.operators.rollup_runner import rollup_run, rollups_prune
@@ -30,6 +30,7 @@ CHART_IDS = [
     "past-lease",
     "writer-lag",
     "dead-letters",
+    "not-modified-bytes",
 ]
 
 
@@ -90,6 +91,10 @@ def test_each_chart_has_points_over_the_chosen_window(staff, make_tenant, window
     tenant, _, _ = make_tenant(name="acme")
     for _ in range(3):
         helpers.succeeded(tenant)
+    # One of them answered 304 to a revalidation, keeping a 3 MiB body (FR-35).
+    kept = Job.objects.filter(status="succeeded").first()
+    Attempt.objects.filter(job_id=kept.id).update(http_status=304)
+    Job.objects.filter(id=kept.id).update(result_size=3 * 2**20)
     helpers.failed(tenant)
     stuck = helpers.running(tenant)
     Job.objects.filter(id=stuck.id).update(lease_expires_at=timezone.now() - timedelta(seconds=5))
@@ -107,6 +112,7 @@ def test_each_chart_has_points_over_the_chosen_window(staff, make_tenant, window
             assert len(charts[chart_id]["labels"]) == points
     throughput = charts["throughput"]["datasets"][0]["data"]
     assert sum(v for v in throughput if v) * step_minutes == pytest.approx(4)  # succeeded, per minute
+    assert sum(v for v in charts["not-modified-bytes"]["datasets"][0]["data"] if v) == 3  # MiB
     assert charts["failures-by-class"]["datasets"][0]["label"] == "http_404"
     assert charts["failures-by-domain"]["labels"] == ["a.example (1 of 5)"]
     assert charts["queue-depth"]["datasets"][0]["label"] == "acme / high"

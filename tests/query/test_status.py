@@ -43,6 +43,8 @@ def test_a_new_job_reads_back_queued_with_every_contract_field(make_tenant):
         "final_url": None,
         "batch": None,
         "batch_row": None,
+        "changed": None,
+        "previous_job": None,
         "links": {
             "self": f"http://testserver/api/v1/jobs/{job.id}",
             "result": f"http://testserver/api/v1/jobs/{job.id}/result",
@@ -131,6 +133,7 @@ def test_attempts_list_every_try_in_order(make_tenant):
         "duration_ms",
         "subrequests",
         "served_from",
+        "revalidated_from",
     }
     assert items[0]["served_from"] is None  # fetched, not served from another job's fetch
 

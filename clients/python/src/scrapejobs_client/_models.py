@@ -92,6 +92,8 @@ class Job(Model):
     final_url: str | None
     batch: str | None
     batch_row: int | None
+    changed: bool | None
+    previous_job: str | None
     links: JobLinks
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     _nested: ClassVar[dict[str, str]] = {"last_error": "LastError", "links": "JobLinks"}
@@ -120,6 +122,7 @@ class Attempt(Model):
     duration_ms: int | None
     subrequests: Any | None
     served_from: ServedFrom | None
+    revalidated_from: str | None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     _nested: ClassVar[dict[str, str]] = {"served_from": "ServedFrom"}
     _wire: ClassVar[dict[str, str]] = {}
@@ -210,6 +213,13 @@ JOB_FIELDS: dict[str, dict[str, Any]] = {
     "browser": {
         "type": "object"
     },
+    "callback_on": {
+        "enum": [
+            "final",
+            "change"
+        ],
+        "type": "string"
+    },
     "callback_url": {
         "maxLength": 8192,
         "minLength": 1,
@@ -276,6 +286,9 @@ JOB_FIELDS: dict[str, dict[str, Any]] = {
             "browser"
         ],
         "type": "string"
+    },
+    "revalidate": {
+        "type": "boolean"
     },
     "timeout_s": {
         "maximum": 300,
