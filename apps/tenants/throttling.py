@@ -30,10 +30,15 @@ from apps.redis_clients import WarnEvery, fail_open_redis, fail_open_redis_async
 logger = logging.getLogger(__name__)
 _warn = WarnEvery(logger)
 _PAUSE_AFTER_FAILURE_S = 1.0
+# Hash token id -> unix time of its last request, written by the bucket script, emptied into
+# ApiToken.last_used_at by beat (apps/tenants/services.py, ``tokens_last_used_flush``).
+TOKENS_LAST_USED_KEY = "sj:tok:used"
 _redis_down_until = 0.0
 
-# KEYS[1] bucket; ARGV: rate/s, burst. Returns {allowed, wait_seconds*1000}.
-# Refill and take in one script so that concurrent requests cannot both spend the last token.
+# KEYS[1] bucket, KEYS[2] the tokens' last use (TOKENS_LAST_USED_KEY); ARGV: rate/s, burst, token
+# id. Returns {allowed, wait_seconds*1000}.
+# Refill and take in one script so that concurrent requests cannot both spend the last token. The
+# token's last use rides in the same round trip (FR-36): a request pays nothing more for it.
 _BUCKET = """
 local rate = tonumber(ARGV[1]); local burst = tonumber(ARGV[2])
 local t = redis.call('TIME'); local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
@@ -45,6 +50,7 @@ local allowed = 0; local wait = 0
 if tokens >= 1 then tokens = tokens - 1; allowed = 1 else wait = (1 - tokens) / rate end
 redis.call('HSET', KEYS[1], 'tokens', tokens, 'ts', now)
 redis.call('PEXPIRE', KEYS[1], math.ceil(burst / rate * 1000) + 1000)
+redis.call('HSET', KEYS[2], ARGV[3], math.floor(now))
 return {allowed, math.ceil(wait * 1000)}
 """
 
@@ -55,7 +61,8 @@ def _bucket_script(client: redis.Redis) -> Script:
 
 
 def _bucket_of(principal: Any) -> tuple[str, float, int] | None:
-    """(bucket key, rate/s, burst) of the principal's token, None when it has no limit."""
+    """(bucket key, rate/s, burst) of the principal's token, None when it has no limit (and then
+    its last use is not recorded either: docs/tokens.md)."""
     token = getattr(principal, "token", None)
     if token is None:
         return None
@@ -77,7 +84,9 @@ def token_rate_take(principal: Any) -> tuple[bool, float]:
     key, rate, burst = bucket
     client = fail_open_redis()
     try:
-        allowed, wait_ms = _bucket_script(client)(keys=[key], args=[rate, burst], client=client)
+        allowed, wait_ms = _bucket_script(client)(
+            keys=[key, TOKENS_LAST_USED_KEY], args=[rate, burst, principal.token.pk], client=client
+        )
     except redis.RedisError as exc:
         return _failed(exc)
     return bool(int(allowed)), int(wait_ms) / 1000.0
@@ -95,7 +104,7 @@ async def token_rate_take_async(principal: Any) -> tuple[bool, float]:
     client = fail_open_redis_async()
     try:
         allowed, wait_ms = await client.register_script(_BUCKET)(
-            keys=[key], args=[rate, burst], client=client
+            keys=[key, TOKENS_LAST_USED_KEY], args=[rate, burst, principal.token.pk], client=client
         )
     except redis.RedisError as exc:
         return _failed(exc)
