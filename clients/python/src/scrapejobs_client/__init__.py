@@ -17,6 +17,11 @@ from scrapejobs_client._models import (
     JobCreated,
     LastError,
     Result,
+    Token,
+    TokenCreated,
+    WebhookSecret,
+    WebhookSecretRotated,
+    WebhookSecrets,
 )
 from scrapejobs_client.aio import AsyncClient
 from scrapejobs_client.client import Client, TransportFailed
@@ -73,9 +78,14 @@ __all__ = [
     "ScrapejobsError",
     "ServerError",
     "ServiceUnavailable",
+    "Token",
+    "TokenCreated",
     "TransportFailed",
     "UnsupportedMediaType",
     "WaitTimeout",
+    "WebhookSecret",
+    "WebhookSecretRotated",
+    "WebhookSecrets",
     "WebhookVerificationError",
     "verify",
 ]
