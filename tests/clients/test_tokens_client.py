@@ -118,3 +118,66 @@ def test_the_cli_creates_lists_and_revokes_tokens_and_rotates_the_secret(web):
     )
     shown = cli("webhook-secret", "show")
     assert shown.returncode == 0 and "signs until" in shown.stdout
+
+
+def test_the_client_lists_and_redelivers_webhook_deliveries_and_re_enables_a_callback(web):
+    from apps.webhooks.models import DeliveryStatus, DisabledCallback, WebhookDelivery
+    from apps.webhooks.services import webhooks_enqueue_final
+    from tests.webhooks.test_deliveries import succeeded_job
+
+    base, token, tenant = web
+    job = succeeded_job(tenant, callback_url="http://127.0.0.1:9/hook?key=s3cret")
+    webhooks_enqueue_final()
+    delivery = WebhookDelivery.objects.get(job=job)
+    WebhookDelivery.objects.filter(pk=delivery.pk).update(status=DeliveryStatus.FAILED, next_attempt_at=None)
+    disabled = DisabledCallback.objects.create(
+        tenant=tenant, url="http://127.0.0.1:9/gone", url_sha256="0" * 64, disabled_at=timezone.now()
+    )
+    with Client(base, token) as sj:
+        [listed] = list(sj.webhook_deliveries(status="failed", job=str(job.id)))
+        assert listed.id == delivery.pk and listed.url.endswith("?key=***")
+        sj.redeliver(listed)
+        assert WebhookDelivery.objects.get(pk=delivery.pk).status == DeliveryStatus.PENDING
+        with pytest.raises(NotFound):
+            sj.redeliver(10**12)
+        [callback] = sj.disabled_callbacks()
+        assert callback.id == disabled.pk
+        sj.enable_callback(callback)
+        assert not DisabledCallback.objects.filter(pk=disabled.pk).exists()
+
+    async def run() -> None:
+        async with AsyncClient(base, token) as sj:
+            assert [d.id async for d in sj.webhook_deliveries()] == [delivery.pk]
+            assert await sj.disabled_callbacks() == []
+
+    asyncio.run(run())
+
+
+def test_the_cli_lists_and_redelivers_webhook_deliveries(web):
+    from apps.webhooks.models import DeliveryStatus, WebhookDelivery
+    from apps.webhooks.services import webhooks_enqueue_final
+    from tests.webhooks.test_deliveries import succeeded_job
+
+    base, token, tenant = web
+    job = succeeded_job(tenant, callback_url="http://127.0.0.1:9/hook?key=s3cret")
+    webhooks_enqueue_final()
+    delivery = WebhookDelivery.objects.get(job=job)
+    WebhookDelivery.objects.filter(pk=delivery.pk).update(status=DeliveryStatus.FAILED, next_attempt_at=None)
+    env = {**os.environ, "SCRAPEJOBS_URL": base, "SCRAPEJOBS_TOKEN": token}
+    env["PYTHONPATH"] = str(ROOT / "clients" / "python" / "src")
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "scrapejobs_client.cli", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    listed = cli("--json", "webhook-deliveries", "ls", "--status", "failed")
+    assert listed.returncode == 0, listed.stderr
+    assert [json.loads(line)["id"] for line in listed.stdout.splitlines()] == [delivery.pk]
+    assert "s3cret" not in listed.stdout
+    assert cli("webhook-deliveries", "redeliver", str(delivery.pk)).returncode == 0
+    assert WebhookDelivery.objects.get(pk=delivery.pk).status == DeliveryStatus.PENDING

@@ -41,6 +41,8 @@ MODELS = {
     "WebhookSecretOutput": "WebhookSecret",
     "WebhookSecretsOutput": "WebhookSecrets",
     "WebhookSecretRotatedOutput": "WebhookSecretRotated",
+    "DeliveryOutput": "WebhookDelivery",
+    "DisabledCallbackOutput": "DisabledCallback",
 }
 ENUMS = {
     "JobOutputStatusEnum": "JOB_STATUSES",

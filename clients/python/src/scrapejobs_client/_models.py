@@ -258,6 +258,37 @@ class WebhookSecretRotated(Model):
     _wire: ClassVar[dict[str, str]] = {}
 
 
+@dataclass(frozen=True)
+class WebhookDelivery(Model):
+    id: int
+    event: str
+    job: str | None
+    batch: str | None
+    url: str
+    status: str
+    attempts: int
+    last_status_code: int | None
+    last_attempt_at: str | None
+    last_error: str | None
+    next_attempt_at: str | None
+    created_at: str
+    delivered_at: str | None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _nested: ClassVar[dict[str, str]] = {}
+    _wire: ClassVar[dict[str, str]] = {}
+
+
+@dataclass(frozen=True)
+class DisabledCallback(Model):
+    id: int
+    url: str
+    disabled_at: str
+    delivery: int | None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _nested: ClassVar[dict[str, str]] = {}
+    _wire: ClassVar[dict[str, str]] = {}
+
+
 # POST /jobs's fields and the constraints the API enforces on them.
 JOB_FIELDS: dict[str, dict[str, Any]] = {
     "body": {

@@ -21,6 +21,7 @@ from scrapejobs_client._models import (
     Attempt,
     Batch,
     BatchCancelled,
+    DisabledCallback,
     Job,
     JobCancelled,
     JobCancelRequested,
@@ -28,6 +29,7 @@ from scrapejobs_client._models import (
     Result,
     Token,
     TokenCreated,
+    WebhookDelivery,
     WebhookSecretRotated,
     WebhookSecrets,
 )
@@ -36,6 +38,7 @@ from scrapejobs_client.client import (
     JobRef,
     TransportFailed,
     _content_type,
+    _delivery_id,
     _token_body,
     _token_id,
     _verify,
@@ -281,6 +284,40 @@ class AsyncClient:
         signs beside it until ``.previous_expires_at``. Not retried on a dropped connection."""
         r = await self._request("POST", "/webhook-secrets/rotate", retry_dropped=False)
         return WebhookSecretRotated.from_dict(r.json())
+
+    # --- webhook deliveries (docs/webhooks.md) ------------------------------------------------
+
+    async def webhook_deliveries(
+        self, *, status: str | None = None, job: JobRef | None = None, limit: int = 500
+    ) -> AsyncIterator[WebhookDelivery]:
+        """Every webhook delivery of the tenant (newest first), filtered by ``status`` (pending,
+        delivered, failed, skipped) and ``job``; walks the cursor one page at a time."""
+        params: dict[str, Any] = {"limit": limit}
+        if status is not None:
+            params["status"] = status
+        if job is not None:
+            params["job"] = _core.job_id_of(job)
+        while True:
+            page = (await self._request("GET", "/webhook-deliveries", params=params)).json()
+            for item in page["items"]:
+                yield WebhookDelivery.from_dict(item)
+            if not page.get("next_cursor"):
+                return
+            params["cursor"] = page["next_cursor"]
+
+    async def redeliver(self, delivery: int | WebhookDelivery) -> None:
+        """POST /webhook-deliveries/{id}/redeliver: sent again now, the same webhook-id, a new
+        signature."""
+        await self._request("POST", f"/webhook-deliveries/{_delivery_id(delivery)}/redeliver")
+
+    async def disabled_callbacks(self) -> list[DisabledCallback]:
+        """GET /disabled-callbacks: the receiver URLs a 410 switched off."""
+        r = await self._request("GET", "/disabled-callbacks")
+        return [DisabledCallback.from_dict(d) for d in r.json()["items"]]
+
+    async def enable_callback(self, callback: int | DisabledCallback) -> None:
+        """POST /disabled-callbacks/{id}/enable: later deliveries to the URL are sent again."""
+        await self._request("POST", f"/disabled-callbacks/{_delivery_id(callback)}/enable")
 
     async def wait_loaded(self, batch_id: str, timeout: float | None = None) -> Batch:
         """The batch once ``loaded`` (its rows are jobs); BatchFailed if it failed."""

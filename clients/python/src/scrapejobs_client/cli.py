@@ -420,5 +420,42 @@ def webhook_secret_rotate(ctx: click.Context, as_json: bool | None) -> int:
     return EXIT_OK
 
 
+@main.group(name="webhook-deliveries")
+def webhook_deliveries() -> None:
+    """The tenant's webhook deliveries (docs/webhooks.md)."""
+
+
+@webhook_deliveries.command(name="ls")
+@click.option("--status", type=click.Choice(["pending", "delivered", "failed", "skipped"]), default=None)
+@click.option("--job", default=None, help="The deliveries of one job.")
+@json_option
+@click.pass_context
+@_api_errors
+def webhook_deliveries_ls(
+    ctx: click.Context, status: str | None, job: str | None, as_json: bool | None
+) -> int:
+    """List deliveries, newest first (URLs with their query values masked)."""
+    c = _ctx(ctx, as_json)
+    with c.client() as client:
+        for d in client.webhook_deliveries(status=status, job=job):
+            c.emit(
+                d,
+                f"{d.id}  {d.status:<9}  {d.event:<15}  attempts {d.attempts}  "
+                f"last {d.last_status_code or '-'}  {d.url}",
+            )
+    return EXIT_OK
+
+
+@webhook_deliveries.command(name="redeliver")
+@click.argument("delivery_id", type=int)
+@click.pass_context
+@_api_errors
+def webhook_deliveries_redeliver(ctx: click.Context, delivery_id: int) -> int:
+    """Send a delivery again now (the same webhook-id, a new signature)."""
+    with _ctx(ctx, None).client() as client:
+        client.redeliver(delivery_id)
+    return EXIT_OK
+
+
 if __name__ == "__main__":
     main()

@@ -20,6 +20,7 @@ from scrapejobs_client._models import (
     Attempt,
     Batch,
     BatchCancelled,
+    DisabledCallback,
     Job,
     JobCancelled,
     JobCancelRequested,
@@ -27,6 +28,7 @@ from scrapejobs_client._models import (
     Result,
     Token,
     TokenCreated,
+    WebhookDelivery,
     WebhookSecretRotated,
     WebhookSecrets,
 )
@@ -279,6 +281,41 @@ class Client:
         r = self._request("POST", "/webhook-secrets/rotate", retry_dropped=False)
         return WebhookSecretRotated.from_dict(r.json())
 
+    # --- webhook deliveries (docs/webhooks.md) ------------------------------------------------
+
+    def webhook_deliveries(
+        self, *, status: str | None = None, job: JobRef | None = None, limit: int = 500
+    ) -> Iterator[WebhookDelivery]:
+        """Every webhook delivery of the tenant (newest first), filtered by ``status`` (pending,
+        delivered, failed, skipped) and ``job``; walks the cursor one page at a time."""
+        params: dict[str, Any] = {"limit": limit}
+        if status is not None:
+            params["status"] = status
+        if job is not None:
+            params["job"] = _core.job_id_of(job)
+        while True:
+            page = self._request("GET", "/webhook-deliveries", params=params).json()
+            for item in page["items"]:
+                yield WebhookDelivery.from_dict(item)
+            if not page.get("next_cursor"):
+                return
+            params["cursor"] = page["next_cursor"]
+
+    def redeliver(self, delivery: int | WebhookDelivery) -> None:
+        """POST /webhook-deliveries/{id}/redeliver: sent again now, the same webhook-id, a new
+        signature."""
+        self._request("POST", f"/webhook-deliveries/{_delivery_id(delivery)}/redeliver")
+
+    def disabled_callbacks(self) -> list[DisabledCallback]:
+        """GET /disabled-callbacks: the receiver URLs a 410 switched off."""
+        return [
+            DisabledCallback.from_dict(d) for d in self._request("GET", "/disabled-callbacks").json()["items"]
+        ]
+
+    def enable_callback(self, callback: int | DisabledCallback) -> None:
+        """POST /disabled-callbacks/{id}/enable: later deliveries to the URL are sent again."""
+        self._request("POST", f"/disabled-callbacks/{_delivery_id(callback)}/enable")
+
     def wait_loaded(self, batch_id: str, timeout: float | None = None) -> Batch:
         """The batch once ``loaded`` (its rows are jobs); BatchFailed if it failed."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -361,3 +398,7 @@ def _token_body(name: str, scope: str, expires_at: str | datetime | None) -> dic
 
 def _token_id(token: int | Token | TokenCreated) -> int:
     return token.id if isinstance(token, Token | TokenCreated) else int(token)
+
+
+def _delivery_id(item: int | WebhookDelivery | DisabledCallback) -> int:
+    return item.id if isinstance(item, WebhookDelivery | DisabledCallback) else int(item)
