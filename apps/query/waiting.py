@@ -32,7 +32,12 @@ from psycopg import sql
 
 from apps.jobs.final_notices import JOB_FINAL_CHANNEL, jobs_final_among
 from apps.query.cache import job_cache_forget_async
-from apps.tenants.services import TOKEN_REVOKED_CHANNEL, token_cache_clear, token_cache_forget
+from apps.tenants.services import (
+    TOKEN_REVOKED_CHANNEL,
+    token_cache_clear,
+    token_revocation_heard,
+    token_revocations_listening,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -121,20 +126,26 @@ class FinalHub:
             except (psycopg.Error, OSError):
                 logger.warning("?wait= listener lost its connection; reconnecting", exc_info=True)
             self.listening.clear()
+            token_revocations_listening(False)
             await asyncio.sleep(RECONNECT_S)
 
     async def _listen_once(self) -> None:
         async with await psycopg.AsyncConnection.connect(autocommit=True, **listen_conninfo()) as conn:
-            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(JOB_FINAL_CHANNEL)))
-            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(TOKEN_REVOKED_CHANNEL)))
+            # One statement for both channels (no parameters: the simple query protocol takes two).
+            await conn.execute(
+                sql.SQL("LISTEN {}; LISTEN {}").format(
+                    sql.Identifier(JOB_FINAL_CHANNEL), sql.Identifier(TOKEN_REVOKED_CHANNEL)
+                )
+            )
             # Notices sent before this LISTEN are lost: whoever waits reads again now, and the
             # token cache forgets every token (a revocation may have been missed).
             token_cache_clear()
+            token_revocations_listening(True)
             self.listening.set()
             self._wake_all()
             async for note in conn.notifies():
                 if note.channel == TOKEN_REVOKED_CHANNEL:
-                    token_cache_forget([note.payload])
+                    token_revocation_heard(note.payload)
                 else:
                     self._wake([note.payload])
 

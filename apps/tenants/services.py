@@ -229,21 +229,58 @@ def token_cache_clear() -> None:
         _token_cache.clear()
 
 
-def token_revoke(*, token_id: int, tenant_id: uuid.UUID | str | None = None) -> bool:
+# Set by this process's revocation listener (apps/query/waiting.py) while its LISTEN is in force.
+_revocations_listening = False
+# digest -> event set when this process's listener hears that token's revocation.
+_revocations_awaited: dict[str, threading.Event] = {}
+
+
+def token_revocations_listening(listening: bool) -> None:
+    """The listener says whether its LISTEN on TOKEN_REVOKED_CHANNEL is in force."""
+    global _revocations_listening
+    _revocations_listening = listening
+
+
+def token_revocation_heard(digest: str) -> None:
+    """The listener heard a revocation: forget the token, and wake a ``token_revoke`` of this
+    process that waits for its own notice."""
+    token_cache_forget([digest])
+    heard = _revocations_awaited.get(digest)
+    if heard is not None:
+        heard.set()
+
+
+def token_revoke(
+    *, token_id: int, tenant_id: uuid.UUID | str | None = None, wait_heard_s: float = 0.0
+) -> bool:
     """Revoke a token (of ``tenant_id`` when given); False when there is no such live token.
     This process forgets it at once, every web process as soon as PostgreSQL delivers the NOTIFY
-    sent with the revocation's commit (their listeners, apps/query/waiting.py)."""
+    sent with the revocation's commit (their listeners, apps/query/waiting.py).
+
+    ``wait_heard_s``: in a web process whose listener is listening, return only once that
+    listener heard the notice too (at most this long). PostgreSQL signals every listening session
+    at the commit, so by then the other web processes' notices are on their way or handled: the
+    API's revocation answers after this, which narrows the window in which another process still
+    serves the token to almost nothing (docs/tokens.md)."""
     tokens = ApiToken.objects.filter(pk=token_id, revoked_at__isnull=True)
     if tenant_id is not None:
         tokens = tokens.filter(tenant_id=tenant_id)
+    heard = None
     with transaction.atomic():
         digest = tokens.select_for_update().values_list("token_hash", flat=True).first()
         if digest is None:
             return False
+        if wait_heard_s > 0 and _revocations_listening:
+            heard = _revocations_awaited[digest] = threading.Event()
         ApiToken.objects.filter(pk=token_id).update(revoked_at=timezone.now())
         with connection.cursor() as cur:
             cur.execute("SELECT pg_notify(%s, %s)", [TOKEN_REVOKED_CHANNEL, digest])
     token_cache_forget([digest])
+    if heard is not None:
+        try:
+            heard.wait(wait_heard_s)
+        finally:
+            _revocations_awaited.pop(digest, None)
     return True
 
 

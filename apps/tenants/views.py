@@ -26,6 +26,9 @@ from apps.tenants.serializers import (
 )
 
 _ERR = OpenApiResponse(ErrorOutput)
+# A revocation answers once this web process's own listener heard its NOTIFY, or after this long
+# (a listener that is reconnecting): services.token_revoke, docs/tokens.md.
+REVOKE_HEARD_WAIT_S = 1.0
 _ADMIN_ERRORS = {401: _ERR, 403: OpenApiResponse(ErrorOutput, description="Not an admin token."), 429: _ERR}
 
 
@@ -80,7 +83,7 @@ class TokenDetailView(APIView):
     )
     def delete(self, request: Request, token_id: str) -> Response:
         if not token_id.isdigit() or not services.token_revoke(
-            token_id=int(token_id), tenant_id=_token(request).tenant_id
+            token_id=int(token_id), tenant_id=_token(request).tenant_id, wait_heard_s=REVOKE_HEARD_WAIT_S
         ):
             raise not_found("No such token.")
         return Response(status=204)

@@ -68,3 +68,8 @@ def test_a_token_revoked_on_one_web_process_is_refused_at_once_by_another(servic
     assert call(one, first).status_code == 401
     for base in bases:
         assert call(base, second).status_code == 200
+
+    # A read token's batch is refused before its body is read (scrapejobs/asgi.py), with the 403.
+    reader = call(one, second, "POST", "/tokens", json={"name": "reader", "scope": "read"}).json()["token"]
+    refused = call(one, reader, "POST", "/batches", json=[{"url": "http://a.example/"}])
+    assert refused.status_code == 403 and refused.json()["code"] == "token_scope_insufficient", refused.text
