@@ -96,8 +96,9 @@ class ApiToken(models.Model):
     # Tokens made before scopes existed could do everything: they stay ``admin`` (FR-36).
     scope = models.CharField(max_length=8, choices=TokenScope.choices, default=TokenScope.ADMIN)
     expires_at = models.DateTimeField(null=True, blank=True)
-    # Written by the beat task that flushes what requests recorded in Redis (apps/tenants/usage.py):
-    # never by a request, so it lags by up to SCRAPEJOBS_TOKEN_LAST_USED_FLUSH_S.
+    # Written by the beat task that flushes what requests recorded in Redis (apps/tenants/services.py,
+    # ``tokens_last_used_flush``): never by a request, so it lags by up to
+    # SCRAPEJOBS_TOKEN_LAST_USED_FLUSH_S (GET /tokens adds what Redis holds).
     last_used_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
