@@ -259,6 +259,9 @@ SCRAPEJOBS_RATE_LIMIT_PER_SECOND = _bounded_int("SCRAPEJOBS_RATE_LIMIT_PER_SECON
 SCRAPEJOBS_RATE_LIMIT_BURST = _bounded_int("SCRAPEJOBS_RATE_LIMIT_BURST", 100, 1, 1000000)
 # Without Redis the limit cannot be checked: let requests through (false, NFR-1) or refuse them (429).
 SCRAPEJOBS_RATE_LIMIT_FAIL_CLOSED = env.bool("SCRAPEJOBS_RATE_LIMIT_FAIL_CLOSED", default=False)
+# The pages that need no token (the OpenAPI schema and its docs page), per client address.
+SCRAPEJOBS_OPEN_RATE_LIMIT_PER_SECOND = _bounded_int("SCRAPEJOBS_OPEN_RATE_LIMIT_PER_SECOND", 2, 0, 100000)
+SCRAPEJOBS_OPEN_RATE_LIMIT_BURST = _bounded_int("SCRAPEJOBS_OPEN_RATE_LIMIT_BURST", 20, 1, 1000000)
 # Seconds a web process remembers a valid API token (one database round trip less per request);
 # also how long a revoked token may still work in other processes. 0: look up every request.
 SCRAPEJOBS_TOKEN_CACHE_S = _bounded_int("SCRAPEJOBS_TOKEN_CACHE_S", 5, 0, 300)

@@ -230,3 +230,28 @@ def test_the_browser_image_adds_debians_chromium_and_runs_it_as_the_non_root_use
     assert {svc["image"] for name, svc in our_services().items() if name != "browser"} == {
         "scrapejobs:latest"
     }
+
+
+def test_compose_has_no_default_password_and_a_redis_that_asks_for_one() -> None:
+    """Every secret has no default: compose refuses to start until it is set (``${VAR:?...}``),
+    docker/env.example lists each, and Redis requires its password of every client."""
+    text = (DOCKER / "compose.yaml").read_text()
+    secrets = {
+        "DJANGO_SECRET_KEY",
+        "POSTGRES_PASSWORD",
+        "REDIS_PASSWORD",
+        "MINIO_ROOT_PASSWORD",
+        "FLOWER_BASIC_AUTH",
+    }
+    required = set(re.findall(r"\$\{(\w+):\?", text))
+    assert secrets <= required, secrets - required
+    for name in secrets:
+        assert not re.search(rf"\$\{{{name}:-", text), f"{name} has a default"
+    example = {
+        line.split("=", 1)[0] for line in (DOCKER / "env.example").read_text().splitlines() if "=" in line
+    }
+    assert required <= example, required - example
+    services = compose()["services"]
+    assert "--requirepass" in services["redis"]["command"]
+    assert services["redis"]["environment"]["REDISCLI_AUTH"]  # the healthcheck's redis-cli authenticates
+    assert "${REDIS_PASSWORD:?" in text.split("REDIS_URL:", 1)[1].splitlines()[0]

@@ -139,7 +139,9 @@ class JobOutput(serializers.Serializer):
         choices=WaitingFor.choices,
         allow_null=True,
         help_text="What a queued job waits for (null otherwise): domain_rate, domain_concurrency or "
-        "domain_paused (its target domain's limits or its request to back off), retry_backoff (the "
+        "domain_paused (its target domain's limits or its request to back off), domain_turn (its "
+        "place in the domain's line: higher-priority jobs, or other tenants' shares, go first), "
+        "retry_backoff (the "
         "wait before its next attempt), tenant_share (its turn among your and other tenants' due "
         "jobs), dispatch (sent, waiting for a free worker).",
     )

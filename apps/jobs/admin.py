@@ -27,7 +27,7 @@ from apps.admin_mixins import (
     last_error_readable,
 )
 from apps.jobs.cancel_requeue import job_cancel, jobs_requeue
-from apps.jobs.models import Attempt, Job
+from apps.jobs.models import Attempt, Job, counted_attempts
 from apps.jobs.selectors import job_waiting_for
 from apps.jobs.sweeping import LEASE_EXPIRED, WORKER_STOPPED
 
@@ -254,7 +254,7 @@ class JobAdmin(ScaledListMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     @admin.display(description="attempts")
     def attempts_of_max(self, obj: Job) -> str:
         # Counted attempts of the limit; deferred ones (NFR-24) are not counted.
-        counted = f"{obj.attempts - obj.deferred_attempts}/{obj.max_attempts}"
+        counted = f"{counted_attempts(attempts=obj.attempts, deferred_attempts=obj.deferred_attempts)}/{obj.max_attempts}"
         return f"{counted} (+{obj.deferred_attempts} deferred)" if obj.deferred_attempts else counted
 
     @admin.display(description="last error")

@@ -11,7 +11,7 @@ import redis
 from django.db import connection, transaction
 
 from apps.jobs.final_notices import jobs_notify_final
-from apps.jobs.models import JobStatus
+from apps.jobs.models import JobStatus, counted_attempts_sql
 from apps.jobs.singleflight import jobs_fetch_settle
 from apps.redis_clients import cancel_flag_key, job_read_cache_forget, state_redis
 
@@ -156,10 +156,10 @@ def jobs_requeue(*, job_ids: Iterable[uuid.UUID | str], statuses: Iterable[str] 
         raise ValueError(f"only {', '.join(REQUEUABLE)} jobs can be requeued, not {allowed}")
     with connection.cursor() as cur:
         cur.execute(
-            """
+            f"""
             UPDATE jobs_job
                SET status = 'queued',
-                   max_attempts = attempts - deferred_attempts + attempt_budget,
+                   max_attempts = {counted_attempts_sql()} + attempt_budget,
                    not_before = NULL, published_at = NULL, finished_at = NULL,
                    cancel_requested_at = NULL, lease_owner = NULL, lease_expires_at = NULL,
                    last_error = NULL, final_published_at = NULL, updated_at = now(),

@@ -18,6 +18,8 @@ import psycopg
 from django.conf import settings
 from django.db import connection
 
+from apps.jobs.models import counted_attempts_sql
+
 
 @dataclass(frozen=True)
 class ClaimedJob:
@@ -38,9 +40,12 @@ class ClaimedJob:
     # the fetch key's scope (apps.jobs.singleflight.fetch_key) and whether robots.txt is obeyed.
     share_fetches: bool | None = None
     obey_robots: bool | None = None
+    # Its attempts so far that were deferrals and do not count (NFR-24): the receipt carries it,
+    # so that the fold plans the retry on the counted attempts, as the sweeper does.
+    deferred_attempts: int = 0
 
 
-CLAIM_SQL = """
+CLAIM_SQL = f"""
 WITH t AS (SELECT statement_timestamp() AS now), claimed AS (
     UPDATE jobs_job
        SET status = 'running', attempts = attempts + 1, lease_owner = %(worker)s,
@@ -49,11 +54,11 @@ WITH t AS (SELECT statement_timestamp() AS now), claimed AS (
            started_at = COALESCE(started_at, t.now), updated_at = t.now,
            fetch_key = COALESCE(%(fetch_key)s, fetch_key)
       FROM t
-     WHERE id = %(id)s AND status = 'queued' AND attempts - deferred_attempts < max_attempts
+     WHERE id = %(id)s AND status = 'queued' AND {counted_attempts_sql()} < max_attempts
        AND (not_before IS NULL OR not_before <= t.now)
        AND cancel_requested_at IS NULL AND fetch_parked_at IS NULL
  RETURNING id, attempts, method, url, headers, body, timeout_s, max_attempts,
-           lease_expires_at, tenant_id, render, browser_options
+           lease_expires_at, tenant_id, render, browser_options, deferred_attempts
 ), attempt AS (
     INSERT INTO jobs_attempt (job_id, number, worker, started_at)
     SELECT id, attempts, %(worker)s, t.now FROM claimed, t
@@ -68,7 +73,8 @@ WITH t AS (SELECT statement_timestamp() AS now), claimed AS (
                 THEN true ELSE false END
 )
 SELECT c.attempts, c.method, c.url, c.headers, c.body, c.timeout_s, c.max_attempts,
-       c.lease_expires_at, c.tenant_id, c.render, c.browser_options, tt.share_fetches, tt.obey_robots
+       c.lease_expires_at, c.tenant_id, c.render, c.browser_options, tt.share_fetches, tt.obey_robots,
+       c.deferred_attempts
   FROM claimed AS c JOIN tenants_tenant AS tt ON tt.id = c.tenant_id
 """
 
@@ -123,7 +129,7 @@ def job_claim(*, job_id: uuid.UUID | str, worker: str, fetch_key: str | None = N
     if row is None:
         return None
     (attempt, method, url, headers, body, timeout_s, max_attempts, lease_expires_at, tenant_id, render,
-     browser_options, share_fetches, obey_robots) = row  # fmt: skip
+     browser_options, share_fetches, obey_robots, deferred_attempts) = row  # fmt: skip
     if isinstance(headers, str) or isinstance(browser_options, str):
         import json  # noqa: PLC0415 - raw cursor: psycopg may hand jsonb back decoded or not
 
@@ -144,6 +150,7 @@ def job_claim(*, job_id: uuid.UUID | str, worker: str, fetch_key: str | None = N
         browser_options=browser_options,
         share_fetches=share_fetches,
         obey_robots=obey_robots,
+        deferred_attempts=deferred_attempts,
     )
 
 

@@ -62,9 +62,26 @@ class WaitingFor(models.TextChoices):
     DOMAIN_RATE = "domain_rate"  # its domain's requests per second are spent
     DOMAIN_CONCURRENCY = "domain_concurrency"  # its domain's requests in flight are at the cap
     DOMAIN_PAUSED = "domain_paused"  # its domain asked us to back off (Retry-After, cooldown)
+    # Its place in its domain's line: higher-priority jobs, or its share among tenants, come first
+    # (NFR-9, NFR-10 at the gate; apps.politeness.limiter).
+    DOMAIN_TURN = "domain_turn"
     RETRY_BACKOFF = "retry_backoff"  # an attempt failed temporarily; the next one waits
     TENANT_SHARE = "tenant_share"  # due, waiting for its turn in the fair dispatch
     DISPATCH = "dispatch"  # sent to the workers (or the gate's state was unavailable)
+
+
+def counted_attempts(*, attempts: int, deferred_attempts: int) -> int:
+    """The attempts that count toward ``max_attempts`` (NFR-24): every attempt started but the
+    deferrals. The one definition: the fold, the sweeper and the admin use this, the claim, the
+    single-flight read, the fold's statement and a requeue ``counted_attempts_sql``; the table's
+    CHECK constraint (``Meta``) says the same as ``attempts <= max_attempts + deferred_attempts``."""
+    return attempts - deferred_attempts
+
+
+def counted_attempts_sql(alias: str = "") -> str:
+    """``counted_attempts`` as an SQL expression over ``jobs_job`` (``alias``: its alias there)."""
+    prefix = f"{alias}." if alias else ""
+    return f"({prefix}attempts - {prefix}deferred_attempts)"
 
 
 class Job(models.Model):

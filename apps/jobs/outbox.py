@@ -163,7 +163,7 @@ def outbox_published_stamp(*, job_ids: Sequence[str]) -> None:
 # A domain gate's refusal (apps.politeness DomainDecision.reason) as the job's ``waiting_for``.
 _DOMAIN_REFUSALS = {
     "rate": WaitingFor.DOMAIN_RATE,
-    "queue": WaitingFor.DOMAIN_RATE,  # its place in the domain's line is one token ahead
+    "queue": WaitingFor.DOMAIN_TURN,  # others come first in the domain's line
     "concurrency": WaitingFor.DOMAIN_CONCURRENCY,
     "cooldown": WaitingFor.DOMAIN_PAUSED,
     "paused": WaitingFor.DOMAIN_PAUSED,

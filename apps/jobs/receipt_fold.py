@@ -17,7 +17,7 @@ from django.db import connection, transaction
 
 from apps.jobs.final_notices import JOB_FINAL_CHANNEL
 from apps.jobs.lifecycle import plan_after_attempt
-from apps.jobs.models import AttemptOutcome, JobStatus
+from apps.jobs.models import AttemptOutcome, JobStatus, counted_attempts_sql
 from apps.jobs.receipts import AttemptFinished
 from apps.jobs.singleflight import jobs_fetch_settle
 
@@ -105,7 +105,7 @@ def attempts_apply_finished(
 # The jobs parked on an elected fetch are settled after it (apps.jobs.singleflight).
 # The two UPDATEs touch different tables, so running them in one statement (one snapshot) is
 # the same as running them one after the other, as before.
-_APPLY_SQL = """
+_APPLY_SQL = f"""
 WITH v AS (
     SELECT *
       FROM unnest(%b::uuid[], %b::int[], %b::timestamptz[], %b::text[], %b::int[], %b::text[],
@@ -126,7 +126,7 @@ WITH v AS (
      WHERE a.job_id = v.job_id AND a.number = v.attempt AND a.finished_at IS NULL
 ), locked AS (
     -- Deferred attempts (NFR-24) are not counted: only the others spend max_attempts.
-    SELECT j.id, j.attempts, j.attempts - j.deferred_attempts >= j.max_attempts AS last,
+    SELECT j.id, j.attempts, {counted_attempts_sql("j")} >= j.max_attempts AS last,
            j.cancel_requested_at IS NOT NULL AS cancel
       FROM jobs_job AS j
      WHERE j.id IN (SELECT job_id FROM v) AND j.status = 'running'
@@ -149,7 +149,7 @@ WITH v AS (
     UPDATE jobs_job AS j
        SET status = p.status, lease_owner = NULL, lease_expires_at = NULL, version = j.version + 1,
            -- A deferral (NFR-24) is not counted (max_attempts stays the caller's) and keeps the
-           -- last real error; its not-before is the domain's, which GET /jobs/{id} reports as
+           -- last real error; its not-before is the domain's, which GET /jobs/{{id}} reports as
            -- domain_rate.
            deferred_attempts = j.deferred_attempts + (p.outcome = 'deferred')::int,
            last_error = CASE WHEN p.outcome = 'deferred' THEN j.last_error ELSE p.last_error::jsonb END,
@@ -202,18 +202,20 @@ def _apply_params(batch: Sequence[AttemptFinished]) -> list[Any]:
      result_headers, fetch_key) = cols  # fmt: skip
     for r in batch:
         finished = _ts(r.finished_at)
+        # The backoff's exponent is the attempts that count (NFR-24), as the sweeper's.
+        counted = r.counted_attempt
         plan = functools.partial(
             plan_after_attempt,
             outcome=r.outcome,
-            attempt=r.attempt,
+            attempt=counted,
             retry_after_s=r.retry_after_s,
             now=finished,
             base=base,
             cap=cap,
         )
-        nxt = plan(max_attempts=r.attempt + 1, cancel_requested=False)
-        nxt_last = plan(max_attempts=r.attempt, cancel_requested=False)
-        nxt_cancel = plan(max_attempts=r.attempt + 1, cancel_requested=True)
+        nxt = plan(max_attempts=counted + 1, cancel_requested=False)
+        nxt_last = plan(max_attempts=counted, cancel_requested=False)
+        nxt_cancel = plan(max_attempts=counted + 1, cancel_requested=True)
         if nxt_cancel.status == JobStatus.QUEUED or (
             nxt_last.status == JobStatus.QUEUED and r.outcome != AttemptOutcome.DEFERRED
         ):

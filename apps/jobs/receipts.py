@@ -76,8 +76,17 @@ class AttemptFinished:
     # The attempt span's W3C traceparent (FR-29, docs/tracing.md): the writer's fold links to it.
     # None when tracing is off, and then the receipt carries no such field.
     trace_context: str | None = field(default=None, compare=False)
+    # The job's deferred attempts before this one (NFR-24), as its claim read them: the fold plans
+    # a retry's backoff on the attempts that count (``counted_attempt``), as the sweeper does.
+    # Appended after trace_context, only when not 0: a plain attempt's receipt is unchanged.
+    deferred_before: int = 0
 
     kind = "attempt_finished"
+
+    @property
+    def counted_attempt(self) -> int:
+        """This attempt's number among the job's attempts that count (deferrals do not)."""
+        return self.attempt - self.deferred_before
 
     @property
     def natural_key(self) -> tuple[str, int]:
@@ -110,6 +119,8 @@ def receipt_encode(r: AttemptFinished) -> bytes:
     tail: list[Any] = [] if r.subrequests_made is None else [r.subrequests_made, r.subrequests_blocked]
     if r.trace_context is not None:  # appended after those two, only when tracing is on
         tail = [*(tail or [None, None]), r.trace_context]
+    if r.deferred_before:  # appended after those three, only after deferrals
+        tail = [*(tail + [None, None, None])[:3], r.deferred_before]
     return orjson.dumps(
         [
             COMPACT_V1,
@@ -158,7 +169,7 @@ def receipt_decode(raw: str | bytes) -> AttemptFinished:
     ]
     if type(job_id) is not str or type(attempt) is not int:
         raise TypeError(f"bad natural key: {job_id!r}, {attempt!r}")
-    made, blocked, trace_context = (d[V1_FIELDS : V1_FIELDS + 3] + [None, None, None])[:3]
+    made, blocked, trace_context, deferred = (d[V1_FIELDS : V1_FIELDS + 4] + [None] * 4)[:4]
     return AttemptFinished(
         job_id,
         attempt,
@@ -174,4 +185,5 @@ def receipt_decode(raw: str | bytes) -> AttemptFinished:
         subrequests_made=made if type(made) is int else None,
         subrequests_blocked=blocked if type(blocked) is int else None,
         trace_context=trace_context if type(trace_context) is str else None,
+        deferred_before=deferred if type(deferred) is int else 0,
     )

@@ -42,7 +42,7 @@ import psycopg
 from django.db import connection, transaction
 
 from apps.jobs.final_notices import JOB_FINAL_CHANNEL
-from apps.jobs.models import AttemptOutcome, JobStatus
+from apps.jobs.models import AttemptOutcome, JobStatus, counted_attempts_sql
 
 # How long a decision, once it holds its key's lock, waits for a row lock before it gives up (the
 # message is sent again): less than PostgreSQL's deadlock_timeout (1 s), so in a lock cycle with
@@ -209,11 +209,11 @@ def _serve_young(cur: Any, *, key: str, job: dict[str, Any]) -> FetchDecision | 
 # fresh table, autovacuum not yet run), where it cost 0.6 ms of PostgreSQL per job with 3,000
 # jobs queued, growing with the backlog (docs/benchmarks.md). Prepared on its connection, as the
 # claim is: planning it each time cost more than running it (NFR-11, NFR-15).
-DECIDABLE_JOB_SQL = """
+DECIDABLE_JOB_SQL = f"""
     SELECT j.id, j.method, j.url, j.headers, j.body, j.max_age_s, j.attempts, j.tenant_id,
            t.share_fetches, t.obey_robots, j.render, j.browser_options,
            (j.status = 'queued' AND j.cancel_requested_at IS NULL
-            AND j.attempts - j.deferred_attempts < j.max_attempts
+            AND {counted_attempts_sql("j")} < j.max_attempts
             AND (j.not_before IS NULL OR j.not_before <= statement_timestamp())) AS decidable
       FROM jobs_job AS j JOIN tenants_tenant AS t ON t.id = j.tenant_id
      WHERE j.id = %s

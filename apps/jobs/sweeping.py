@@ -27,7 +27,7 @@ from django.db import connection, transaction
 
 from apps.jobs.final_notices import jobs_notify_final
 from apps.jobs.lifecycle import plan_after_attempt
-from apps.jobs.models import FINAL_STATUSES, AttemptOutcome, JobStatus
+from apps.jobs.models import FINAL_STATUSES, AttemptOutcome, JobStatus, counted_attempts
 from apps.jobs.singleflight import LIVE_FETCH_SQL, jobs_fetch_settle
 
 LEASE_EXPIRED = "lease_expired"
@@ -191,7 +191,7 @@ def _lose_running_attempts(
             # (a body that exhausts memory, say) cannot loop forever.
             nxt = plan_after_attempt(
                 outcome=AttemptOutcome.LOST,
-                attempt=attempt - deferred,  # deferred attempts are not counted (NFR-24)
+                attempt=counted_attempts(attempts=attempt, deferred_attempts=deferred),
                 max_attempts=max_attempts,
                 cancel_requested=cancel_requested,
                 retry_after_s=None,

@@ -36,6 +36,7 @@ _CGNAT = ipaddress.ip_network("100.64.0.0/10")  # carrier-grade NAT (RFC 6598): 
 _METADATA = {
     ipaddress.ip_address("169.254.169.254"),  # AWS, GCP, Azure, OpenStack... (also link-local)
     ipaddress.ip_address("fd00:ec2::254"),  # AWS over IPv6 (also unique-local)
+    ipaddress.ip_address("168.63.129.16"),  # Azure's host service (metadata, DNS, health): public space
 }
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")  # well-known NAT64 prefix: carries an IPv4 address
 

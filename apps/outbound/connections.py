@@ -150,7 +150,9 @@ class _ProxiedConnectionMixin(_GuardedConnectionMixin):
             except BaseException:
                 sock.close()
                 raise
-        raise failure or ProxyFailed(f"proxy {self.egress_proxy} opened no tunnel to {self.host}")
+        raise failure or ProxyFailed(
+            f"the egress proxy opened no tunnel to {self.host}", proxy=self.egress_proxy
+        )
 
     def _proxy_socket(self, timeout: float | None, ctx: RequestContext | None) -> socket.socket:
         proxy = self.egress_proxy
@@ -159,9 +161,9 @@ class _ProxiedConnectionMixin(_GuardedConnectionMixin):
         try:
             sock = socket.create_connection((proxy.host, proxy.port), timeout=timeout)
         except TimeoutError as e:
-            raise ProxyFailed(f"proxy {proxy} did not answer within {timeout:.1f} s") from e
+            raise ProxyFailed(f"the egress proxy did not answer within {timeout:.1f} s", proxy=proxy) from e
         except OSError as e:
-            raise ProxyFailed(f"proxy {proxy} unreachable: {e}") from e
+            raise ProxyFailed(f"the egress proxy is unreachable: {e}", proxy=proxy) from e
         if ctx is not None and ctx.interrupt is not None:
             ctx.interrupt.watch(conn=self, connecting=sock)  # type: ignore[arg-type]
         _set_socket_options(sock, self.socket_options)
@@ -171,7 +173,10 @@ class _ProxiedConnectionMixin(_GuardedConnectionMixin):
             return ssl.create_default_context().wrap_socket(sock, server_hostname=proxy.host)
         except (OSError, ssl.SSLError) as e:
             sock.close()
-            raise ProxyFailed(f"TLS to proxy {proxy} failed: {e}") from e
+            raise ProxyFailed(
+                f"TLS to the egress proxy failed: {getattr(e, 'reason', None) or type(e).__name__}",
+                proxy=proxy,
+            ) from e
 
     def _tunnel_open(self, sock: socket.socket, *, address: str) -> None:
         proxy = self.egress_proxy
@@ -186,25 +191,29 @@ class _ProxiedConnectionMixin(_GuardedConnectionMixin):
             while b"\r\n\r\n" not in answer:
                 chunk = sock.recv(4096)
                 if not chunk:
-                    raise ProxyFailed(f"proxy {proxy} closed the connection before answering CONNECT")
+                    raise ProxyFailed(
+                        "the egress proxy closed the connection before answering CONNECT", proxy=proxy
+                    )
                 answer += chunk
                 if len(answer) > _MAX_CONNECT_ANSWER:
-                    raise ProxyFailed(f"proxy {proxy} sent an oversized answer to CONNECT")
+                    raise ProxyFailed("the egress proxy sent an oversized answer to CONNECT", proxy=proxy)
         except TimeoutError as e:
-            raise ProxyFailed(f"proxy {proxy} did not answer CONNECT in time") from e
+            raise ProxyFailed("the egress proxy did not answer CONNECT in time", proxy=proxy) from e
         except OSError as e:
-            raise ProxyFailed(f"proxy {proxy} broke off CONNECT: {e}") from e
+            raise ProxyFailed(f"the egress proxy broke off CONNECT: {e}", proxy=proxy) from e
         head, _, rest = answer.partition(b"\r\n\r\n")
         status_line = head.split(b"\r\n", 1)[0].decode("latin-1")
         parts = status_line.split(" ", 2)
         status = int(parts[1]) if len(parts) >= 2 and parts[1].isdigit() else 0
         if status == 407:
-            raise ProxyAuthFailed(f"proxy {proxy} refused its credentials (407)")
+            raise ProxyAuthFailed("the egress proxy refused its credentials (407)", proxy=proxy)
         if not 200 <= status < 300:
             kind = "could not reach" if status in _PROXY_UNREACHABLE else "refused a tunnel to"
-            raise ProxyFailed(f"proxy {proxy} {kind} {self.host} ({status_line.strip()[:100]})")
+            raise ProxyFailed(
+                f"the egress proxy {kind} {self.host} ({status_line.strip()[:100]})", proxy=proxy
+            )
         if rest:
-            raise ProxyFailed(f"proxy {proxy} sent data before the tunnel was open")
+            raise ProxyFailed("the egress proxy sent data before the tunnel was open", proxy=proxy)
 
 
 class _GuardedHTTPConnection(_GuardedConnectionMixin, HTTPConnection):

@@ -22,7 +22,12 @@ from urllib.parse import unquote, urlsplit
 
 class ProxyFailed(Exception):
     """The proxy could not be reached or would not open the tunnel: a temporary failure of the
-    proxy (``proxy_error``), not of the target."""
+    proxy (``proxy_error``), not of the target. The message names no proxy user or host (it
+    reaches the tenant's job and ``/readyz``); ``proxy`` is which one, for the operator's log."""
+
+    def __init__(self, message: str, *, proxy: EgressProxy | None = None):
+        super().__init__(message)
+        self.proxy = proxy
 
 
 class ProxyAuthFailed(ProxyFailed):
@@ -45,7 +50,9 @@ class EgressProxy:
         return f"{self.scheme}://{who}{host}:{self.port}"
 
     def __str__(self) -> str:
-        return self.masked
+        # What an error text may say of it: the tenant's job and /readyz never learn the proxy's
+        # user or host (``masked`` is for the operator's log and the admin).
+        return "the egress proxy"
 
     def __repr__(self) -> str:
         return f"EgressProxy({self.masked})"

@@ -105,10 +105,11 @@ class DomainPolicyAdmin(admin.ModelAdmin):
             return "Redis unavailable"
         tokens = "full" if state.tokens is None else f"{state.tokens:.1f}"
         crawl = "none" if state.crawl_delay_s is None else f"{state.crawl_delay_s:g} s"
+        line = ", ".join(f"{n} {p}" for p, n in state.in_line.items() if n) or "none"
         return (
             f"rate now {_rate_in_force(obj, state):g}/s (policy {obj.requests_per_second:g}/s); "
             f"{state.in_flight} in flight; tokens {tokens}; paused {state.cooldown_s:.0f} s more; "
-            f"deferred jobs booked {state.booked_ahead_s:.0f} s ahead; robots.txt Crawl-delay {crawl}"
+            f"waiting in line {line}; robots.txt Crawl-delay {crawl}"
         )
 
 

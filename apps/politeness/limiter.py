@@ -13,18 +13,20 @@ Each domain has, in Redis (keys in ``apps.politeness.keys``):
   never above the policy's rate, never below its floor. A robots.txt ``Crawl-delay`` caps it too;
 - a **cooldown-until**: set by a target's ``Retry-After`` (or a robots.txt that cannot be read);
   every worker respects it. It expires by itself;
-- a **booking pointer** and per-job **tickets**: a refused job is given a place in the domain's
-  line, spaced ``1/rate`` apart, and told to come back then. Without it every refused job would
-  come back at the next token, all at once, and all but one be refused again (a backlog of N jobs
-  would cost N broker messages per token); and a fresh job could take the token a deferred job was
-  waiting for, again and again. A job holding a ticket passes the line; a job without one waits
-  behind the booked ones.
+- a **line** (NFR-9, NFR-10 at the gate): once a job is refused, every job asking for the domain
+  takes a place in it, and the permits go in the same weighted-fair order as the pool's slots:
+  the priorities by their weights (``SCRAPEJOBS_PRIORITY_WEIGHTS``), the tenants of a priority by
+  theirs. A refused job keeps its place and is told to come back when the permits before it are
+  due, so refused jobs come back spread at the domain's rate (not all at the next token), a
+  deferral never sends a job to the back, and a fresh job cannot take the permit a waiting
+  higher-priority job was due. A place lapses ``LINE_HOLD_S`` after its job was due back. While
+  nobody waits, a job takes a free permit without the line (docs/design/politeness.md).
 
 Each operation is one Lua script (``apps/politeness/lua/``), so concurrent workers cannot both
 spend the last token or take the last slot, and every time is the Redis server's clock (``TIME``):
 workers' clocks may differ.
 
-The worker asks before it claims (``job_domain_turn``): waiting spends no attempt, and a refused
+The worker asks before it claims (``apps.scraping.domain_turn.job_domain_turn``): waiting spends no attempt, and a refused
 job waits in PostgreSQL (``job_defer_for_domain``: the publisher sends it again once its
 ``not_before`` has passed), not in a worker thread, so the worker slot is free at once.
 """
@@ -32,21 +34,14 @@ job waits in PostgreSQL (``job_defer_for_domain``: the publisher sends it again 
 from __future__ import annotations
 
 import logging
-import secrets
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-import redis
 from django.conf import settings
 
-from apps.jobs.outbox import job_defer_for_domain, waiting_for_domain_refusal
-from apps.politeness.keys import domain_keys
-from apps.politeness.selectors import DomainLimits, domain_limits_cached, domain_limits_get, job_runnable_get
+from apps.politeness.keys import LINE_PRIORITIES, domain_keys
+from apps.politeness.selectors import DomainLimits, domain_limits_cached, domain_limits_get
 from apps.redis_clients import state_redis
 
 logger = logging.getLogger(__name__)
@@ -64,12 +59,11 @@ ADAPTIVE_MEMORY_S = 3600
 # "Retry-After: 31536000" would otherwise park every tenant's jobs for a year). The job's own
 # retry still honours the full value (apps.jobs.lifecycle).
 MAX_COOLDOWN_S = 3600
-# A ticket outlives its booked time by this much: the publisher (beat, every second) and a busy
-# broker may deliver the deferred job late; a ticket lost after that only costs the job its place.
-TICKET_GRACE_S = 120
-# When Redis cannot be asked, the job waits this long in the database: refusing is the polite
-# failure (every worker would otherwise hit the target unthrottled during the outage).
-UNAVAILABLE_DEFER_S = 5.0
+# A refused job's place in its domain's line outlives the time it was told to come back by this
+# much: the publisher (beat, every second) and a busy broker may deliver the deferred job late. A
+# place whose job never comes back (cancelled, its worker died) holds the permits behind it back
+# for this long at most.
+LINE_HOLD_S = 15
 
 # The scripts, one file each in lua/ (their KEYS, ARGV and replies are described there), read
 # once at import. Each operation is one script: see the module docstring.
@@ -92,44 +86,85 @@ def _script(name: str, source: str) -> Any:
 
 
 @dataclass(frozen=True)
+class LineShare:
+    """Where a job stands in a domain's line: its priority, and its tenant with that tenant's
+    weight (NFR-9, NFR-10). The publisher sends them in the job's message; a message without them
+    (an older publisher's) stands as a ``normal`` job of a tenant of weight 1."""
+
+    priority: str = "normal"
+    tenant: str = ""
+    weight: int = 1
+
+    @classmethod
+    def from_message(cls, priority: object, tenant: object, weight: object) -> LineShare:
+        p = str(priority) if priority in LINE_PRIORITIES else "normal"
+        try:
+            w = max(1, int(str(weight)))
+        except ValueError:
+            w = 1
+        return cls(priority=p, tenant=str(tenant or ""), weight=w)
+
+
+DEFAULT_SHARE = LineShare()
+
+
+@dataclass(frozen=True)
 class DomainDecision:
     granted: bool
     wait_s: float  # when refused: come back after this long
     reason: str  # "" when granted; cooldown, queue, concurrency, rate, unavailable
     group: str = ""  # whose budget was asked (DomainLimits.group): release the slot there
+    place: int = 0  # when refused: how many of the domain's permits go to others first
 
 
 def domain_permit_acquire(
-    *, domain: str, holder: str, ticket: str, slot_ttl_s: float, token_only: bool = False
+    *,
+    domain: str,
+    holder: str,
+    ticket: str,
+    slot_ttl_s: float,
+    token_only: bool = False,
+    share: LineShare = DEFAULT_SHARE,
 ) -> DomainDecision:
     """Take a token and a concurrency slot of host ``domain``'s group for ``holder``, or say how
     long to wait.
 
-    ``ticket`` names the job: a refused job is booked a place in the domain's line under it, and
-    passes the line when it comes back. The slot frees itself after ``slot_ttl_s`` if
-    ``domain_permit_release`` is never called (the worker was killed). ``token_only``: a redirect
-    hop within a group whose slot the fetch already holds takes a token and no second slot."""
+    ``ticket`` names the job in the domain's line: a refused job keeps its place there under it
+    (``share`` says which line and how it shares it) and asks again when told. The slot frees
+    itself after ``slot_ttl_s`` if ``domain_permit_release`` is never called (the worker was
+    killed). ``token_only``: a redirect hop within a group whose slot the fetch already holds
+    takes a token and no second slot."""
     limits = domain_limits_get(domain=domain)
     keys = domain_keys(limits.group)
-    granted, wait_ms, reason = _script("acquire", _ACQUIRE)(
-        keys=[keys.state, keys.slots, keys.ticket(ticket), keys.adapt],
+    weights = settings.SCRAPEJOBS_PRIORITY_WEIGHTS
+    granted, wait_ms, reason, place = _script("acquire", _ACQUIRE)(
+        keys=[keys.state, keys.slots, keys.adapt, keys.fair, keys.lapses, *keys.lines],
         args=[
             limits.requests_per_second,
             limits.burst,
             limits.max_concurrency,
             holder,
             0 if token_only else slot_ttl_s,
-            TICKET_GRACE_S,
+            ticket,
+            LINE_PRIORITIES.index(share.priority) + 1,
+            share.tenant,
+            share.weight,
+            LINE_HOLD_S,
+            *(weights[p] for p in LINE_PRIORITIES),
         ],
     )
     return DomainDecision(
-        granted=bool(int(granted)), wait_s=int(wait_ms) / 1000.0, reason=str(reason), group=limits.group
+        granted=bool(int(granted)),
+        wait_s=int(wait_ms) / 1000.0,
+        reason=str(reason),
+        group=limits.group,
+        place=int(place),
     )
 
 
 def domain_token_try(*, domain: str) -> bool:
     """Take one token of host ``domain``'s group now, or be refused at once (no wait, no place
-    booked in its line): a rendered page's subresource of the page's own registrable domain
+    taken in its line, refused while jobs wait there): a rendered page's subresource of the page's own registrable domain
     (NFR-32, docs/design/browser.md), which is loaded now or not at all."""
     limits = domain_limits_get(domain=domain)
     keys = domain_keys(limits.group)
@@ -226,134 +261,3 @@ def domain_crawl_delay_set(*, domain: str, delay_s: float | None, ttl_s: float) 
         pipe.hset(key, "crawl", f"{delay_s:.6f}")
         pipe.expire(key, int(max(ttl_s, ADAPTIVE_MEMORY_S)))
         pipe.execute()
-
-
-@dataclass(eq=False)
-class DomainTurn:
-    """A job's permission to contact its domain now; ``record`` reports how the target answered.
-
-    The concurrency slot is given back when the turn ends (``job_domain_turn``'s exit), or earlier
-    inside the caller's own Redis pipeline (``release_into``); the answer likewise rides in that
-    pipeline when it can (``record_into``), so that the worker's end-of-attempt bookkeeping is one
-    round trip. Either is done once: after the ``_into`` version, the other does nothing."""
-
-    domain: str  # the job's host
-    holder: str
-    group: str = ""  # whose slot it holds (DomainDecision.group)
-    released: bool = False
-    recorded: bool = False
-
-    def record(
-        self,
-        *,
-        http_status: int | None,
-        retry_after_s: float | None,
-        timed_out: bool = False,
-        answered_url: str | None = None,
-    ) -> None:
-        """``answered_url``: the URL that gave the answer when known; its host's domain is the one
-        the answer is about (a redirect may have led to another), the job's host otherwise.
-        Nothing when ``record_into`` queued the answer already."""
-        if self.recorded:
-            return
-        domain = self._answering_domain(answered_url)
-        try:
-            domain_outcome_record(
-                domain=domain, http_status=http_status, retry_after_s=retry_after_s, timed_out=timed_out
-            )
-        except Exception:  # noqa: BLE001 - Redis, or the policy's read (PostgreSQL away): one answer lost
-            # The attempt is over and its receipt handed in; an answer left out of the adaptive
-            # window costs nothing that matters, an exception here would fail the task.
-            logger.warning("recording the answer of %s failed", domain, exc_info=True)
-        self.recorded = True
-
-    def record_into(
-        self,
-        pipe: Any,
-        *,
-        http_status: int | None,
-        retry_after_s: float | None,
-        timed_out: bool = False,
-        answered_url: str | None = None,
-    ) -> None:
-        """``record`` queued on the caller's pipeline, so that it rides in the round trip that
-        hands in the receipt, when the answering host's limits are in this process's cache;
-        otherwise (e.g. after a redirect to another host) nothing is queued and a later
-        ``record`` does it."""
-        try:
-            self.recorded = domain_outcome_record_into(
-                pipe,
-                domain=self._answering_domain(answered_url),
-                http_status=http_status,
-                retry_after_s=retry_after_s,
-                timed_out=timed_out,
-            )
-        except Exception:  # noqa: BLE001 - a bug here must not cost the receipt: ``record`` logs it
-            pass
-
-    def _answering_domain(self, answered_url: str | None) -> str:
-        return (urlsplit(answered_url).hostname if answered_url else None) or self.domain
-
-    def release_into(self, pipe: Any) -> None:
-        """Queue the slot's release on ``pipe``; the turn's exit then releases nothing more. If
-        the pipeline never runs, the slot expires by itself (its TTL, see ``job_domain_turn``)."""
-        pipe.zrem(domain_keys(self.group).slots, self.holder)
-        self.released = True
-
-
-@contextmanager
-def job_domain_turn(
-    *, job_id: uuid.UUID | str, domain: str | None = None, timeout_s: int | None = None
-) -> Iterator[DomainTurn | None]:
-    """The worker's gate, before the claim: yields a ``DomainTurn`` when the job may contact its
-    domain now, and releases the concurrency slot on exit, whatever happens inside. Yields None
-    when the job is not to run now: refused by its domain, in which case it is already deferred in
-    the database, or (when the caller does not know the job's domain) not claimable.
-
-    ``domain`` and ``timeout_s`` come in the broker message (the publisher read them with the
-    row): with them the gate reads nothing from PostgreSQL. A duplicate message then spends a
-    token before its claim fails, which costs the domain one request's worth of rate, once, in the
-    rare case of a redelivery; without them (a message from before they were sent) the job's row
-    is read first, as it always was."""
-    if domain is None or timeout_s is None:
-        job = job_runnable_get(job_id=job_id)
-        if job is None:
-            yield None
-            return
-        domain, timeout_s = job.domain, job.timeout_s
-    holder = f"{job_id}:{secrets.token_hex(4)}"
-    # The slot outlives any live fetch of this job (its timeout bounds the whole fetch) by one
-    # lease: past that, its holder is surely dead and the slot frees itself.
-    slot_ttl_s = timeout_s + settings.SCRAPEJOBS_LEASE_S
-    try:
-        decision = domain_permit_acquire(
-            domain=domain, holder=holder, ticket=str(job_id), slot_ttl_s=slot_ttl_s
-        )
-    except redis.RedisError:
-        logger.warning(
-            "politeness state unavailable; job %s waits %ss", job_id, UNAVAILABLE_DEFER_S, exc_info=True
-        )
-        decision = DomainDecision(granted=False, wait_s=UNAVAILABLE_DEFER_S, reason="unavailable")
-    if not decision.granted:
-        deferred = job_defer_for_domain(
-            job_id=job_id, wait_s=decision.wait_s, reason=waiting_for_domain_refusal(decision.reason)
-        )
-        logger.debug(
-            "job %s refused by %s (%s): %s for %.2fs",
-            job_id,
-            domain,
-            decision.reason,
-            "deferred" if deferred else "not deferred (changed meanwhile)",
-            decision.wait_s,
-        )
-        yield None
-        return
-    turn = DomainTurn(domain=domain, holder=holder, group=decision.group)
-    try:
-        yield turn
-    finally:
-        if not turn.released:
-            try:
-                domain_permit_release(domain=decision.group, holder=holder)
-            except redis.RedisError:
-                logger.warning("releasing a slot of %s failed; it expires by itself", domain, exc_info=True)

@@ -14,7 +14,7 @@ from django.db.models.functions import Now
 from apps.db_failures import database_failure
 from apps.jobs.models import Job, JobStatus
 from apps.politeness.domains import registrable_domain
-from apps.politeness.keys import domain_keys
+from apps.politeness.keys import LINE_PRIORITIES, domain_keys
 from apps.politeness.models import DomainGrouping, DomainPolicy
 from apps.redis_clients import state_redis
 from apps.tenants.models import Tenant
@@ -183,7 +183,7 @@ class DomainState:
     in_flight: int
     tokens: float | None
     cooldown_s: float  # seconds left, 0 when none
-    booked_ahead_s: float  # how far ahead deferred jobs are booked, 0 when none
+    in_line: dict[str, int]  # jobs waiting in the domain's line, by priority
     adaptive_rps: float | None  # None: never throttled lately (the policy's rate holds)
     crawl_delay_s: float | None  # from robots.txt, None when it sets none
 
@@ -194,14 +194,18 @@ def domain_state_get(*, domain: str) -> DomainState:
     r = state_redis()
     now_s, now_us = r.time()
     now = now_s + now_us / 1e6
-    tokens, cooldown, booked = r.hmget(keys.state, "tokens", "cooldown", "next")
-    rate, crawl = r.hmget(keys.adapt, "rate", "crawl")
-    in_flight = r.zcount(keys.slots, f"({now}", "+inf")
+    with r.pipeline(transaction=False) as pipe:
+        pipe.hmget(keys.state, "tokens", "cooldown")
+        pipe.hmget(keys.adapt, "rate", "crawl")
+        pipe.zcount(keys.slots, f"({now}", "+inf")
+        for line in keys.lines:
+            pipe.zcard(line)
+        (tokens, cooldown), (rate, crawl), in_flight, *lines = pipe.execute()
     return DomainState(
         in_flight=int(in_flight),
         tokens=float(tokens) if tokens is not None else None,
         cooldown_s=max(0.0, float(cooldown) - now) if cooldown else 0.0,
-        booked_ahead_s=max(0.0, float(booked) - now) if booked else 0.0,
+        in_line={p: int(n) for p, n in zip(LINE_PRIORITIES, lines, strict=True)},
         adaptive_rps=float(rate) if rate else None,
         crawl_delay_s=float(crawl) if crawl else None,
     )

@@ -193,6 +193,10 @@ def _scrape_message_send(app: Any, producer: Any, *, pick: Pick, render: str) ->
     ``traceparent`` the message carries to the attempt (an extra keyword an older worker takes
     into ``**later``); without one the message is what it always was."""
     kwargs: dict[str, Any] = {"domain": pick.domain, "timeout_s": pick.timeout_s}
+    # Its place in its domain's line (NFR-9, NFR-10 at the gate, apps.politeness.limiter): the
+    # priority and the tenant with its weight, as this dispatch shared the pool by them. An older
+    # worker takes them into ``**later`` and stands every job as normal.
+    kwargs.update(priority=pick.priority, tenant=pick.tenant, weight=pick.weight)
     if pick.max_age_s == 0:
         # A job that takes no stored result has nothing for the single-flight decision to read:
         # the worker claims it at once (apps.scraping.attempt). An older worker takes the
@@ -239,6 +243,8 @@ class Pick(NamedTuple):
     timeout_s: int
     trace_context: str | None = None  # the job's trace (FR-29); None when tracing is off
     max_age_s: int | None = None  # FR-15: 0 lets the worker claim without the single-flight read
+    tenant: str = ""  # with weight: the job's share in its domain's line (NFR-10)
+    weight: int = 1
 
 
 class Turn(NamedTuple):
@@ -308,7 +314,18 @@ def _dispatch_pick(*, limit: int, render: str = "none", active: set[str] | None 
                 queue = rows.get((p, tenant))
                 if queue:
                     job_id, domain, timeout_s, trace_context, max_age_s = queue.pop(0)
-                    picked.append(Pick(job_id, p, domain, timeout_s, trace_context, max_age_s))
+                    picked.append(
+                        Pick(
+                            job_id,
+                            p,
+                            domain,
+                            timeout_s,
+                            trace_context,
+                            max_age_s,
+                            tenant=tenant,
+                            weight=tenant_weights.get(tenant, 1),
+                        )
+                    )
                 else:
                     exhausted.add((p, tenant))
             # The cursor moves to where the plan ended, whether or not that tenant's rows came

@@ -32,11 +32,12 @@ from apps.jobs.models import AttemptOutcome, Render
 from apps.jobs.receipts import AttemptFinished
 from apps.jobs.singleflight import FetchDecision, job_fetch_decide, job_fetch_key
 from apps.outbound.proxy_status import egress_proxy_auth_failed_record
-from apps.politeness.limiter import job_domain_turn
+from apps.politeness.limiter import DEFAULT_SHARE, LineShare
 from apps.politeness.selectors import tenant_obeys_robots
 from apps.redis_clients import cancel_flag_key, state_redis
 from apps.results.storage import ResultStoreFailed, result_store
 from apps.runtime.logs import job_attempt_failure_log, job_log_context_claimed
+from apps.scraping.domain_turn import job_domain_turn
 from apps.scraping.errors import FetchError
 from apps.scraping.fetch import FetchRequest, RedirectDeferred, fetch_open
 from apps.scraping.leases import LeaseHandle, lease_keeper
@@ -73,6 +74,7 @@ def job_run_attempt(
     timeout_s: int | None = None,
     trace_context: str | None = None,
     max_age_s: int | None = None,
+    share: LineShare = DEFAULT_SHARE,
 ) -> AttemptFinished | None:
     """Claim ``job_id`` and run one attempt; None when the claim is not ours (duplicate message,
     job final or cancelled, or its retry time not yet come: then it is deferred, see
@@ -99,12 +101,15 @@ def job_run_attempt(
     the claim, one cancel check as the fetch starts, and one pipeline after it (slot release,
     the answer for the adaptive rate, receipt, nudges).
 
+    ``share``: the job's priority, tenant and weight, from the message: its place in its
+    domain's line, and in a redirect hop's (NFR-9, NFR-10 at the gate).
+
     ``trace_context``: the traceparent the publisher sent (FR-29, docs/tracing.md); the attempt
     is then a ``job.attempt`` span of the job's trace, its steps spans inside it. None (tracing
     off, or a job without a trace): nothing of the kind is made."""
     if trace_context is None or not tracing_on():
         return _attempt_claim_and_run(
-            job_id=job_id, worker=worker, domain=domain, timeout_s=timeout_s, max_age_s=max_age_s
+            job_id=job_id, worker=worker, domain=domain, timeout_s=timeout_s, max_age_s=max_age_s, share=share
         )
     with tracing.span(
         "job.attempt", parent=trace_context, attributes={"scrapejobs.job_id": str(job_id)}
@@ -116,6 +121,7 @@ def job_run_attempt(
             timeout_s=timeout_s,
             max_age_s=max_age_s,
             attempt_span=traceparent_current(),
+            share=share,
         )
         if receipt is not None:
             tracing.span_set(
@@ -137,6 +143,7 @@ def _attempt_claim_and_run(
     timeout_s: int | None,
     max_age_s: int | None = None,
     attempt_span: str | None = None,
+    share: LineShare = DEFAULT_SHARE,
 ) -> AttemptFinished | None:
     """``job_run_attempt``'s work; ``attempt_span``: the traceparent of the attempt span this
     runs in (FR-29), each step then a span inside it, and the receipt carrying it."""
@@ -157,7 +164,9 @@ def _attempt_claim_and_run(
                 logger.info("job %s %s by single-flight: no fetch of its own", job_id, decision.kind)
                 return None
             with step("job.politeness_wait", attributes={"scrapejobs.domain": domain or ""}) as waited:
-                turn = held.enter_context(job_domain_turn(job_id=job_id, domain=domain, timeout_s=timeout_s))
+                turn = held.enter_context(
+                    job_domain_turn(job_id=job_id, domain=domain, timeout_s=timeout_s, share=share)
+                )
                 tracing.span_set(waited, **{"scrapejobs.granted": turn is not None})
             if turn is None:
                 return None
@@ -181,6 +190,7 @@ def _attempt_claim_and_run(
             worker=worker,
             traced=traced,
             fetch_key=decision.key or _claimed_fetch_key(claimed),
+            share=share,
         )
         # One round trip: the slot goes back, the answer moves the domain's adaptive rate, the
         # receipt goes to the writer, and the publisher is asked to refill the broker for the
@@ -308,6 +318,7 @@ def claimed_attempt_fetch_and_store(
     obey_robots: bool | None = None,
     traced: bool = False,
     fetch_key: str | None = None,
+    share: LineShare = DEFAULT_SHARE,
 ) -> AttemptFinished:
     """Fetch and store; never raises: every outcome, a bug included, becomes the receipt.
     ``obey_robots`` None: looked up here (``_robots_obeyed``), under the lease. ``traced``: the
@@ -329,6 +340,7 @@ def claimed_attempt_fetch_and_store(
             finished_at=time.time(),
             duration_ms=int((time.monotonic() - started) * 1000),
             worker=worker,
+            deferred_before=claimed.deferred_attempts,
             **kw,
         )
 
@@ -342,6 +354,7 @@ def claimed_attempt_fetch_and_store(
             obey_robots=obey,
             charge_redirects=True,
             ticket=str(claimed.id),
+            share=share,
         )
 
     # The fetch ends by timeout_s; storing the body gets the allowance on top. Past this the

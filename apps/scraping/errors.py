@@ -37,6 +37,7 @@ redirect_deferred      (none)     not a failure: a redirect hop's domain had no 
 from __future__ import annotations
 
 import email.utils
+import logging
 import time
 
 from urllib3.exceptions import (
@@ -54,6 +55,8 @@ from urllib3.exceptions import (
 
 from apps.outbound.addresses import AddressRefused
 from apps.outbound.proxies import ProxyAuthFailed, ProxyFailed
+
+logger = logging.getLogger(__name__)
 
 # The longest wait a target's Retry-After can impose on one retry.
 RETRY_AFTER_CAP_S = 86400.0
@@ -123,9 +126,11 @@ def classify(e: BaseException) -> FetchError:
     if isinstance(e, AddressRefused):
         return FetchError("address_refused", str(e), permanent=True)
     # The egress proxy's failures are the proxy's, not the target's (docs/egress.md).
-    if isinstance(e, ProxyAuthFailed):
-        return FetchError("proxy_auth", str(e), permanent=True)
     if isinstance(e, ProxyFailed):
+        # The job's error names no proxy user or host; the operator's log says which proxy.
+        logger.warning("egress proxy %r: %s", e.proxy, e)
+        if isinstance(e, ProxyAuthFailed):
+            return FetchError("proxy_auth", str(e), permanent=True)
         return FetchError("proxy_error", str(e), permanent=False)
     if isinstance(e, NameResolutionError):
         return FetchError("dns_error", f"name did not resolve: {e.__cause__ or e}", permanent=False)

@@ -19,7 +19,7 @@ that the connection itself is guarded:
   (Authorization, Cookie) are dropped when the origin changes.
 - **Politeness on every hop**: with ``FetchRequest.charge_redirects`` a redirect hop takes a
   token (and, for another domain, a concurrency slot) of the host it goes to, or, refused, ends
-  the fetch with ``RedirectDeferred`` (its place booked in that domain's line): the attempt is a
+  the fetch with ``RedirectDeferred`` (its place kept in that domain's line): the attempt is a
   deferral and the job starts again from its own URL then, instead of a worker thread waiting
   for the hop's turn (NFR-24). The first hop's permit is the worker's gate. With ``obey_robots`` every hop's URL is checked against its host's robots.txt
   (``apps.politeness.robots``, fetched once per TTL through this same fetcher): a disallowed URL
@@ -53,7 +53,7 @@ from apps.admin_mixins import headers_masked
 from apps.outbound.connections import pool_manager
 from apps.outbound.interrupt import FetchInterrupt, RequestContext, request_context
 from apps.outbound.proxies import EgressProxy, egress_proxy_parse
-from apps.politeness.limiter import domain_permit_acquire, domain_permit_release
+from apps.politeness.limiter import DEFAULT_SHARE, LineShare, domain_permit_acquire, domain_permit_release
 from apps.politeness.models import EGRESS_DIRECT
 from apps.politeness.robots import (
     MAX_ROBOTS_BYTES,
@@ -88,6 +88,7 @@ class FetchRequest:
     obey_robots: bool = False
     charge_redirects: bool = False
     ticket: str = ""  # with charge_redirects: names the job in a hop domain's line
+    share: LineShare = DEFAULT_SHARE  # and where it stands there (NFR-9, NFR-10)
 
 
 @dataclass(frozen=True)
@@ -214,6 +215,7 @@ def fetch_open(
         _RedirectCharges(
             first_url=request.url,
             ticket=request.ticket,
+            share=request.share,
             slot_ttl_s=request.timeout_s + settings.SCRAPEJOBS_LEASE_S,
         )
         if request.charge_redirects
@@ -324,12 +326,13 @@ class _RedirectCharges:
     The first URL's domain group is held by the worker's gate; a hop within a group already held
     takes a token only, a hop to another group a token and a slot, released when the fetch ends
     (or expiring by themselves if the worker dies). A hop refused raises ``RedirectDeferred``
-    with its booked place in that domain's line under ``ticket`` (the job's, so that the job's
-    next attempt, coming back at that time, passes the line there)."""
+    with its place kept in that domain's line under ``ticket`` (the job's, so that the job's
+    next attempt, coming back at that time, takes its turn there where it stood)."""
 
-    def __init__(self, *, first_url: str, ticket: str, slot_ttl_s: float):
+    def __init__(self, *, first_url: str, ticket: str, slot_ttl_s: float, share: LineShare = DEFAULT_SHARE):
         self.holder = f"hop:{secrets.token_hex(8)}"
         self.ticket = f"hop:{ticket}" if ticket else self.holder
+        self.share = share
         self.slot_ttl_s = slot_ttl_s
         self.held = {domain_limits_get(domain=_host(first_url)).group}
         self.taken: list[str] = []
@@ -351,6 +354,7 @@ class _RedirectCharges:
                     ticket=self.ticket,
                     slot_ttl_s=self.slot_ttl_s,
                     token_only=token_only,
+                    share=self.share,
                 )
             except redis.RedisError:
                 # The gate already failed closed for the job's own domain; a hop is not worth

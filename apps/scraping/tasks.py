@@ -33,6 +33,7 @@ from typing import Any
 from celery import shared_task
 
 from apps.jobs.intake import publisher_nudge
+from apps.politeness.limiter import LineShare
 from apps.runtime.logs import job_log_context
 from apps.scraping.attempt import ClaimUndecided, job_run_attempt
 from apps.tracing import TRACEPARENT
@@ -79,6 +80,8 @@ def scrape_job(
                 trace_context=later.get(TRACEPARENT),
                 # FR-15: 0 when the job takes no stored result (sent only then).
                 max_age_s=later.get("max_age_s"),
+                # NFR-9, NFR-10: its place in its domain's line.
+                share=LineShare.from_message(later.get("priority"), later.get("tenant"), later.get("weight")),
             )
     except ClaimUndecided as e:
         _redeliver(self, e)

@@ -136,3 +136,34 @@ def test_the_schema_lists_the_render_fields_with_their_bounds(schema):
     assert "render" in schemas["JobOutput"]["properties"]
     assert "screenshot" in schemas["ResultOutput"]["properties"]
     assert "subrequests" in schemas["AttemptOutput"]["properties"]
+
+
+def test_the_schema_is_built_once_per_process_and_served_from_memory(monkeypatch):
+    """Building it walks every view (tens of ms of CPU): not again for each unauthenticated call."""
+    from drf_spectacular.generators import SchemaGenerator
+
+    from apps.api import views
+
+    built = []
+    real = SchemaGenerator.get_schema
+
+    def counting(self, *args, **kwargs):
+        built.append(1)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(SchemaGenerator, "get_schema", counting)
+    monkeypatch.setattr(views, "_built", {})
+    answers = [APIClient().get("/api/v1/schema", {"format": "json"}) for _ in range(5)]
+    assert [a.status_code for a in answers] == [200] * 5
+    assert len({a.content for a in answers}) == 1 and len(built) == 1
+
+
+def test_the_pages_without_a_token_are_rate_limited_per_client_address(settings):
+    settings.SCRAPEJOBS_OPEN_RATE_LIMIT_PER_SECOND = 1
+    settings.SCRAPEJOBS_OPEN_RATE_LIMIT_BURST = 3
+    one, other = APIClient(REMOTE_ADDR="127.0.0.7"), APIClient(REMOTE_ADDR="127.0.0.8")
+    statuses = [one.get(path).status_code for path in ["/api/v1/schema", "/api/v1/docs", "/api/v1/schema"]]
+    assert statuses == [200, 200, 200]
+    refused = one.get("/api/v1/schema")
+    assert refused.status_code == 429 and int(refused["Retry-After"]) >= 1
+    assert other.get("/api/v1/schema").status_code == 200  # another address has its own bucket

@@ -16,12 +16,13 @@ from django.utils import timezone
 
 from apps.jobs.models import Job
 from apps.jobs.receipt_fold import attempts_apply_finished
-from apps.politeness.limiter import domain_outcome_record, job_domain_turn
+from apps.politeness.limiter import domain_outcome_record
 from apps.politeness.models import DomainPolicy
 from apps.politeness.selectors import domain_limits_cache_clear
 from apps.publishing.publisher import outbox_publish_batch
 from apps.redis_clients import state_redis
 from apps.scraping.attempt import job_run_attempt
+from apps.scraping.domain_turn import job_domain_turn
 
 pytestmark = pytest.mark.django_db
 
@@ -107,6 +108,23 @@ def test_a_job_refused_because_its_domain_is_at_its_concurrency_cap_says_so(api,
         _run(refused)
     reason, until = _waiting(api, refused)
     assert reason == "domain_concurrency" and until == _not_before(refused)
+
+
+def test_a_job_with_others_before_it_in_its_domains_line_says_it_waits_for_its_turn(api, target):
+    """NFR-9, NFR-10 at the gate: the second refused job is not next when a permit frees, and
+    says so; its waiting_until is the estimate of its turn, after the first one's."""
+    _policy(max_concurrency=1, requests_per_second=0.2, burst=10)
+    holder = _submit(api, target.url("/bytes/10"))
+    first, second = _submit(api, target.url("/bytes/10")), _submit(api, target.url("/bytes/10"))
+    _published(holder)
+    with job_domain_turn(job_id=holder) as turn:
+        assert turn is not None
+        _run(first)
+        _run(second)
+    assert _waiting(api, first)[0] == "domain_concurrency"
+    reason, until = _waiting(api, second)
+    assert reason == "domain_turn" and until == _not_before(second)
+    assert until >= _waiting(api, first)[1] + timedelta(seconds=4)  # one permit (1/rate: 5 s) later
 
 
 def test_a_job_whose_domain_asked_us_to_back_off_says_the_domain_is_paused(api, target):

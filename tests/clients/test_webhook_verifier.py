@@ -45,3 +45,16 @@ def test_a_delivery_verifies_under_either_scheme_and_either_form_of_the_secret(m
             verify(tenant.webhook_secret, body, scheme, now=time.time() + 600)  # a replay
     with pytest.raises(WebhookVerificationError):
         verify(tenant.webhook_secret, body, {})
+
+
+@pytest.mark.parametrize("scheme", ["standard", "legacy"])
+def test_a_signature_header_with_non_ascii_text_is_an_invalid_signature_not_a_crash(scheme):
+    secret = "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+    now = int(time.time())
+    headers = (
+        {"webhook-id": "msg_1", "webhook-timestamp": str(now), "webhook-signature": "v1,sïgnätürе"}
+        if scheme == "standard"
+        else {SIGNATURE_HEADER: f"t={now},v1=ünïcode"}
+    )
+    with pytest.raises(WebhookVerificationError, match="no signature matches"):
+        verify(secret, b'{"id": "x"}', headers)

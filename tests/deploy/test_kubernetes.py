@@ -7,6 +7,7 @@ prometheus-adapter, alert rules) parsed, naming only metrics and labels a live /
 from __future__ import annotations
 
 import copy
+import ipaddress
 import re
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
 from apps.operators.rollup_runner import rollup_run
+from apps.outbound.addresses import is_public_address
 from scrapejobs import processes
 from tests.query import helpers
 from tests.test_docker import variables_read_by_the_project
@@ -289,7 +291,13 @@ def test_every_setting_given_is_one_the_project_reads_and_documents() -> None:
     for component in DEPLOYMENTS:
         for container in pod(component)["containers"] + pod(component).get("initContainers", []):
             refs = [e.get("configMapRef", e.get("secretRef"))["name"] for e in container["envFrom"]]
-            assert refs == ["scrapejobs-config", "scrapejobs-secrets"], component
+            # The browser pod names the secrets it needs instead (the test below).
+            whole = (
+                ["scrapejobs-config"]
+                if component == "browser"
+                else ["scrapejobs-config", "scrapejobs-secrets"]
+            )
+            assert refs == whole, component
 
 
 def test_the_worker_is_given_the_time_its_graceful_stop_takes() -> None:
@@ -368,6 +376,16 @@ def test_each_disruption_budget_and_service_selects_its_deployment() -> None:
             assert s["spec"]["selector"].items() <= labels[s["metadata"]["name"]].items()
 
 
+# One address of each kind the address guard refuses (apps/outbound/addresses.py).
+GUARD_REFUSES = [
+    "10.1.2.3", "172.16.0.1", "192.168.1.1", "100.64.0.1", "169.254.169.254", "127.0.0.1",
+    "0.0.0.1", "168.63.129.16", "192.0.0.1", "192.0.2.1", "198.18.0.1", "198.51.100.1",
+    "203.0.113.1", "224.0.0.1", "240.0.0.1", "255.255.255.255",
+    "fd00:ec2::254", "fc00::1", "fe80::1", "fec0::1", "ff02::1", "::1", "::", "::ffff:10.0.0.1",
+    "64:ff9b::a00:1", "2002:a00:1::1", "2001:0:a00:1::1", "2001:db8::1", "100::1",
+]  # fmt: skip
+
+
 def test_the_workers_reach_the_internet_but_no_private_range() -> None:
     policies = [d for _, d in objects("base") if d["kind"] == "NetworkPolicy"]
     worker_labels = deployment("worker")["spec"]["template"]["metadata"]["labels"]
@@ -384,6 +402,12 @@ def test_the_workers_reach_the_internet_but_no_private_range() -> None:
     )
     v6 = next(b for b in blocks if b["cidr"] == "::/0")
     assert {"fc00::/7", "fe80::/10"} <= set(v6["except"])
+    # Every kind of address the guard refuses is outside the policy's internet too (literals only:
+    # nothing is contacted).
+    for ip in GUARD_REFUSES:
+        assert not is_public_address(ip), ip
+        block = v4 if ipaddress.ip_address(ip).version == 4 else v6
+        assert any(ipaddress.ip_address(ip) in ipaddress.ip_network(c) for c in block["except"]), ip
     # Every other allowance names ports: DNS, PostgreSQL, Redis.
     for rule in egress:
         if not any("ipBlock" in peer for peer in rule.get("to", [])):
@@ -468,3 +492,31 @@ def test_every_alert_names_a_summary_and_a_severity() -> None:
     assert len({r["alert"] for r in alerts}) == len(alerts)
     for r in alerts:
         assert r["labels"]["severity"] in ("page", "ticket") and r["annotations"]["summary"], r["alert"]
+
+
+def test_the_browser_pod_gets_only_the_secrets_rendering_needs() -> None:
+    """A page's scripts run in the browser pod: it is given the secrets it needs by name, never
+    the whole Secret (no metrics token, Flower login or webhooks' proxy)."""
+    (secret,) = [d for _, d in objects("base") if d["kind"] == "Secret"]
+    every = set(secret["stringData"])
+    spec = pod("browser")
+    for container in spec["initContainers"] + spec["containers"]:
+        assert not any("secretRef" in source for source in container.get("envFrom", [])), container["name"]
+        given = {
+            e["valueFrom"]["secretKeyRef"]["key"]
+            for e in container.get("env", [])
+            if "secretKeyRef" in e.get("valueFrom", {})
+        }
+        assert given <= every, given - every  # every name is one the Secret has
+        assert {"DJANGO_SECRET_KEY", "DATABASE_URL", "REDIS_URL"} <= given, container["name"]
+        assert not given & {
+            "SCRAPEJOBS_METRICS_TOKEN",
+            "FLOWER_BASIC_AUTH",
+            "SCRAPEJOBS_WEBHOOK_EGRESS_PROXY",
+        }
+    (browser,) = spec["containers"]
+    assert {e["name"] for e in browser["env"]} >= {
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "SCRAPEJOBS_EGRESS_PROXY",
+    }

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 from apps.jobs.intake import job_create
 from apps.jobs.models import FINAL_STATUSES, Attempt, Job, JobStatus
+from tests.support.procs import wait_for
 
 # Short leases and cadences for real processes (never mocked time): a lost worker's job is back
 # in the queue about LEASE + SWEEP seconds after its last renewal.
@@ -70,3 +71,18 @@ def stored_body(results_dir: Path, job: Job) -> bytes:
 
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def pool_of_eight(services: Any, tmp_path: Path, **env: str) -> Any:
+    """The seed's small pool (step 29): control, beat and two workers of four threads each
+    (eight worker slots), started with ``env`` and waited for."""
+    svc = services(**env, SCRAPEJOBS_RESULTS_DIR=str(tmp_path / "results"))
+    svc.start("control")
+    svc.start("beat")
+    workers = [svc.start("worker", concurrency=4, name=f"pool{i}") for i in (1, 2)]
+    wait_for(
+        lambda: all("ready." in w.log.read_text(errors="replace") for w in workers),
+        60,
+        what="both workers ready",
+    )
+    return svc

@@ -19,7 +19,7 @@ from django.db import connection
 
 from apps.jobs.models import Job, JobStatus
 from apps.politeness.models import DomainPolicy
-from tests.e2e.fault_support import submit, wait_all_final
+from tests.e2e.fault_support import pool_of_eight, submit, wait_all_final
 from tests.support.procs import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -32,16 +32,7 @@ START_BOUND = timedelta(seconds=2)
 
 
 def _start(services: Any, tmp_path: Path, **env: str) -> Any:
-    svc = services(**{**ENV, **env}, SCRAPEJOBS_RESULTS_DIR=str(tmp_path / "results"))
-    svc.start("control")
-    svc.start("beat")
-    workers = [svc.start("worker", concurrency=4, name=f"fair{i}") for i in (1, 2)]
-    wait_for(
-        lambda: all("ready." in w.log.read_text(errors="replace") for w in workers),
-        60,
-        what="both workers ready",
-    )
-    return svc
+    return pool_of_eight(services, tmp_path, **{**ENV, **env})
 
 
 def _unlimited(domain: str) -> None:

@@ -9,34 +9,37 @@ import time
 import pytest
 
 from apps.jobs.cancel_requeue import jobs_requeue
-from apps.jobs.claims import job_claim
+from apps.jobs.claims import ClaimedJob, job_claim
 from apps.jobs.models import Attempt, AttemptOutcome, Job, JobStatus
 from apps.jobs.receipt_fold import attempts_apply_finished
-from apps.jobs.receipts import AttemptFinished
+from apps.jobs.receipts import AttemptFinished, receipt_decode, receipt_encode
 from apps.scheduling.services import jobs_sweep_expired_leases
 from tests.scheduling.factories import queued_job
 
 pytestmark = pytest.mark.django_db
 
 
-def _claim(job: Job) -> int:
+def _claim(job: Job) -> ClaimedJob:
     Job.objects.filter(id=job.id).update(not_before=None)
     claimed = job_claim(job_id=job.id, worker="w1@host:1:1")
     assert claimed is not None
-    return claimed.attempt
+    return claimed
 
 
-def _end(job: Job, attempt: int, outcome: str, error_class: str | None = None) -> Job:
+def _end(job: Job, claimed: ClaimedJob, outcome: str, error_class: str | None = None) -> Job:
+    """The attempt's receipt as the worker writes it (apps.scraping.attempt): with the deferrals
+    its claim read, through the wire format."""
     receipt = AttemptFinished(
         job_id=str(job.id),
-        attempt=attempt,
+        attempt=claimed.attempt,
         outcome=outcome,
         finished_at=time.time(),
         duration_ms=5,
         error_class=error_class,
         retry_after_s=0.0 if outcome == AttemptOutcome.DEFERRED else None,
+        deferred_before=claimed.deferred_attempts,
     )
-    assert attempts_apply_finished([receipt]).applied == 1
+    assert attempts_apply_finished([receipt_decode(receipt_encode(receipt))]).applied == 1
     return Job.objects.get(id=job.id)
 
 
@@ -93,3 +96,32 @@ def test_a_requeue_after_deferrals_gives_the_full_budget_again(make_tenant):
     for _ in range(2):
         job = _end(job, _claim(job), AttemptOutcome.TEMPORARY, "http_503")
     assert (job.status, job.attempts, job.deferred_attempts, job.max_attempts) == (JobStatus.FAILED, 6, 2, 4)
+
+
+def _retry_delays_s(jobs: list[Job]) -> list[float]:
+    rows = Job.objects.filter(id__in=[j.id for j in jobs], status=JobStatus.QUEUED)
+    pairs = rows.values_list("not_before", "updated_at")
+    return [(not_before - updated).total_seconds() for not_before, updated in pairs if not_before is not None]
+
+
+def test_the_backoff_after_deferrals_is_the_counted_attempts_in_the_fold_and_the_sweeper_alike(
+    make_tenant, settings
+):
+    """One rule, one count: a job's first counted failure after three deferrals waits the first
+    backoff (at most SCRAPEJOBS_RETRY_BASE_S), not the fourth (eight times that), whether the
+    fold plans it from a receipt or the sweeper from a lost attempt (NFR-24). Full jitter: twenty
+    jobs, all within the first backoff's ceiling (each one eighth likely under the fourth's)."""
+    settings.SCRAPEJOBS_RETRY_BASE_S = 100.0
+    settings.SCRAPEJOBS_RETRY_CAP_S = 100_000.0
+    tenant = make_tenant()[0]
+    failed = [_defer(queued_job(tenant, max_attempts=5), 3) for _ in range(20)]
+    failed = [_end(job, _claim(job), AttemptOutcome.TEMPORARY, "http_503") for job in failed]
+    lost = [_defer(queued_job(tenant, max_attempts=5), 3) for _ in range(20)]
+    for job in lost:
+        _claim(job)
+    Job.objects.filter(id__in=[j.id for j in lost]).update(lease_expires_at="2000-01-01T00:00:00Z")
+    jobs_sweep_expired_leases()
+    for name, jobs in (("fold", failed), ("sweeper", lost)):
+        delays = _retry_delays_s(jobs)
+        assert len(delays) == 20, name
+        assert max(delays) <= 100.0 + 1, (name, sorted(delays))

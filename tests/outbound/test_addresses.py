@@ -38,6 +38,7 @@ from apps.outbound.addresses import AddressRefused, is_public_address, resolve_a
         "::ffff:169.254.169.254",
         "64:ff9b::a00:1",  # NAT64 of 10.0.0.1
         "2002:7f00:1::",  # 6to4 of 127.0.0.1
+        "168.63.129.16",  # Azure's host service, in public space
     ],
 )
 def test_it_refuses_a_non_public_address(ip):

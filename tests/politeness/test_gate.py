@@ -18,11 +18,12 @@ from apps.jobs.intake import job_create
 from apps.jobs.models import Attempt, Job, WaitingFor
 from apps.jobs.outbox import job_defer_for_domain
 from apps.jobs.receipt_fold import attempts_apply_finished
-from apps.politeness.limiter import UNAVAILABLE_DEFER_S, domain_outcome_record
+from apps.politeness.limiter import domain_outcome_record
 from apps.politeness.models import DomainPolicy
 from apps.politeness.selectors import domain_state_get
 from apps.redis_clients import state_redis
 from apps.scraping.attempt import job_run_attempt
+from apps.scraping.domain_turn import UNAVAILABLE_DEFER_S
 
 pytestmark = pytest.mark.django_db
 
@@ -197,16 +198,16 @@ def test_a_duplicate_message_naming_the_domain_gives_its_slot_back_and_fetches_n
 
 def _answers_recorded_apart(monkeypatch) -> list[dict]:
     """The answers recorded with a round trip of their own, after the receipt's (still made)."""
-    from apps.politeness import limiter
+    from apps.scraping import domain_turn
 
     calls: list[dict] = []
-    record = limiter.domain_outcome_record
+    record = domain_turn.domain_outcome_record
 
     def spy(**kw):
         calls.append(kw)
         return record(**kw)
 
-    monkeypatch.setattr(limiter, "domain_outcome_record", spy)
+    monkeypatch.setattr(domain_turn, "domain_outcome_record", spy)
     return calls
 
 

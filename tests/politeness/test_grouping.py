@@ -112,7 +112,7 @@ def test_a_redirect_to_another_host_is_charged_there_and_deferred_when_it_has_no
     assert list(Attempt.objects.filter(job=second).values_list("outcome", "error_class")) == [
         ("deferred", "redirect_deferred")
     ]
-    # Back at its booked turn, 1.5 s after the first job's request (not by not_before: inside
+    # Back at its turn in the line, 1.5 s after the first job's request (not by not_before: inside
     # this test's transaction the fold's now() is the transaction's start).
     time.sleep(max(0.0, target.requests_for("/bytes/7")[0][0] + 1.5 + SLACK_S - time.time()))
     Job.objects.filter(id=second.id).update(published_at=timezone.now(), not_before=None)

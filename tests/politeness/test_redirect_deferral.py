@@ -6,7 +6,7 @@ its own server) all redirect to one domain allowed 2 requests/s. Four worker thr
 refused by that domain does not wait in the thread for its turn: the attempt is recorded
 ``deferred`` and not counted (the job's ``max_attempts`` stays the caller's; the fold counts it
 in ``deferred_attempts``, which the claim leaves out of the budget) and the job starts again from
-its own URL when its booked place in that domain's line comes. So another tenant's jobs to
+its own URL when its place in that domain's line comes. So another tenant's jobs to
 another domain, submitted meanwhile, finish at once; when the hop waited in the thread, every
 thread sat in that domain's line and they waited their turn behind it.
 """

@@ -16,6 +16,7 @@ from apps.jobs.models import Job
 from apps.jobs.nudges import PUBLISH
 from apps.publishing.publisher import outbox_publish, outbox_publish_batch
 from apps.redis_clients import state_redis
+from apps.tenants.models import Tenant
 from tests.support.procs import wait_for
 
 
@@ -58,7 +59,9 @@ def test_a_message_carries_the_domain_and_timeout_the_workers_gate_needs(make_te
     # reads nothing from PostgreSQL before the claim.
     # A job that takes no stored result says so (FR-15): its worker then skips the single-flight
     # read and claims at once; one that may be served one has its decision read as before.
+    # Its priority, tenant and tenant weight are its place in its domain's line (NFR-9, NFR-10).
     tenant, _, _ = make_tenant()
+    Tenant.objects.filter(id=tenant.id).update(weight=3)
     job = job_create(tenant_id=tenant.id, url="http://shop.test/a", domain="shop.test", timeout_s=17)[0]
     aged = job_create(tenant_id=tenant.id, url="http://shop.test/b", domain="shop.test", max_age_s=60)[0]
     outbox_publish_batch(limit=10)
@@ -66,9 +69,10 @@ def test_a_message_carries_the_domain_and_timeout_the_workers_gate_needs(make_te
     for raw in _broker().lrange("jobs.normal", 0, -1):
         args, kwargs, _embed = json.loads(base64.b64decode(json.loads(raw)["body"]))
         messages[args[0]] = kwargs
+    share = {"priority": "normal", "tenant": str(tenant.id), "weight": 3}
     assert messages == {
-        str(job.id): {"domain": "shop.test", "timeout_s": 17, "max_age_s": 0},
-        str(aged.id): {"domain": "shop.test", "timeout_s": 30},
+        str(job.id): {"domain": "shop.test", "timeout_s": 17, "max_age_s": 0, **share},
+        str(aged.id): {"domain": "shop.test", "timeout_s": 30, **share},
     }
 
 

@@ -20,6 +20,7 @@ from apps.jobs.models import Job
 from apps.jobs.retention import jobs_prune, results_mark_expired
 from apps.query import cache
 from tests.query import helpers
+from tests.support.threads import CheckedThread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -45,7 +46,7 @@ def _read_from_before(write: Callable[[], Any], *, tenant_id: Any, job_id: Any) 
         finally:
             connection.close()
 
-    t = threading.Thread(target=reader)
+    t = CheckedThread(target=reader)
     t.start()
     assert snapshot_taken.wait(10)
     write()

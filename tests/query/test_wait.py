@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -21,6 +20,7 @@ from apps.query.cache import job_read
 from apps.query.waiting import final_hub
 from tests.query import helpers
 from tests.support.procs import wait_for_web
+from tests.support.threads import CheckedThread
 
 # Most of these start a web process: the module belongs to the whole suite, not the fast loop.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
@@ -64,7 +64,7 @@ def start_web(services, make_tenant) -> Iterator[Callable[..., Web]]:
     yield start
 
 
-def later(delay: float, action: Callable[[], object]) -> threading.Thread:
+def later(delay: float, action: Callable[[], object]) -> CheckedThread:
     """Run ``action`` in another thread (its own database connection) after ``delay`` seconds."""
 
     def run() -> None:
@@ -74,7 +74,7 @@ def later(delay: float, action: Callable[[], object]) -> threading.Thread:
         finally:
             connection.close()
 
-    t = threading.Thread(target=run)
+    t = CheckedThread(target=run)
     t.start()
     return t
 
@@ -155,7 +155,7 @@ def _connections() -> int:
 
 
 def _wait_all(web: Web, jobs: list[Job], wait: int) -> None:
-    waiters = [threading.Thread(target=web.get_job, args=(j.id,), kwargs={"wait": wait}) for j in jobs]
+    waiters = [CheckedThread(target=web.get_job, args=(j.id,), kwargs={"wait": wait}) for j in jobs]
     for w in waiters:
         w.start()
     for w in waiters:

@@ -67,6 +67,17 @@ def test_a_plain_receipt_has_the_first_layouts_fields_only() -> None:
         subrequests_blocked=1,
     )
     assert json.loads(receipt_encode(rendered))[12:] == [2, 1]
+    # After deferrals (NFR-24), their count, after the rendered and traced fields' places.
+    after_deferrals = AttemptFinished(
+        job_id=new_id(),
+        attempt=4,
+        outcome="failed_temporary",
+        finished_at=1.0,
+        duration_ms=1,
+        deferred_before=3,
+    )
+    assert json.loads(receipt_encode(after_deferrals))[12:] == [None, None, None, 3]
+    assert receipt_decode(receipt_encode(after_deferrals)).counted_attempt == 1
 
 
 @pytest.mark.parametrize(

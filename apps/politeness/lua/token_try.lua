@@ -1,6 +1,6 @@
 -- domain_token_try (apps/politeness/limiter.py): one token of a domain's bucket, now or never.
 -- For a rendered page's subresource of the page's own registrable domain (NFR-32): it takes a
--- token when one is there and no booked job is waiting in the domain's line, and otherwise
+-- token when one is there and no job is waiting in the domain's line, and otherwise
 -- is refused at once, booking nothing (a page's assets never wait, nor push jobs back).
 -- KEYS: state hash, adapt hash. ARGV: policy rate/s, burst. Returns 1 (granted) or 0.
 local t = redis.call('TIME')
@@ -12,16 +12,16 @@ local rate = math.min(ceiling, tonumber(a[1]) or ceiling)
 local crawl = tonumber(a[2]) or 0
 if crawl > 0 then rate = math.min(rate, 1 / crawl) end
 burst = math.max(1, math.floor(burst * rate / ceiling))
-local s = redis.call('HMGET', KEYS[1], 'tokens', 'ts', 'next', 'cooldown')
+local s = redis.call('HMGET', KEYS[1], 'tokens', 'ts', 'queued', 'cooldown')
 local tokens = tonumber(s[1]) or burst
 local ts = tonumber(s[2]) or now
-local nxt = tonumber(s[3]) or 0
+local queued = tonumber(s[3]) or 0
 local cooldown = tonumber(s[4]) or 0
 tokens = math.min(burst, tokens + math.max(0, now - ts) * rate)
-if cooldown > now or nxt > now or tokens < 1 then
+if cooldown > now or queued > 0 or tokens < 1 then
   return 0
 end
 redis.call('HSET', KEYS[1], 'tokens', string.format('%.6f', tokens - 1), 'ts', string.format('%.6f', now))
-local horizon = math.max(nxt, cooldown, now + burst / rate) - now + 60
+local horizon = math.max(cooldown - now, burst / rate) + 60
 redis.call('PEXPIRE', KEYS[1], math.ceil(horizon * 1000))
 return 1

@@ -43,6 +43,12 @@ def _legacy_text(secret: str) -> str:
     return PREFIX + base64.urlsafe_b64encode(key).rstrip(b"=").decode()
 
 
+def _same(expected: str, given: str) -> bool:
+    """A constant-time comparison of any header text: ``compare_digest`` raises TypeError on a
+    non-ASCII ``str``, which a forged header can be; compared as UTF-8 bytes it is simply wrong."""
+    return hmac.compare_digest(expected.encode(), given.encode("utf-8", "surrogateescape"))
+
+
 def _fresh(timestamp: int, tolerance_s: float, now: float | None) -> None:
     if abs((time.time() if now is None else now) - timestamp) > tolerance_s:
         raise WebhookVerificationError("timestamp outside the tolerance (a replay, or a skewed clock)")
@@ -69,7 +75,7 @@ def verify(
         mac = hmac.new(_key(secret), f"{msg_id}.{timestamp}.".encode() + raw, hashlib.sha256).digest()
         expected = base64.b64encode(mac).decode()
         given = [s.split(",", 1)[1] for s in lower["webhook-signature"].split() if s.startswith("v1,")]
-        ok = any(hmac.compare_digest(expected, g) for g in given)
+        ok = any(_same(expected, g) for g in given)
     elif "scrapejobs-signature" in lower:
         items = [tuple(x.split("=", 1)) for x in lower["scrapejobs-signature"].split(",") if "=" in x]
         try:
@@ -80,7 +86,7 @@ def verify(
         expected = hmac.new(
             _legacy_text(secret).encode(), f"{timestamp}.".encode() + raw, hashlib.sha256
         ).hexdigest()
-        ok = any(k == "v1" and hmac.compare_digest(expected, v) for k, v in items)
+        ok = any(k == "v1" and _same(expected, v) for k, v in items)
     else:
         raise WebhookVerificationError("no webhook-signature or Scrapejobs-Signature header")
     if not ok:

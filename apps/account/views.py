@@ -1,5 +1,6 @@
-"""A tenant's own tokens and webhook secrets (FR-36, FR-37, docs/tokens.md): parse, call one
-tenants service, answer. Every view here takes ``admin`` tokens only (``required_scope``, checked by
+"""A tenant's own tokens and webhook secrets over the API (FR-36, FR-37, docs/tokens.md): parse,
+call one tenants service, answer. Apart from apps/tenants because apps/api imports it (its open
+pages' throttle) and these views import apps/api. Every view here takes ``admin`` tokens only (``required_scope``, checked by
 apps/tenants/authentication.py's TokenScopePermission)."""
 
 from __future__ import annotations
@@ -12,11 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.api.errors import ApiError, not_found
-from apps.api.serializers import ErrorOutput
-from apps.tenants import selectors, services
-from apps.tenants.models import TokenScope
-from apps.tenants.serializers import (
+from apps.account.serializers import (
     TokenCreatedOutput,
     TokenCreateInput,
     TokenListOutput,
@@ -24,6 +21,10 @@ from apps.tenants.serializers import (
     WebhookSecretsOutput,
     token_representation,
 )
+from apps.api.errors import ApiError, not_found
+from apps.api.serializers import ErrorOutput
+from apps.tenants import selectors, services
+from apps.tenants.models import TokenScope
 
 _ERR = OpenApiResponse(ErrorOutput)
 # A revocation answers once this web process's own listener heard its NOTIFY, or after this long

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from apps.tenants.views import (
+from apps.account.views import (
     TokenCollectionView,
     TokenDetailView,
     WebhookSecretRotateView,
