@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
@@ -38,12 +38,18 @@ def tracing_on() -> bool:
     return _tracer is not None
 
 
-def tracing_start(*, component: str, instrument: Sequence[str] = ()) -> bool:
+def tracing_start(
+    *, component: str, instrument: Sequence[str] = (), url_mask: Callable[[str], str] | None = None
+) -> bool:
     """Set up the SDK for this process (once; later calls do nothing) and instrument the
     libraries named in ``instrument`` (``django``, ``celery``, ``psycopg``, ``redis``,
     ``urllib3``). Returns whether tracing is on. Off (``SCRAPEJOBS_TRACING`` false): returns
-    False having imported nothing."""
-    global _tracer
+    False having imported nothing. ``url_mask``: what the URLs the instrumentations record go
+    through (the logs' masking, ``apps.runtime.logs.secrets_masked``, passed in by the process's
+    entry point: this module imports no app)."""
+    global _tracer, _url_mask
+    if url_mask is not None:
+        _url_mask = url_mask
     from django.conf import settings  # noqa: PLC0415 - read when the process starts, not at import
 
     if not settings.SCRAPEJOBS_TRACING:
@@ -114,17 +120,22 @@ def _file_exporter(path: str) -> Any:
 _URL_ATTRIBUTES = ("http.url", "url.full", "http.target", "url.path", "url.query")
 
 
+def _unmasked(url: str) -> str:
+    return url
+
+
+_url_mask: Callable[[str], str] = _unmasked
+
+
 def _span_urls_masked(span: Any, *_: Any) -> None:
     """A request hook: the URL attributes the instrumentation just set, masked as a log line is
-    (a ``?token=`` or ``?api_key=`` value, a signed result link's token: apps.runtime.logs).
-    Exported spans leave the service; a credential in a URL must not go with them."""
-    from apps.runtime.logs import secrets_masked  # noqa: PLC0415 - apps.runtime.logs imports this module
-
+    (``tracing_start``'s ``url_mask``: a ``?token=`` or ``?api_key=`` value, a signed result
+    link's token). Exported spans leave the service; a credential in a URL must not go with them."""
     attributes = getattr(span, "attributes", None) or {}
     for key in _URL_ATTRIBUTES:
         value = attributes.get(key)
         if isinstance(value, str):
-            masked = secrets_masked(value)
+            masked = _url_mask(value)
             if masked != value:
                 span.set_attribute(key, masked)
 

@@ -22,12 +22,13 @@ from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIHandler
 from django.urls import get_resolver
 
+from apps.runtime.logs import secrets_masked
 from apps.tracing import tracing_start
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "settings.base")
 # One trace per job (FR-29, docs/tracing.md): before the handler below loads its middleware, so
 # that Django's instrumentation is in it; with tracing off nothing of OpenTelemetry is imported.
-tracing_start(component="web", instrument=("django", "psycopg", "redis", "urllib3"))
+tracing_start(component="web", instrument=("django", "psycopg", "redis", "urllib3"), url_mask=secrets_masked)
 django.setup(set_prefix=False)
 
 from django.conf import settings  # noqa: E402 - after Django is set up
@@ -35,6 +36,7 @@ from django.db import connection  # noqa: E402
 
 from apps.operators.checks import refuse_insecure_start  # noqa: E402
 from apps.query.fast_read import answer_from_cache  # noqa: E402
+from apps.tenants.models import TokenScope  # noqa: E402
 from apps.tenants.services import token_authenticate  # noqa: E402
 from scrapejobs.middleware import BATCHES_PATH, too_large_response  # noqa: E402
 
@@ -126,7 +128,7 @@ async def application(scope: Scope, receive: Receive, send: Send) -> None:
         return
     if path == BATCHES_PATH and scope["method"] == "POST" and not await _token_valid(scope):
         # A batch may be hundreds of MB: a caller without a valid token gets its 401 (DRF's,
-        # from the view) before any of it is read.
+        # from the view), one with a read token its 403, before any of it is read.
         await django_application(_without_body(scope), _no_body(), _closing(send))
         return
     await django_application(scope, receive, send)
@@ -142,7 +144,9 @@ async def _token_valid(scope: Scope) -> bool:
 @sync_to_async(thread_sensitive=False)
 def _authenticate(raw: str) -> bool:
     try:
-        return token_authenticate(raw=raw) is not None
+        # A read token may not submit a batch (FR-36): refused, as without a token, unread.
+        found = token_authenticate(raw=raw)
+        return found is not None and found[1].scope != TokenScope.READ
     finally:
         if not connection.in_atomic_block:  # back to the pool (a test's transaction is the test's)
             connection.close()

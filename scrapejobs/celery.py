@@ -119,6 +119,13 @@ def _beat_schedule() -> dict:
             "schedule": WEBHOOK_SECRETS_DROP_INTERVAL_S,
             "options": {"queue": CONTROL_QUEUE, "expires": WEBHOOK_SECRETS_DROP_INTERVAL_S},
         },
+        # Tokens' last use, recorded in Redis by each request, written to the database (FR-36). If
+        # it stops: GET /tokens still shows the last use from Redis; the database's falls behind.
+        "tenants-tokens-last-used-flush": {
+            "task": "apps.tenants.tasks.tokens_last_used_flush",
+            "schedule": settings.SCRAPEJOBS_TOKEN_LAST_USED_FLUSH_S,
+            "options": {"queue": CONTROL_QUEUE, "expires": settings.SCRAPEJOBS_TOKEN_LAST_USED_FLUSH_S},
+        },
         # Retention (apps/results/storage_retention.py): expired results, orphan bodies, old jobs when
         # SCRAPEJOBS_JOB_RETENTION_DAYS is set. If it stops: nothing is deleted, storage grows,
         # and old results keep answering 200 on /result past their retention.
@@ -224,11 +231,14 @@ def _tracing_start(sender: object = None, **_: object) -> None:
     task runs, when tracing is configured; otherwise nothing of OpenTelemetry is imported."""
     if getattr(sender, "app", None) is not app:
         return
-    from apps.tracing import tracing_start  # noqa: PLC0415 - settings are loaded by now
+    from apps.runtime.logs import secrets_masked  # noqa: PLC0415 - settings are loaded by now
+    from apps.tracing import tracing_start  # noqa: PLC0415
 
     # The node name (worker@host, control@host) names the component; beat has none.
     component = str(getattr(sender, "hostname", "") or "beat").partition("@")[0]
-    tracing_start(component=component, instrument=("celery", "psycopg", "redis", "urllib3"))
+    tracing_start(
+        component=component, instrument=("celery", "psycopg", "redis", "urllib3"), url_mask=secrets_masked
+    )
 
 
 @worker_init.connect

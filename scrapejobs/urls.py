@@ -18,6 +18,8 @@ api_v1: list[URLPattern | URLResolver] = [
     path("", include("apps.intake.urls")),  # POST /jobs/{id}/cancel
     path("", include("apps.query.urls")),  # GET /jobs/{id}, attempts, result
     path("", include("apps.batches.urls")),  # POST /batches, GET /batches/{id}
+    path("", include("apps.account.urls")),  # the tenant's tokens and webhook secrets
+    path("", include("apps.webhooks.urls")),  # the tenant's webhook deliveries, disabled callbacks
     path("", include("apps.api.urls")),  # the OpenAPI schema and its docs page
 ]
 

@@ -5,12 +5,13 @@ from django.core.wsgi import get_wsgi_application
 from django.urls import get_resolver
 
 from apps.operators.checks import refuse_insecure_start
+from apps.runtime.logs import secrets_masked
 from apps.tracing import tracing_start
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "settings.base")
 # One trace per job (FR-29, docs/tracing.md): before the application loads its middleware, so
 # that Django's instrumentation is in it; with tracing off nothing of OpenTelemetry is imported.
-tracing_start(component="web", instrument=("django", "psycopg", "redis", "urllib3"))
+tracing_start(component="web", instrument=("django", "psycopg", "redis", "urllib3"), url_mask=secrets_masked)
 application = get_wsgi_application()
 refuse_insecure_start()  # no web with a public secret key, outside development (DJANGO_DEBUG)
 

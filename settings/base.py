@@ -265,6 +265,12 @@ SCRAPEJOBS_OPEN_RATE_LIMIT_BURST = _bounded_int("SCRAPEJOBS_OPEN_RATE_LIMIT_BURS
 # Seconds a web process remembers a valid API token (one database round trip less per request);
 # also how long a revoked token may still work in other processes. 0: look up every request.
 SCRAPEJOBS_TOKEN_CACHE_S = _bounded_int("SCRAPEJOBS_TOKEN_CACHE_S", 5, 0, 300)
+# Live (neither revoked nor expired) API tokens a tenant may hold; POST /tokens past it is 409
+# token_limit_reached (FR-36, docs/tokens.md).
+SCRAPEJOBS_TENANT_MAX_TOKENS = _bounded_int("SCRAPEJOBS_TENANT_MAX_TOKENS", 20, 1, 10_000)
+# How often beat writes the tokens' last use, kept in Redis by each request, to the database
+# (FR-36): GET /tokens also reads what is not written yet.
+SCRAPEJOBS_TOKEN_LAST_USED_FLUSH_S = _bounded_int("SCRAPEJOBS_TOKEN_LAST_USED_FLUSH_S", 60, 1, 86_400)
 SCRAPEJOBS_MAX_REQUEST_BYTES = _bounded_int("SCRAPEJOBS_MAX_REQUEST_BYTES", 1_048_576, 1024, 1 << 30)
 # Django's own bound on a body it holds in memory (request.body, form data), the admin's included:
 # the same number, so that Django never holds a body larger than the API accepts.
@@ -545,7 +551,7 @@ SCRAPEJOBS_REQUEST_METRICS_FLUSH_S = _positive_float("SCRAPEJOBS_REQUEST_METRICS
 # --- API ---------------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["apps.tenants.authentication.BearerTokenAuthentication"],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PERMISSION_CLASSES": ["apps.tenants.authentication.TokenScopePermission"],
     "DEFAULT_THROTTLE_CLASSES": ["apps.tenants.throttling.TokenRateThrottle"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],

@@ -76,12 +76,13 @@ def length_required() -> ApiError:
     )
 
 
-# DRF's own exceptions → (type, code). Anything else DRF knows falls back to its own code.
-_DRF_TYPES: dict[type[exceptions.APIException], tuple[str, str]] = {
+# DRF's own exceptions → (type, code). Anything else DRF knows falls back to its own code, and
+# so does a PermissionDenied of ours (apps/tenants/authentication.py: token_scope_insufficient).
+_DRF_TYPES: dict[type[exceptions.APIException], tuple[str, str | None]] = {
     exceptions.ParseError: ("invalid_request", "parse_error"),
     exceptions.NotAuthenticated: ("authentication_error", "not_authenticated"),
     exceptions.AuthenticationFailed: ("authentication_error", "authentication_failed"),
-    exceptions.PermissionDenied: ("permission_error", "permission_denied"),
+    exceptions.PermissionDenied: ("permission_error", None),
     exceptions.NotFound: ("not_found", "not_found"),
     exceptions.MethodNotAllowed: ("invalid_request", "method_not_allowed"),
     exceptions.NotAcceptable: ("invalid_request", "not_acceptable"),
@@ -93,12 +94,15 @@ _DRF_TYPES: dict[type[exceptions.APIException], tuple[str, str]] = {
 ERRORS: list[tuple[int, str, str]] = [
     (400, "validation_error", "invalid"),
     (400, "invalid_request", "parse_error"),
+    (400, "invalid_request", "token_expiry_invalid"),
     (401, "authentication_error", "not_authenticated"),
     (401, "authentication_error", "authentication_failed"),
+    (403, "permission_error", "token_scope_insufficient"),
     (404, "not_found", "not_found"),
     (405, "invalid_request", "method_not_allowed"),
     (409, "conflict", "job_not_succeeded"),
     (409, "conflict", "job_final"),
+    (409, "conflict", "token_limit_reached"),
     (410, "gone", "result_expired"),
     (411, "invalid_request", "length_required"),
     (413, "invalid_request", "payload_too_large"),
@@ -169,9 +173,9 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
         assert isinstance(exc, exceptions.APIException)
         kind, code = next(
             (v for k, v in _DRF_TYPES.items() if isinstance(exc, k)),
-            ("invalid_request", str(exc.default_code)),
+            ("invalid_request", None),
         )
-        response.data = error_body(type=kind, code=code, detail=str(exc.detail))
+        response.data = error_body(type=kind, code=code or str(exc.default_code), detail=str(exc.detail))
     return response
 
 

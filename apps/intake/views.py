@@ -30,6 +30,7 @@ from apps.jobs.cancel_requeue import job_cancel
 from apps.jobs.intake import IdempotencyConflict, job_create
 from apps.tenants.authentication import BearerTokenAuthentication, TenantPrincipal
 from apps.tenants.backlog import BacklogFull, tenant_job_room_done, tenant_job_room_take
+from apps.tenants.models import TokenScope
 from apps.tenants.throttling import token_rate_take
 
 _ERR = OpenApiResponse(ErrorOutput)
@@ -136,6 +137,8 @@ class JobCreateView(APIView):
         if found is None:
             return None
         principal: TenantPrincipal = found[0]
+        if principal.token.scope == TokenScope.READ:
+            return None  # DRF's path refuses it: 403 token_scope_insufficient (FR-36)
         raw_key = meta.get("HTTP_IDEMPOTENCY_KEY")
         try:
             key = idempotency_key_validate(raw_key)

@@ -9,6 +9,10 @@ SCRAPEJOBS_WAIT_RECHECK_S, so a lost notification (or one sent while the listene
 reconnecting) costs at most one interval. Every notice also drops the job's read-cache key first
 (apps/query/cache.py, batched and awaited through redis.asyncio), so the woken request reads the
 new row.
+
+The same connection LISTENs on ``TOKEN_REVOKED_CHANNEL`` (FR-36): a revoked token leaves this
+process's token cache as the notice arrives (a dict operation on the loop), and the whole cache is
+emptied whenever the LISTEN is (re)established. The intake pays nothing per request for it.
 """
 
 from __future__ import annotations
@@ -28,6 +32,12 @@ from psycopg import sql
 
 from apps.jobs.final_notices import JOB_FINAL_CHANNEL, jobs_final_among
 from apps.query.cache import job_cache_forget_async
+from apps.tenants.services import (
+    TOKEN_REVOKED_CHANNEL,
+    token_cache_clear,
+    token_revocation_heard,
+    token_revocations_listening,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -116,16 +126,28 @@ class FinalHub:
             except (psycopg.Error, OSError):
                 logger.warning("?wait= listener lost its connection; reconnecting", exc_info=True)
             self.listening.clear()
+            token_revocations_listening(False)
             await asyncio.sleep(RECONNECT_S)
 
     async def _listen_once(self) -> None:
         async with await psycopg.AsyncConnection.connect(autocommit=True, **listen_conninfo()) as conn:
-            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(JOB_FINAL_CHANNEL)))
-            # Notices sent before this LISTEN are lost: whoever waits reads again now.
+            # One statement for both channels (no parameters: the simple query protocol takes two).
+            await conn.execute(
+                sql.SQL("LISTEN {}; LISTEN {}").format(
+                    sql.Identifier(JOB_FINAL_CHANNEL), sql.Identifier(TOKEN_REVOKED_CHANNEL)
+                )
+            )
+            # Notices sent before this LISTEN are lost: whoever waits reads again now, and the
+            # token cache forgets every token (a revocation may have been missed).
+            token_cache_clear()
+            token_revocations_listening(True)
             self.listening.set()
             self._wake_all()
             async for note in conn.notifies():
-                self._wake([note.payload])
+                if note.channel == TOKEN_REVOKED_CHANNEL:
+                    token_revocation_heard(note.payload)
+                else:
+                    self._wake([note.payload])
 
     async def _recheck(self) -> None:
         while True:

@@ -20,6 +20,11 @@ class Tenant(models.Model):
     # so receivers can switch without missing a delivery; then it is dropped (FR-23).
     webhook_secret_previous = models.CharField(max_length=128, blank=True, default="")
     webhook_secret_previous_until = models.DateTimeField(null=True, blank=True)
+    # When each was made, for GET /webhook-secrets (FR-37). Tenants older than these columns
+    # count their secret from the tenant's creation (migration 0007); null for a previous
+    # secret that was replaced before then.
+    webhook_secret_created_at = models.DateTimeField(null=True, blank=True)
+    webhook_secret_previous_created_at = models.DateTimeField(null=True, blank=True)
     # Requests per second per token for this tenant; null: the service default.
     rate_limit_per_second = models.PositiveIntegerField(null=True, blank=True)
     is_active = models.BooleanField(default=True)
@@ -67,6 +72,15 @@ class Tenant(models.Model):
         return self.name
 
 
+class TokenScope(models.TextChoices):
+    """What a token may do (FR-36, docs/tokens.md): ``admin`` everything, tokens and webhook
+    secrets included; ``full`` submit, cancel and read; ``read`` list and read only."""
+
+    ADMIN = "admin"
+    FULL = "full"
+    READ = "read"
+
+
 class ApiToken(models.Model):
     """A bearer token. Only its SHA-256 is stored; the token itself is shown once at creation.
 
@@ -79,6 +93,13 @@ class ApiToken(models.Model):
     token_hash = models.CharField(max_length=64, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # Tokens made before scopes existed could do everything: they stay ``admin`` (FR-36).
+    scope = models.CharField(max_length=8, choices=TokenScope.choices, default=TokenScope.ADMIN)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    # Written by the beat task that flushes what requests recorded in Redis (apps/tenants/services.py,
+    # ``tokens_last_used_flush``): never by a request, so it lags by up to
+    # SCRAPEJOBS_TOKEN_LAST_USED_FLUSH_S (GET /tokens adds what Redis holds).
+    last_used_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.tenant})"

@@ -30,10 +30,15 @@ from apps.redis_clients import WarnEvery, fail_open_redis, fail_open_redis_async
 logger = logging.getLogger(__name__)
 _warn = WarnEvery(logger)
 _PAUSE_AFTER_FAILURE_S = 1.0
+# Hash token id -> unix time of its last request, written by the bucket script, emptied into
+# ApiToken.last_used_at by beat (apps/tenants/services.py, ``tokens_last_used_flush``).
+TOKENS_LAST_USED_KEY = "sj:tok:used"
 _redis_down_until = 0.0
 
-# KEYS[1] bucket; ARGV: rate/s, burst. Returns {allowed, wait_seconds*1000}.
-# Refill and take in one script so that concurrent requests cannot both spend the last token.
+# KEYS[1] bucket, KEYS[2] the tokens' last use (TOKENS_LAST_USED_KEY); ARGV: rate/s, burst, token
+# id ('' for an address's bucket). Returns {allowed, wait_seconds*1000}.
+# Refill and take in one script so that concurrent requests cannot both spend the last token. The
+# token's last use rides in the same round trip (FR-36): a request pays nothing more for it.
 _BUCKET = """
 local rate = tonumber(ARGV[1]); local burst = tonumber(ARGV[2])
 local t = redis.call('TIME'); local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
@@ -45,6 +50,7 @@ local allowed = 0; local wait = 0
 if tokens >= 1 then tokens = tokens - 1; allowed = 1 else wait = (1 - tokens) / rate end
 redis.call('HSET', KEYS[1], 'tokens', tokens, 'ts', now)
 redis.call('PEXPIRE', KEYS[1], math.ceil(burst / rate * 1000) + 1000)
+if ARGV[3] ~= '' then redis.call('HSET', KEYS[2], ARGV[3], math.floor(now)) end
 return {allowed, math.ceil(wait * 1000)}
 """
 
@@ -54,15 +60,20 @@ def _bucket_script(client: redis.Redis) -> Script:
     return client.register_script(_BUCKET)
 
 
-def _bucket_of(principal: Any) -> tuple[str, float, int] | None:
-    """(bucket key, rate/s, burst) of the principal's token, None when it has no limit."""
+# (bucket key, rate/s, burst, token id or '': whose last use the take records).
+Bucket = tuple[str, float, int, str]
+
+
+def _bucket_of(principal: Any) -> Bucket | None:
+    """The bucket of the principal's token, None when it has no limit (and then its last use is
+    not recorded either: docs/tokens.md)."""
     token = getattr(principal, "token", None)
     if token is None:
         return None
     rate = principal.tenant.rate_limit_per_second or settings.SCRAPEJOBS_RATE_LIMIT_PER_SECOND
     if rate <= 0:
         return None
-    return f"sj:rl:{token.pk}", rate, max(settings.SCRAPEJOBS_RATE_LIMIT_BURST, 1)
+    return f"sj:rl:{token.pk}", rate, max(settings.SCRAPEJOBS_RATE_LIMIT_BURST, 1), str(token.pk)
 
 
 def token_rate_take(principal: Any) -> tuple[bool, float]:
@@ -78,18 +89,22 @@ def address_rate_take(address: str) -> tuple[bool, float]:
     rate = settings.SCRAPEJOBS_OPEN_RATE_LIMIT_PER_SECOND
     if rate <= 0:
         return True, 0.0
-    return _bucket_take((f"sj:rl:addr:{address}", rate, max(settings.SCRAPEJOBS_OPEN_RATE_LIMIT_BURST, 1)))
+    return _bucket_take(
+        (f"sj:rl:addr:{address}", rate, max(settings.SCRAPEJOBS_OPEN_RATE_LIMIT_BURST, 1), "")
+    )
 
 
-def _bucket_take(bucket: tuple[str, float, int] | None) -> tuple[bool, float]:
+def _bucket_take(bucket: Bucket | None) -> tuple[bool, float]:
     if bucket is None:
         return True, 0.0
     if time.monotonic() < _redis_down_until:
         return _unchecked()
-    key, rate, burst = bucket
+    key, rate, burst, token_id = bucket
     client = fail_open_redis()
     try:
-        allowed, wait_ms = _bucket_script(client)(keys=[key], args=[rate, burst], client=client)
+        allowed, wait_ms = _bucket_script(client)(
+            keys=[key, TOKENS_LAST_USED_KEY], args=[rate, burst, token_id], client=client
+        )
     except redis.RedisError as exc:
         return _failed(exc)
     return bool(int(allowed)), int(wait_ms) / 1000.0
@@ -103,11 +118,11 @@ async def token_rate_take_async(principal: Any) -> tuple[bool, float]:
         return True, 0.0
     if time.monotonic() < _redis_down_until:
         return _unchecked()
-    key, rate, burst = bucket
+    key, rate, burst, token_id = bucket
     client = fail_open_redis_async()
     try:
         allowed, wait_ms = await client.register_script(_BUCKET)(
-            keys=[key], args=[rate, burst], client=client
+            keys=[key, TOKENS_LAST_USED_KEY], args=[rate, burst, token_id], client=client
         )
     except redis.RedisError as exc:
         return _failed(exc)

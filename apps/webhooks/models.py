@@ -26,10 +26,12 @@ class WebhookDelivery(models.Model):
     job = models.ForeignKey(
         "jobs.Job", null=True, blank=True, on_delete=models.CASCADE, related_name="webhook_deliveries"
     )
-    # A batch's delivery (FR-10): the batch and its tenant. Plain id, not a foreign key: apps/batches
-    # builds on this app, not the reverse. A job's delivery leaves both NULL and belongs to its
-    # job's tenant. No index on tenant: deliveries are found by due time, never by tenant alone.
+    # A batch's delivery (FR-10): the batch. Plain id, not a foreign key: apps/batches builds on
+    # this app, not the reverse. NULL for a job's delivery.
     batch_id = models.UUIDField(null=True, blank=True)
+    # Every delivery's tenant, a job's too (filled by webhooks_enqueue_final; NULL only for a
+    # job's delivery made before migration 0004 filled them), for the tenant's delivery log
+    # (FR-38, index webhooks_by_tenant).
     tenant = models.ForeignKey(
         "tenants.Tenant", null=True, blank=True, on_delete=models.CASCADE, related_name="+", db_index=False
     )
@@ -57,6 +59,9 @@ class WebhookDelivery(models.Model):
     class Meta:
         verbose_name_plural = "webhook deliveries"
         indexes = [
+            # webhook_deliveries_of_tenant (apps/webhooks/selectors.py): a tenant's deliveries,
+            # newest first, by cursor (FR-38).
+            models.Index(fields=["tenant", "-id"], name="webhooks_by_tenant"),
             # webhook_deliveries_claim_due (apps/webhooks/services.py): pending deliveries by due time.
             models.Index(
                 fields=["next_attempt_at"],

@@ -123,6 +123,7 @@ def webhooks_enqueue_final(*, batch_size: int = ENQUEUE_BATCH_SIZE) -> int:
                 deliveries.append(
                     WebhookDelivery(
                         job_id=job.id,
+                        tenant_id=job.tenant_id,
                         event=job.status,
                         url=job.callback_url,
                         body=webhook_body(
@@ -318,10 +319,13 @@ def _callback_disable(*, delivery_id: int, now: datetime) -> None:
     )
 
 
-def callbacks_reenable(*, callback_ids: Iterable[int]) -> int:
-    """Re-enable disabled callback URLs: later deliveries to them are sent again. Deliveries
-    already skipped stay so; an operator may redeliver them."""
-    deleted, _ = DisabledCallback.objects.filter(id__in=list(callback_ids)).delete()
+def callbacks_reenable(*, callback_ids: Iterable[int], tenant_id: uuid.UUID | None = None) -> int:
+    """Re-enable disabled callback URLs (of ``tenant_id`` only, when given): later deliveries to
+    them are sent again. Deliveries already skipped stay so; they may be redelivered."""
+    found = DisabledCallback.objects.filter(id__in=list(callback_ids))
+    if tenant_id is not None:
+        found = found.filter(tenant_id=tenant_id)
+    deleted, _ = found.delete()
     return deleted
 
 
@@ -381,17 +385,18 @@ def webhooks_deliver_due(
     return made
 
 
-def webhook_deliveries_redeliver(*, delivery_ids: Iterable[int]) -> int:
-    """Send deliveries again now, whatever their status, with a fresh retry schedule; their
-    attempt log continues (numbers keep growing)."""
+def webhook_deliveries_redeliver(*, delivery_ids: Iterable[int], tenant_id: uuid.UUID | None = None) -> int:
+    """Send deliveries again now (of ``tenant_id`` only, when given), whatever their status, with
+    a fresh retry schedule; their attempt log continues (numbers keep growing). The same
+    ``webhook-id`` (the delivery's id) and body, a new timestamp and signature (FR-23, FR-38)."""
     ids = list(delivery_ids)
     with connection.cursor() as cur:
         cur.execute(
             """
             UPDATE webhooks_webhookdelivery
                SET status = 'pending', next_attempt_at = %s, retry_from = attempts, delivered_at = NULL
-             WHERE id = ANY(%s)
+             WHERE id = ANY(%s) AND (%s::uuid IS NULL OR tenant_id = %s::uuid)
             """,
-            [timezone.now(), ids],
+            [timezone.now(), ids, tenant_id, tenant_id],
         )
         return cur.rowcount

@@ -36,12 +36,20 @@ MODELS = {
     "JobCancelRequested": "JobCancelRequested",
     "BatchCancelOutput": "BatchCancelled",
     "ErrorOutput": "ErrorBody",
+    "TokenOutput": "Token",
+    "TokenCreatedOutput": "TokenCreated",
+    "WebhookSecretOutput": "WebhookSecret",
+    "WebhookSecretsOutput": "WebhookSecrets",
+    "WebhookSecretRotatedOutput": "WebhookSecretRotated",
+    "DeliveryOutput": "WebhookDelivery",
+    "DisabledCallbackOutput": "DisabledCallback",
 }
 ENUMS = {
     "JobOutputStatusEnum": "JOB_STATUSES",
     "PriorityEnum": "PRIORITIES",
     "MethodEnum": "METHODS",
     "BatchOutputStatusEnum": "BATCH_STATUSES",
+    "ScopeEnum": "TOKEN_SCOPES",
 }
 KEYWORDS = {"class": "class_"}
 PY_TYPES = {"string": "str", "integer": "int", "number": "float", "boolean": "bool"}

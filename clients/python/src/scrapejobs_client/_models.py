@@ -12,6 +12,7 @@ JOB_STATUSES = ('queued', 'running', 'succeeded', 'failed', 'cancelled')
 PRIORITIES = ('high', 'normal', 'low')
 METHODS = ('GET', 'HEAD', 'POST')
 BATCH_STATUSES = ('receiving', 'accepted', 'loading', 'loaded', 'failed')
+TOKEN_SCOPES = ('admin', 'full', 'read')
 
 
 @dataclass(frozen=True)
@@ -198,6 +199,94 @@ class ErrorBody(Model):
     code: str
     detail: str
     fields: dict[str, Any] | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _nested: ClassVar[dict[str, str]] = {}
+    _wire: ClassVar[dict[str, str]] = {}
+
+
+@dataclass(frozen=True)
+class Token(Model):
+    id: int
+    name: str
+    scope: str
+    prefix: str
+    created_at: str
+    expires_at: str | None
+    last_used_at: str | None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _nested: ClassVar[dict[str, str]] = {}
+    _wire: ClassVar[dict[str, str]] = {}
+
+
+@dataclass(frozen=True)
+class TokenCreated(Model):
+    id: int
+    name: str
+    scope: str
+    prefix: str
+    created_at: str
+    expires_at: str | None
+    last_used_at: str | None
+    token: str
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _nested: ClassVar[dict[str, str]] = {}
+    _wire: ClassVar[dict[str, str]] = {}
+
+
+@dataclass(frozen=True)
+class WebhookSecret(Model):
+    created_at: str | None
+    expires_at: str | None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _nested: ClassVar[dict[str, str]] = {}
+    _wire: ClassVar[dict[str, str]] = {}
+
+
+@dataclass(frozen=True)
+class WebhookSecrets(Model):
+    current: WebhookSecret
+    previous: WebhookSecret | None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _nested: ClassVar[dict[str, str]] = {"current": "WebhookSecret", "previous": "WebhookSecret"}
+    _wire: ClassVar[dict[str, str]] = {}
+
+
+@dataclass(frozen=True)
+class WebhookSecretRotated(Model):
+    secret: str
+    created_at: str
+    previous_expires_at: str
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _nested: ClassVar[dict[str, str]] = {}
+    _wire: ClassVar[dict[str, str]] = {}
+
+
+@dataclass(frozen=True)
+class WebhookDelivery(Model):
+    id: int
+    event: str
+    job: str | None
+    batch: str | None
+    url: str
+    status: str
+    attempts: int
+    last_status_code: int | None
+    last_attempt_at: str | None
+    last_error: str | None
+    next_attempt_at: str | None
+    created_at: str
+    delivered_at: str | None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _nested: ClassVar[dict[str, str]] = {}
+    _wire: ClassVar[dict[str, str]] = {}
+
+
+@dataclass(frozen=True)
+class DisabledCallback(Model):
+    id: int
+    url: str
+    disabled_at: str
+    delivery: int | None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     _nested: ClassVar[dict[str, str]] = {}
     _wire: ClassVar[dict[str, str]] = {}

@@ -10,6 +10,7 @@ import os
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +21,28 @@ from scrapejobs_client._models import (
     Attempt,
     Batch,
     BatchCancelled,
+    DisabledCallback,
     Job,
     JobCancelled,
     JobCancelRequested,
     JobCreated,
     Result,
+    Token,
+    TokenCreated,
+    WebhookDelivery,
+    WebhookSecretRotated,
+    WebhookSecrets,
 )
-from scrapejobs_client.client import BATCH_THRESHOLD, JobRef, TransportFailed, _content_type, _verify
+from scrapejobs_client.client import (
+    BATCH_THRESHOLD,
+    JobRef,
+    TransportFailed,
+    _content_type,
+    _delivery_id,
+    _token_body,
+    _token_id,
+    _verify,
+)
 from scrapejobs_client.errors import (
     ApiError,
     BatchFailed,
@@ -237,6 +253,71 @@ class AsyncClient:
     async def cancel_batch(self, batch_id: str) -> BatchCancelled:
         """POST /batches/{id}/cancel: its queued jobs at once, its running ones as a job cancel."""
         return BatchCancelled.from_dict((await self._request("POST", f"/batches/{batch_id}/cancel")).json())
+
+    # --- tokens and webhook secrets (an admin token's, docs/tokens.md) ------------------------
+
+    async def tokens(self) -> list[Token]:
+        """GET /tokens: the tenant's tokens not revoked, newest first, without their secrets."""
+        return [Token.from_dict(t) for t in (await self._request("GET", "/tokens")).json()["items"]]
+
+    async def create_token(
+        self, name: str, scope: str, *, expires_at: str | datetime | None = None
+    ) -> TokenCreated:
+        """POST /tokens. ``scope``: admin, full or read; ``expires_at`` an ISO 8601 time or a datetime
+        (none: never, which only a token without expiry may ask). ``.token`` is the secret, shown
+        this once. Not retried on a dropped connection: a retry could make a second token."""
+        body = _token_body(name, scope, expires_at)
+        return TokenCreated.from_dict(
+            (await self._request("POST", "/tokens", json=body, retry_dropped=False)).json()
+        )
+
+    async def revoke_token(self, token_id: int | Token | TokenCreated) -> None:
+        """DELETE /tokens/{id}: refused by every web process from the moment this returns."""
+        await self._request("DELETE", f"/tokens/{_token_id(token_id)}")
+
+    async def webhook_secrets(self) -> WebhookSecrets:
+        """GET /webhook-secrets: the current and previous secrets' creation and expiry, no values."""
+        return WebhookSecrets.from_dict((await self._request("GET", "/webhook-secrets")).json())
+
+    async def rotate_webhook_secret(self) -> WebhookSecretRotated:
+        """POST /webhook-secrets/rotate: ``.secret`` is the new secret, shown this once; the old one
+        signs beside it until ``.previous_expires_at``. Not retried on a dropped connection."""
+        r = await self._request("POST", "/webhook-secrets/rotate", retry_dropped=False)
+        return WebhookSecretRotated.from_dict(r.json())
+
+    # --- webhook deliveries (docs/webhooks.md) ------------------------------------------------
+
+    async def webhook_deliveries(
+        self, *, status: str | None = None, job: JobRef | None = None, limit: int = 500
+    ) -> AsyncIterator[WebhookDelivery]:
+        """Every webhook delivery of the tenant (newest first), filtered by ``status`` (pending,
+        delivered, failed, skipped) and ``job``; walks the cursor one page at a time."""
+        params: dict[str, Any] = {"limit": limit}
+        if status is not None:
+            params["status"] = status
+        if job is not None:
+            params["job"] = _core.job_id_of(job)
+        while True:
+            page = (await self._request("GET", "/webhook-deliveries", params=params)).json()
+            for item in page["items"]:
+                yield WebhookDelivery.from_dict(item)
+            if not page.get("next_cursor"):
+                return
+            params["cursor"] = page["next_cursor"]
+
+    async def redeliver(self, delivery: int | WebhookDelivery) -> None:
+        """POST /webhook-deliveries/{id}/redeliver: sent again now, the same webhook-id, a new
+        signature."""
+        await self._request("POST", f"/webhook-deliveries/{_delivery_id(delivery)}/redeliver")
+
+    async def disabled_callbacks(self) -> list[DisabledCallback]:
+        """GET /disabled-callbacks: the receiver URLs a 410 switched off."""
+        r = await self._request("GET", "/disabled-callbacks")
+        return [DisabledCallback.from_dict(d) for d in r.json()["items"]]
+
+    async def enable_callback(self, callback: int | DisabledCallback) -> None:
+        """POST /disabled-callbacks/{id}/enable: later deliveries to the URL are sent again."""
+        await self._request("POST", f"/disabled-callbacks/{_delivery_id(callback)}/enable")
 
     async def wait_loaded(self, batch_id: str, timeout: float | None = None) -> Batch:
         """The batch once ``loaded`` (its rows are jobs); BatchFailed if it failed."""

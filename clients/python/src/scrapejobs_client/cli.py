@@ -328,5 +328,134 @@ def _follow(client: Client, batch_id: str, accepted: int, deadline: float | None
             pause = min(pause * 1.25, 2.0)
 
 
+@main.group()
+def tokens() -> None:
+    """The tenant's API tokens (an admin token's calls, docs/tokens.md)."""
+
+
+@tokens.command(name="ls")
+@json_option
+@click.pass_context
+@_api_errors
+def tokens_ls(ctx: click.Context, as_json: bool | None) -> int:
+    """List the tokens not revoked, newest first (never their secrets)."""
+    c = _ctx(ctx, as_json)
+    with c.client() as client:
+        for t in client.tokens():
+            c.emit(
+                t,
+                f"{t.id}  {t.scope:<5}  {t.prefix}…  {t.name}  expires {t.expires_at or 'never'}  "
+                f"last used {t.last_used_at or 'never'}",
+            )
+    return EXIT_OK
+
+
+@tokens.command(name="create")
+@click.argument("name")
+@click.option("--scope", type=click.Choice(["admin", "full", "read"]), required=True)
+@click.option("--expires-at", default=None, help="ISO 8601 time; none: never.")
+@json_option
+@click.pass_context
+@_api_errors
+def tokens_create(
+    ctx: click.Context, name: str, scope: str, expires_at: str | None, as_json: bool | None
+) -> int:
+    """Create a token and print its secret (shown this once)."""
+    c = _ctx(ctx, as_json)
+    with c.client() as client:
+        made = client.create_token(name, scope, expires_at=expires_at)
+    c.emit(made, made.token)
+    return EXIT_OK
+
+
+@tokens.command(name="revoke")
+@click.argument("token_id", type=int)
+@click.pass_context
+@_api_errors
+def tokens_revoke(ctx: click.Context, token_id: int) -> int:
+    """Revoke a token: every web process refuses it from now on."""
+    with _ctx(ctx, None).client() as client:
+        client.revoke_token(token_id)
+    return EXIT_OK
+
+
+@main.group(name="webhook-secret")
+def webhook_secret() -> None:
+    """The tenant's webhook secret (an admin token's calls, docs/webhooks.md)."""
+
+
+@webhook_secret.command(name="show")
+@json_option
+@click.pass_context
+@_api_errors
+def webhook_secret_show(ctx: click.Context, as_json: bool | None) -> int:
+    """When the current and previous secrets were made and when the previous stops signing."""
+    c = _ctx(ctx, as_json)
+    with c.client() as client:
+        found = client.webhook_secrets()
+    previous = found.previous
+    c.emit(
+        found,
+        f"current  made {found.current.created_at}\n"
+        + (
+            f"previous made {previous.created_at}, signs until {previous.expires_at}"
+            if previous
+            else "previous none"
+        ),
+    )
+    return EXIT_OK
+
+
+@webhook_secret.command(name="rotate")
+@json_option
+@click.pass_context
+@_api_errors
+def webhook_secret_rotate(ctx: click.Context, as_json: bool | None) -> int:
+    """Make a new secret and print it (shown this once); the old one signs beside it for the grace."""
+    c = _ctx(ctx, as_json)
+    with c.client() as client:
+        rotated = client.rotate_webhook_secret()
+    c.emit(rotated, rotated.secret)
+    err.print(f"the previous secret signs until {rotated.previous_expires_at}", highlight=False)
+    return EXIT_OK
+
+
+@main.group(name="webhook-deliveries")
+def webhook_deliveries() -> None:
+    """The tenant's webhook deliveries (docs/webhooks.md)."""
+
+
+@webhook_deliveries.command(name="ls")
+@click.option("--status", type=click.Choice(["pending", "delivered", "failed", "skipped"]), default=None)
+@click.option("--job", default=None, help="The deliveries of one job.")
+@json_option
+@click.pass_context
+@_api_errors
+def webhook_deliveries_ls(
+    ctx: click.Context, status: str | None, job: str | None, as_json: bool | None
+) -> int:
+    """List deliveries, newest first (URLs with their query values masked)."""
+    c = _ctx(ctx, as_json)
+    with c.client() as client:
+        for d in client.webhook_deliveries(status=status, job=job):
+            c.emit(
+                d,
+                f"{d.id}  {d.status:<9}  {d.event:<15}  attempts {d.attempts}  "
+                f"last {d.last_status_code or '-'}  {d.url}",
+            )
+    return EXIT_OK
+
+
+@webhook_deliveries.command(name="redeliver")
+@click.argument("delivery_id", type=int)
+@click.pass_context
+@_api_errors
+def webhook_deliveries_redeliver(ctx: click.Context, delivery_id: int) -> int:
+    """Send a delivery again now (the same webhook-id, a new signature)."""
+    with _ctx(ctx, None).client() as client:
+        client.redeliver(delivery_id)
+    return EXIT_OK
+
+
 if __name__ == "__main__":
     main()

@@ -1,0 +1,75 @@
+"""A revoked token is refused at once by every web process (FR-36): two real web processes
+(gunicorn, uvicorn workers), each holding the token in its cache for 300 s; the revocation reaches
+the other one through the LISTEN connection its ``?wait=`` listener holds (apps/query/waiting.py)."""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+import pytest
+import requests
+from django.db import connection
+
+from apps.tenants.services import TOKEN_REVOKED_CHANNEL
+from tests.support.procs import wait_for, wait_for_web
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _listeners() -> int:
+    """Backends whose last statement LISTENed on the revocation channel: one per web process."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE %s",
+            [f'%LISTEN "{TOKEN_REVOKED_CHANNEL}"%'],
+        )
+        return int(cur.fetchone()[0])
+
+
+def test_a_token_revoked_on_one_web_process_is_refused_at_once_by_another(services, make_tenant):
+    env = {"SCRAPEJOBS_TOKEN_CACHE_S": "300"}
+    running = services()
+    bases = []
+    for _ in range(2):
+        port = _free_port()
+        wait_for_web(running.start("web", port=port, workers=1, env=env), port)
+        bases.append(f"http://127.0.0.1:{port}/api/v1")
+    wait_for(lambda: _listeners() >= 2, timeout=30, what="both web processes listening")
+    one, other = bases
+    _, first, _ = make_tenant()
+
+    def call(base: str, token: str, method: str = "GET", path: str = "/jobs", **kw: Any) -> requests.Response:
+        return requests.request(
+            method, base + path, headers={"Authorization": f"Bearer {token}"}, timeout=30, **kw
+        )
+
+    made = call(one, first, "POST", "/tokens", json={"name": "rotation", "scope": "admin"})
+    assert made.status_code == 201, made.text
+    second = made.json()["token"]
+    first_id = next(
+        t["id"] for t in call(one, second, path="/tokens").json()["items"] if t["id"] != made.json()["id"]
+    )
+    for base in bases:  # both processes hold the first token in their cache now
+        assert call(base, first).status_code == 200
+
+    revoked = call(one, second, "DELETE", f"/tokens/{first_id}")
+    assert revoked.status_code == 204, revoked.text
+    # The revocation's answer came back: the other process refuses the first token now.
+    refused = call(other, first)
+    assert refused.status_code == 401, refused.text
+    assert refused.json()["code"] == "authentication_failed"
+    assert call(one, first).status_code == 401
+    for base in bases:
+        assert call(base, second).status_code == 200
+
+    # A read token's batch is refused before its body is read (scrapejobs/asgi.py), with the 403.
+    reader = call(one, second, "POST", "/tokens", json={"name": "reader", "scope": "read"}).json()["token"]
+    refused = call(one, reader, "POST", "/batches", json=[{"url": "http://a.example/"}])
+    assert refused.status_code == 403 and refused.json()["code"] == "token_scope_insufficient", refused.text
