@@ -62,6 +62,7 @@ def _redis_db(url: str, db: int) -> str:
 
 
 @pytest.mark.e2e
+@pytest.mark.timeout(900)  # every benchmark in a row: the run's own bound below, not the suite's 300 s
 def test_make_bench_runs_every_benchmark_to_the_end(tmp_path: Path) -> None:
     env = {
         **os.environ,
