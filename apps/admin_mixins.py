@@ -113,7 +113,8 @@ def body_masked(body: str | bytes | None) -> str:
 
 # urllib3 names the connection object in its messages: "_GuardedHTTPConnection(host='a', port=1)"
 # or "<...HTTPConnection object at 0x7f...>". The reader needs the address, not our class names.
-_CONNECTION_REPR = re.compile(r"\w*HTTPS?Connection(?:Pool)?\(host='([^']*)', port=(\w+)\)")
+# From a word's start only (the lookbehind): linear in a long run of word characters.
+_CONNECTION_REPR = re.compile(r"(?<!\w)\w*HTTPS?Connection(?:Pool)?\(host='([^']*)', port=(\w+)\)")
 _OBJECT_REPR = re.compile(r"<[\w.]+ object at 0x[0-9a-f]+>")
 
 

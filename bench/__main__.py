@@ -15,7 +15,8 @@ jobs/s against a 20 s target, six workers), capacity (fetches in flight one work
 at a 10 s target), scaling (a day of the seed's load through the worker autoscaling rule, with one
 worker's measured capacity), browser (a page a script fills, rendered at 1, 2 and 4 pages per
 process, against a plain fetch of it), revalidate (1,000 unchanged pages re-fetched plain and with
-``revalidate``: bytes received, target CPU, service CPU per job), each ``bench/<name>.py:run()``.
+``revalidate``: bytes received, target CPU, service CPU per job), hostile (log masking of one
+long word, against the quadratic pattern it replaced), each ``bench/<name>.py:run()``.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ ORDER = (
     "scaling",
     "browser",
     "revalidate",
+    "hostile",
 )
 
 

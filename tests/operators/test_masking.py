@@ -8,6 +8,7 @@ import io
 import logging
 import logging.config
 import socket
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -109,3 +110,24 @@ def _answers(url: str) -> bool:
     except OSError:
         return False
     return True
+
+
+@pytest.mark.parametrize("unit", ["a", "x-", "HTTP"])
+def test_masking_a_long_run_without_a_separator_is_linear(unit: str) -> None:
+    """A request path or a reason phrase of one long word (no separator) is masked in time linear
+    in its length: ten times the text costs less than twenty times the time (the least of three
+    timings of each size; the figures themselves are make bench BENCH=hostile's)."""
+    from apps.admin_mixins import error_readable
+    from apps.runtime.logs import secrets_masked
+
+    def least(text: str) -> float:
+        timings = []
+        for _ in range(3):
+            started = time.perf_counter()
+            secrets_masked(text)
+            error_readable(text)
+            timings.append(time.perf_counter() - started)
+        return min(timings)
+
+    small, large = unit * (100_000 // len(unit)), unit * (1_000_000 // len(unit))
+    assert least(large) < 20 * least(small)
