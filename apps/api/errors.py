@@ -106,11 +106,13 @@ ERRORS: list[tuple[int, str, str]] = [
     (410, "gone", "result_expired"),
     (411, "invalid_request", "length_required"),
     (413, "invalid_request", "payload_too_large"),
+    (414, "invalid_request", "uri_too_long"),  # answered by the web worker (scrapejobs/web_worker.py)
     (415, "invalid_request", "unsupported_media_type"),
     (422, "idempotency_error", "idempotency_key_reused"),
     (429, "rate_limited", "rate_limited"),
     (429, "rate_limited", "tenant_backlog_full"),
     (429, "rate_limited", "tenant_batches_full"),
+    (431, "invalid_request", "headers_too_large"),  # the web worker's too
     (500, "server_error", "internal_error"),
 ]
 

@@ -268,3 +268,29 @@ def test_a_chunked_batch_within_the_limit_is_taken_whole(web):
     answer = exchange(port, head, _chunks(rows, 4096))
     assert answer.status == 202, answer.body[:500]
     assert answer.json()["total"] == 2000  # type: ignore[index]
+
+
+def test_a_request_target_over_8_kib_is_a_414_and_headers_over_64_kib_a_431_while_others_are_served(web):
+    """Refused as they arrive, before the application parses, logs or masks them; a request on
+    another connection is answered meanwhile."""
+    port, token = web
+    long_path = "/api/v1/jobs/" + "a" * 9000
+    answer = exchange(port, f"GET {long_path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode(), [])
+    assert (answer.status, answer.json()["code"]) == (414, "uri_too_long"), answer.body
+    many = "".join(f"X-Filler-{i}: {'v' * 1000}\r\n" for i in range(70))
+    answer = exchange(port, f"GET /api/v1/jobs HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{many}\r\n".encode(), [])
+    assert (answer.status, answer.json()["code"]) == (431, "headers_too_large"), answer.body
+    # A path just within the limit is the application's to answer (a 404 of the API's), and
+    # another client is served as usual.
+    within = exchange(
+        port,
+        f"GET /api/v1/jobs/{'a' * 8000} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\n\r\n".encode(),
+        [],
+    )
+    assert within.status in (400, 404), within.body
+    ok = exchange(
+        port,
+        f"GET /api/v1/jobs HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\n\r\n".encode(),
+        [],
+    )
+    assert ok.status == 200, ok.body
