@@ -42,6 +42,9 @@ logger = logging.getLogger(__name__)
 
 # The RFC asks crawlers to parse at least 500 KiB; past this a file is read no further.
 MAX_ROBOTS_BYTES = 512 * 1024
+# The longest Crawl-delay honoured: a file saying "inf" or "1e14" would otherwise stop the domain
+# for every tenant (the gate's rate would be 0). Past it, one request a minute.
+MAX_CRAWL_DELAY_S = 60.0
 # How long one fetch of a robots.txt may take, and so how long others wait for its copy.
 ROBOTS_FETCH_TIMEOUT_S = 10.0
 # A worker remembers an origin's rules this long (or less: what is left of the Redis copy's TTL),
@@ -170,9 +173,11 @@ def _rules_of(lines: list[tuple[str, str]]) -> RobotsRules:
     for field, value in lines:
         if field == "crawl-delay":
             try:
-                crawl_delay = max(0.0, float(value)) or None
+                delay = float(value)
             except ValueError:
                 continue
+            if delay == delay:  # not NaN: a negative is none, "inf" or 1e14 the cap
+                crawl_delay = min(max(0.0, delay), MAX_CRAWL_DELAY_S) or None
         elif value:  # an empty disallow allows everything: it matches nothing
             if len(rules) >= max_rules:
                 ignored += 1

@@ -248,3 +248,14 @@ def test_two_worker_processes_fetch_the_file_once_per_ttl_and_never_request_a_di
     later = [submit(tenant, target.url(f"/bytes/{200 + i}")).id for i in range(10)]
     wait_all_final(later, timeout=60)
     assert len(target.requests_for("/robots.txt")) == 2
+
+
+@pytest.mark.parametrize(
+    ("written", "honoured"),
+    [("inf", 60.0), ("1e14", 60.0), ("59.5", 59.5), ("nan", None), ("-3", None), ("x", None)],
+)
+def test_a_crawl_delay_is_clamped_to_a_minute_and_nonsense_is_none(written, honoured) -> None:
+    """A file saying "inf" would set the domain's rate to 0 for every tenant (docs/limits.md)."""
+    assert (
+        robots_parse(f"User-agent: *\nCrawl-delay: {written}\n", product="anybot").crawl_delay_s == honoured
+    )
