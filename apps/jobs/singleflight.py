@@ -345,7 +345,7 @@ def jobs_fetch_settle(job_ids: Sequence[uuid.UUID | str]) -> list[str]:
         ended = [dict(zip(_SOURCE_COLUMNS, row, strict=True)) for row in cur.fetchall()]
         shared = [e for e in ended if _shareable(e)]
         handed = [e["key"] for e in ended if not _shareable(e)]
-        finals = _serve(cur, shared) if shared else []
+        finals = _serve_all(cur, shared) if shared else []
         if handed:
             _hand_over(cur, handed)
         return finals
@@ -375,7 +375,25 @@ def _hand_over(cur: Any, keys: list[str]) -> None:
     )
 
 
-def _serve(cur: Any, sources: list[dict[str, Any]], *, only_job: uuid.UUID | None = None) -> list[str]:
+# The parked jobs one serving statement makes final at most: a fetch ten thousand identical jobs
+# wait for is settled in bounded statements (each its row locks, WAL and NOTIFYs), in the same
+# transaction, rather than in one statement of unbounded size.
+SERVE_CHUNK = 1000
+
+
+def _serve_all(cur: Any, sources: list[dict[str, Any]]) -> list[str]:
+    """``_serve`` for every job parked on ``sources``, ``SERVE_CHUNK`` at a time."""
+    finals: list[str] = []
+    while True:
+        served = _serve(cur, sources, limit=SERVE_CHUNK)
+        finals += served
+        if len(served) < SERVE_CHUNK:
+            return finals
+
+
+def _serve(
+    cur: Any, sources: list[dict[str, Any]], *, only_job: uuid.UUID | None = None, limit: int | None = None
+) -> list[str]:
     """Make final, with the source's outcome, the jobs parked on each source's key (or just
     ``only_job``, still queued): one new attempt each, marked served from the source's attempt,
     NOTIFYed and put in the end-of-job outbox like every final job. Returns their ids."""
@@ -402,6 +420,7 @@ def _serve(cur: Any, sources: list[dict[str, Any]], *, only_job: uuid.UUID | Non
                         ELSE j.id = %(only)s::uuid END
              WHERE j.status = 'queued' AND j.cancel_requested_at IS NULL
              ORDER BY j.id
+             LIMIT %(limit)s
                FOR UPDATE OF j
         ), moved AS (
             UPDATE jobs_job AS j
@@ -429,7 +448,7 @@ def _serve(cur: Any, sources: list[dict[str, Any]], *, only_job: uuid.UUID | Non
         )
         SELECT id::text, pg_notify(%(channel)s, id::text) FROM moved
         """,
-        {**cols, "only": only_job, "channel": JOB_FINAL_CHANNEL},
+        {**cols, "only": only_job, "limit": limit, "channel": JOB_FINAL_CHANNEL},
     )
     return [job_id for job_id, _ in cur.fetchall()]
 

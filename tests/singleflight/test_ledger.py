@@ -181,3 +181,22 @@ def test_tenants_share_only_when_both_allow_it(make_tenant):
     assert job_fetch_decide(job_id=jb.id).kind == "served"
     assert job_fetch_decide(job_id=jc.id).kind == "fetch"  # c does not share: its own fetch
     assert _state(jb)[0] == "succeeded" and jb.tenant_id == b.id
+
+
+def test_a_fetch_many_jobs_wait_for_is_settled_in_bounded_statements(tenant, monkeypatch):
+    """Every parked job is served, SERVE_CHUNK at a time, in the fold's transaction."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from apps.jobs import singleflight
+
+    monkeypatch.setattr(singleflight, "SERVE_CHUNK", 3)
+    elected = _job(tenant)
+    claimed = _elect_and_claim(elected)
+    waiters = [_job(tenant) for _ in range(7)]
+    assert {job_fetch_decide(job_id=w.id).kind for w in waiters} == {"parked"}
+    with CaptureQueriesContext(connection) as queries:
+        _finish(elected, claimed.attempt, AttemptOutcome.SUCCEEDED, http_status=200, result=BODY)
+    assert [_state(w) for w in waiters] == [("succeeded", 1, False)] * 7
+    serving = [q for q in queries.captured_queries if "FOR UPDATE OF j" in q["sql"]]
+    assert len(serving) == 3  # 3 + 3 + 1
