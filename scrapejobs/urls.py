@@ -18,6 +18,7 @@ api_v1: list[URLPattern | URLResolver] = [
     path("", include("apps.intake.urls")),  # POST /jobs/{id}/cancel
     path("", include("apps.query.urls")),  # GET /jobs/{id}, attempts, result
     path("", include("apps.batches.urls")),  # POST /batches, GET /batches/{id}
+    path("", include("apps.crawls.urls")),  # POST /crawls, GET /crawls/{id} (docs/crawls.md)
     path("", include("apps.api.urls")),  # the OpenAPI schema and its docs page
 ]
 

@@ -26,6 +26,7 @@ from apps.api.serializers import (
     job_representation,
 )
 from apps.batches.selectors import batch_exists
+from apps.crawls.selectors import crawl_exists
 from apps.jobs.models import JobStatus, Priority
 from apps.query import cache, selectors
 from apps.query.serializers import AttemptPageOutput, JobPageOutput, ResultOutput
@@ -59,6 +60,11 @@ class JobListView(APIView):
             help_text="Jobs of one batch (POST /batches). A batch that is not the caller's is 404, "
             "as on GET /batches/{batch_id}.",
         )
+        crawl = serializers.UUIDField(
+            required=False,
+            help_text="Jobs of one crawl (POST /crawls, docs/crawls.md): its pages. A crawl that is not "
+            "the caller's is 404.",
+        )
         limit = serializers.IntegerField(min_value=1, max_value=500, default=50)
         cursor = serializers.RegexField(
             CURSOR_PATTERN,
@@ -66,6 +72,11 @@ class JobListView(APIView):
             error_messages={"invalid": "Not a cursor returned by this API."},
             help_text="next_cursor of the previous page.",
         )
+
+        def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+            if "batch" in attrs and "crawl" in attrs:
+                raise serializers.ValidationError({"crawl": ["Give batch or crawl, not both."]})
+            return attrs
 
     @extend_schema(
         operation_id="jobs_list",
@@ -78,7 +89,9 @@ class JobListView(APIView):
             200: JobPageOutput,
             400: _ERR,
             401: _ERR,
-            404: OpenApiResponse(ErrorOutput, description="No such batch (the `batch` parameter)."),
+            404: OpenApiResponse(
+                ErrorOutput, description="No such batch or crawl (the `batch` or `crawl` parameter)."
+            ),
             429: _ERR,
         },
     )
@@ -89,6 +102,8 @@ class JobListView(APIView):
             # Not a 400: the request is well formed (and its document cannot say which batches
             # exist); it names a batch the caller has not got, as GET /batches/{batch_id} would.
             raise not_found(f"No such batch {str(params['batch'])!r}.")
+        if "crawl" in params and not crawl_exists(tenant_id=_tenant_id(request), crawl_id=params["crawl"]):
+            raise not_found(f"No such crawl {str(params['crawl'])!r}.")
         before = None
         if "cursor" in params:
             try:
@@ -101,7 +116,8 @@ class JobListView(APIView):
             tenant_id=_tenant_id(request),
             status=params.get("status"),
             priority=params.get("priority"),
-            batch_id=params.get("batch"),
+            # A crawl's pages are keyed as a batch's rows (apps/crawls/models.py).
+            batch_id=params.get("batch") or params.get("crawl"),
             before=before,
             limit=params["limit"],
         )
