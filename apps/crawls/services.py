@@ -34,8 +34,11 @@ from apps.crawls.links import Scope, link_domain, links_of
 from apps.crawls.models import Crawl, CrawlPage, CrawlStatus
 from apps.jobs.cancel_requeue import jobs_cancel_batch
 from apps.jobs.intake import jobs_create_grouped
+from apps.jobs.selectors import tenant_queued_count
 from apps.jobs.singleflight import normalised_url
 from apps.results.storage import result_read_head
+from apps.tenants.backlog import backlog_full, tenant_queued_cap
+from apps.tenants.models import Tenant
 from apps.webhooks.services import webhook_delivery_create_for_batch
 
 logger = logging.getLogger(__name__)
@@ -47,6 +50,11 @@ _HTML_TYPES = ("text/html", "application/xhtml+xml")
 
 class CrawlIdempotencyConflict(Exception):
     """The Idempotency-Key was used before for another crawl body."""
+
+
+class _BacklogPause(Exception):
+    """Inside an expansion: the page's new links do not fit in the tenant's backlog now; roll
+    back, and leave the page (and the crawl) for a later expansion."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +84,11 @@ def crawl_create(
         existing = Crawl.objects.filter(tenant_id=tenant_id, idempotency_key=idempotency_key).first()
         if existing is not None:
             return _replayed(existing, fingerprint)
+    # The start page is one more queued job (FR-20): refused, as POST /jobs is, at the cap.
+    room = _backlog_room(tenant_id)
+    if room is not None and room < 1:
+        cap = tenant_queued_cap(Tenant.objects.only("max_queued_jobs").get(id=tenant_id))
+        raise backlog_full(queued=cap, adding=1, cap=cap)
     try:
         with transaction.atomic():
             crawl = Crawl.objects.create(
@@ -107,9 +120,21 @@ def _replayed(crawl: Crawl, fingerprint: str) -> tuple[Crawl, bool]:
     return crawl, False
 
 
-def _pages_take(crawl_id: uuid.UUID, candidates: Sequence[Candidate], *, discovered: int = 0) -> int:
+def _backlog_room(tenant_id: uuid.UUID) -> int | None:
+    """How many more jobs the tenant may have queued (FR-20), or None without a cap."""
+    cap = tenant_queued_cap(Tenant.objects.only("max_queued_jobs").get(id=tenant_id))
+    if cap <= 0:
+        return None
+    return cap - tenant_queued_count(tenant_id=tenant_id, at_most=cap)
+
+
+def _pages_take(
+    crawl_id: uuid.UUID, candidates: Sequence[Candidate], *, discovered: int = 0, backlog: bool = False
+) -> int:
     """Inside the caller's transaction: the new ones among ``candidates`` (distinct URLs) become
-    pages and jobs, as many as the crawl's budget has room for (FR-40). Returns how many."""
+    pages and jobs, as many as the crawl's budget has room for (FR-40). Returns how many.
+    ``backlog``: raise ``_BacklogPause`` when they do not fit in the tenant's backlog (FR-20),
+    unless it has no job queued at all (a page with more links than the whole cap still goes)."""
     if not connection.in_atomic_block:
         raise RuntimeError("_pages_take needs the caller's transaction")
     crawl = Crawl.objects.select_for_update().get(id=crawl_id)
@@ -123,6 +148,10 @@ def _pages_take(crawl_id: uuid.UUID, candidates: Sequence[Candidate], *, discove
     new = [c for c in candidates if c.url not in known]
     room = crawl.max_pages - crawl.pages
     taken = new[: max(room, 0)]
+    if backlog and taken:
+        left = _backlog_room(crawl.tenant_id)
+        if left is not None and len(taken) > left and left < tenant_queued_cap(crawl.tenant):
+            raise _BacklogPause()
     first = crawl.pages + 1
     rows = [(first + i, c.url, link_domain(c.url)) for i, c in enumerate(taken)]
     job_ids = jobs_create_grouped(
@@ -217,18 +246,24 @@ def crawl_expand(crawl_id: uuid.UUID, *, limit: int = 100) -> int:
         # Links of the last layer would all be too deep: their body is not read at all.
         links = page_links(page) if page.depth < crawl.max_depth else []
         kept = [link for link in links if scope.in_scope(link)]
-        with transaction.atomic():
-            marked = CrawlPage.objects.filter(id=page.id, expanded_at__isnull=True).update(expanded_at=Now())
-            if not marked:
-                continue  # another expander read it first
-            _pages_take(
-                crawl_id,
-                [Candidate(url=link, depth=page.depth + 1, found_on=page.seq) for link in kept],
-                discovered=len(links),
-            )
-            Crawl.objects.filter(id=crawl_id).update(
-                skipped_out_of_scope=F("skipped_out_of_scope") + (len(links) - len(kept))
-            )
+        try:
+            with transaction.atomic():
+                marked = CrawlPage.objects.filter(id=page.id, expanded_at__isnull=True).update(
+                    expanded_at=Now()
+                )
+                if not marked:
+                    continue  # another expander read it first
+                _pages_take(
+                    crawl_id,
+                    [Candidate(url=link, depth=page.depth + 1, found_on=page.seq) for link in kept],
+                    discovered=len(links),
+                    backlog=True,
+                )
+                Crawl.objects.filter(id=crawl_id).update(
+                    skipped_out_of_scope=F("skipped_out_of_scope") + (len(links) - len(kept))
+                )
+        except _BacklogPause:
+            return expanded  # the tenant's backlog is full: this crawl waits, and does not end
         expanded += 1
     crawl_end_if_done(crawl_id)
     return expanded

@@ -12,7 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.api.errors import ApiError, not_found
+from apps.api.errors import ApiError, backlog_refused, not_found
 from apps.api.pagination import CURSOR_PATTERN, BadCursor, cursor_decode, cursor_encode
 from apps.api.serializers import ErrorOutput, base_url
 from apps.crawls import selectors
@@ -26,6 +26,7 @@ from apps.crawls.serializers import (
 from apps.crawls.services import CrawlIdempotencyConflict, crawl_cancel, crawl_counts, crawl_create
 from apps.intake.parsers import BoundedJSONParser
 from apps.intake.serializers import idempotency_key_validate, request_fingerprint
+from apps.tenants.backlog import BacklogFull
 
 _ERR = OpenApiResponse(ErrorOutput)
 
@@ -76,7 +77,11 @@ class CrawlCreateView(APIView):
             413: _ERR,
             415: _ERR,
             422: OpenApiResponse(ErrorOutput, description="Idempotency-Key reused with another body."),
-            429: _ERR,
+            429: OpenApiResponse(
+                ErrorOutput,
+                description="The token's rate limit (rate_limited), or the tenant's queued jobs at their "
+                "cap (tenant_backlog_full); with Retry-After. Nothing is created.",
+            ),
         },
     )
     def post(self, request: Request) -> Response:
@@ -98,6 +103,10 @@ class CrawlCreateView(APIView):
                 idempotency_key=key,
                 fingerprint=request_fingerprint(data),
             )
+        except BacklogFull as full:
+            raise backlog_refused(
+                code=full.code, detail=full.detail, retry_after_s=full.retry_after_s
+            ) from None
         except CrawlIdempotencyConflict:
             raise ApiError(
                 status_code=422,

@@ -19,6 +19,7 @@ from apps.crawls.links import Scope, links_of
 from apps.crawls.models import Crawl, CrawlPage
 from apps.jobs.models import Job
 from apps.results.storage import result_store
+from apps.tenants.models import Tenant
 
 START = "http://127.0.0.1:9/site/0"
 
@@ -75,8 +76,8 @@ def test_include_and_exclude_are_path_patterns():
     assert not scope.in_scope("http://h.example/blog/")
 
 
-def _crawl(api, **body) -> uuid.UUID:
-    r = api.post("/api/v1/crawls", {"url": START, **body}, format="json")
+def _crawl(api, url: str = START, **body) -> uuid.UUID:
+    r = api.post("/api/v1/crawls", {"url": url, **body}, format="json")
     assert r.status_code == 202, r.content
     return uuid.UUID(r.json()["id"])
 
@@ -213,3 +214,27 @@ def test_racing_expansions_of_one_crawl_read_each_page_once_and_stay_within_the_
     # Every page read once: 10 links from the start page, 10 from each of the 10 others.
     assert crawl.discovered == 10 + 10 * 10
     assert crawl.pages - 1 + crawl.skipped_duplicate + crawl.skipped_over_limit == crawl.discovered
+
+
+@pytest.mark.django_db
+def test_at_the_tenants_backlog_cap_a_crawl_is_refused_or_its_expansion_pauses(make_tenant):
+    tenant, _, api = make_tenant()
+    Tenant.objects.filter(id=tenant.id).update(max_queued_jobs=3)
+    crawl_id = _crawl(api, max_pages=50)
+    _crawl(api, url="http://127.0.0.1:9/other", max_pages=50)  # 2 queued of 3
+    _succeed(_job(crawl_id, START), _page([f"/a/{n}" for n in range(4)]))
+    # 1 queued now; 4 new pages do not fit in the 2 left: the page waits, unread, the crawl runs.
+    assert services.crawl_expand(crawl_id) == 0
+    crawl = Crawl.objects.get(id=crawl_id)
+    assert (crawl.status, crawl.pages, crawl.discovered) == ("running", 1, 0)
+    assert CrawlPage.objects.get(crawl_id=crawl_id).expanded_at is None
+    answers = [
+        api.post("/api/v1/crawls", {"url": f"{START}?{n}", "max_pages": 5}, format="json") for n in (3, 4, 5)
+    ]
+    assert [r.status_code for r in answers] == [202, 202, 429]  # 1 queued + 2 fit, then the cap
+    assert answers[2].json()["code"] == "tenant_backlog_full" and answers[2]["Retry-After"]
+    assert Crawl.objects.filter(tenant_id=tenant.id).count() == 4
+    # With no job queued, a page with more new links than the whole cap still goes (no deadlock).
+    Job.objects.filter(tenant_id=tenant.id, status="queued").update(status="cancelled")
+    assert services.crawl_expand(crawl_id) == 1
+    assert Crawl.objects.get(id=crawl_id).pages == 5
