@@ -23,7 +23,8 @@ from urllib.parse import urljoin, urlsplit
 
 from apps.jobs.singleflight import normalised_url
 from apps.politeness.domains import registrable_domain
-from apps.politeness.robots import RobotsRule
+from apps.politeness.robots import RobotsRule, RobotsRules, robots_rules_cached
+from apps.politeness.selectors import domain_limits_get
 
 MAX_PATTERNS = 20
 MAX_PATTERN_LENGTH = 256
@@ -138,3 +139,36 @@ class Scope:
         if any(rule.matches(path) for rule in self.exclude):
             return False
         return not self.include or any(rule.matches(path) for rule in self.include)
+
+
+def _robots_origin(url: str) -> tuple[str, str]:
+    """(``scheme://host:port``, host): the origin a robots.txt is about, spelt as the workers
+    key its cached copy (apps/scraping/fetch.py)."""
+    parts = urlsplit(url)
+    scheme, host = parts.scheme.lower(), (parts.hostname or "").lower()
+    bracketed = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{bracketed}:{parts.port or (443 if scheme == 'https' else 80)}", host
+
+
+class RobotsJudge:
+    """Whether a link is disallowed by its origin's robots.txt as the workers have it cached now
+    (FR-40): such a link would end ``robots_disallowed`` without a fetch, so it is not made a job.
+    No copy cached, the file unavailable, a policy that ignores robots.txt, or Redis unreachable:
+    allowed here, and the page's job decides as every job does."""
+
+    def __init__(self) -> None:
+        self._rules: dict[str, RobotsRules | None] = {}
+
+    def disallows(self, url: str) -> bool:
+        origin, host = _robots_origin(url)
+        if origin not in self._rules:
+            try:
+                obeyed = domain_limits_get(domain=host).obey_robots
+                self._rules[origin] = robots_rules_cached(origin=origin) if obeyed else None
+            except Exception:  # noqa: BLE001 - Redis or the policy lookup down: the job decides
+                self._rules[origin] = None
+        rules = self._rules[origin]
+        if rules is None:
+            return False
+        parts = urlsplit(url)
+        return not rules.allows((parts.path or "/") + (f"?{parts.query}" if parts.query else ""))

@@ -44,6 +44,8 @@ class Crawl(models.Model):
     skipped_duplicate = models.PositiveIntegerField(default=0)
     skipped_out_of_scope = models.PositiveIntegerField(default=0)
     skipped_over_limit = models.PositiveIntegerField(default=0)
+    # Disallowed by the origin's robots.txt as the workers had it cached (no job made for them).
+    skipped_robots = models.PositiveIntegerField(default=0)
     callback_url = models.TextField(null=True, blank=True)
     callback_enqueued_at = models.DateTimeField(null=True, blank=True)
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)

@@ -161,6 +161,9 @@ class CrawlLinksCountOutput(serializers.Serializer):
     duplicate = serializers.IntegerField(help_text="In scope, but a page of the crawl already.")
     out_of_scope = serializers.IntegerField(help_text="Outside the scope, or refused by include/exclude.")
     over_limit = serializers.IntegerField(help_text="New, but the crawl had max_pages pages already.")
+    disallowed = serializers.IntegerField(
+        help_text="Disallowed by the origin's robots.txt as cached: never made a job."
+    )
 
 
 class CrawlLinksOutput(serializers.Serializer):

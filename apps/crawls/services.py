@@ -30,7 +30,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.db.models.functions import Now
 
-from apps.crawls.links import Scope, link_domain, links_of
+from apps.crawls.links import RobotsJudge, Scope, link_domain, links_of
 from apps.crawls.models import Crawl, CrawlPage, CrawlStatus
 from apps.jobs.cancel_requeue import jobs_cancel_batch
 from apps.jobs.intake import jobs_create_grouped
@@ -241,11 +241,13 @@ def crawl_expand(crawl_id: uuid.UUID, *, limit: int = 100) -> int:
     if crawl is None or crawl.status != CrawlStatus.RUNNING:
         return 0
     scope = Scope.of(start_url=crawl.url, kind=crawl.scope, include=crawl.include, exclude=crawl.exclude)
+    robots = RobotsJudge()
     expanded = 0
     for page in _ended_pages(crawl_id, limit=limit):
         # Links of the last layer would all be too deep: their body is not read at all.
         links = page_links(page) if page.depth < crawl.max_depth else []
-        kept = [link for link in links if scope.in_scope(link)]
+        in_scope = [link for link in links if scope.in_scope(link)]
+        kept = [link for link in in_scope if not robots.disallows(link)]
         try:
             with transaction.atomic():
                 marked = CrawlPage.objects.filter(id=page.id, expanded_at__isnull=True).update(
@@ -260,7 +262,8 @@ def crawl_expand(crawl_id: uuid.UUID, *, limit: int = 100) -> int:
                     backlog=True,
                 )
                 Crawl.objects.filter(id=crawl_id).update(
-                    skipped_out_of_scope=F("skipped_out_of_scope") + (len(links) - len(kept))
+                    skipped_out_of_scope=F("skipped_out_of_scope") + (len(links) - len(in_scope)),
+                    skipped_robots=F("skipped_robots") + (len(in_scope) - len(kept)),
                 )
         except _BacklogPause:
             return expanded  # the tenant's backlog is full: this crawl waits, and does not end
@@ -341,6 +344,7 @@ def crawl_counts(crawl: Crawl) -> dict[str, Any]:
             "duplicate": crawl.skipped_duplicate,
             "out_of_scope": crawl.skipped_out_of_scope,
             "over_limit": crawl.skipped_over_limit,
+            "disallowed": crawl.skipped_robots,
         },
     }
 

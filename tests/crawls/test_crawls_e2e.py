@@ -127,3 +127,21 @@ def test_cancel_stops_a_crawl(services, api, target):
     assert Job.objects.filter(batch_id=crawl_id).count() == taken
     assert Job.objects.filter(batch_id=crawl_id, status="cancelled").exists()
     assert _state(api, crawl_id)["status"] == "cancelled"
+
+
+def test_a_link_robots_txt_disallows_is_refused_at_discovery_and_spends_no_page(services, api, target):
+    services(SCRAPEJOBS_CRAWL_EXPAND_INTERVAL_S="0.3", SCRAPEJOBS_ROBOTS_OBEY="true").start_all(
+        worker_concurrency=10
+    )
+    target.robots = (200, "User-agent: *\nDisallow: /site/2\n")
+    # Fetching the start page caches the rules; page 2 (and so 5 and 6 below it) is never a job.
+    crawl = _crawl(api, target, max_pages=100, max_depth=2, exclude=["/private*"])
+
+    wait_for(
+        lambda: _state(api, crawl["id"])["status"] != "running", 120, interval=0.3, what="the crawl to end"
+    )
+
+    state = _state(api, crawl["id"])
+    assert _site_fetches(target) == Counter({f"/site/{n}": 1 for n in (0, 1, 3, 4)})
+    assert state["pages"]["total"] == 4 and state["pages"]["succeeded"] == 4
+    assert state["discovery"]["disallowed"] == 1
