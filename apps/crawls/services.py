@@ -52,6 +52,10 @@ class CrawlIdempotencyConflict(Exception):
     """The Idempotency-Key was used before for another crawl body."""
 
 
+class _Unreadable(Exception):
+    """A page's stored body cannot be read now (the storage failed): the page stays unread."""
+
+
 class _BacklogPause(Exception):
     """Inside an expansion: the page's new links do not fit in the tenant's backlog now; roll
     back, and leave the page (and the crawl) for a later expansion."""
@@ -224,9 +228,11 @@ def page_links(page: _EndedPage) -> list[str]:
         return []
     try:
         raw = result_read_head(key=page.result_key, max_bytes=settings.SCRAPEJOBS_CRAWL_PAGE_MAX_BYTES)
-    except OSError:
-        logger.warning("crawl page %s: its stored body cannot be read", page.id, exc_info=True)
+    except FileNotFoundError:  # gone (retention): there is nothing to read, ever
+        logger.warning("crawl page %s: its stored body is gone", page.id)
         return []
+    except Exception as e:  # noqa: BLE001 - any backend's failure: read again at the next expansion
+        raise _Unreadable() from e
     try:
         text = raw.decode(_charset(page.content_type), errors="replace")
     except LookupError:  # a charset Python does not know
@@ -245,7 +251,11 @@ def crawl_expand(crawl_id: uuid.UUID, *, limit: int = 100) -> int:
     expanded = 0
     for page in _ended_pages(crawl_id, limit=limit):
         # Links of the last layer would all be too deep: their body is not read at all.
-        links = page_links(page) if page.depth < crawl.max_depth else []
+        try:
+            links = page_links(page) if page.depth < crawl.max_depth else []
+        except _Unreadable:
+            logger.warning("crawl page %s: its stored body cannot be read now", page.id, exc_info=True)
+            continue
         in_scope = [link for link in links if scope.in_scope(link)]
         kept = [link for link in in_scope if not robots.disallows(link)]
         try:
@@ -276,6 +286,9 @@ def crawl_end_if_done(crawl_id: uuid.UUID) -> bool:
     """End a running crawl that has no page left to expand (every job final, every link read):
     ``succeeded`` when a page succeeded, else ``failed``; its callback enqueued in the same
     transaction (FR-41). True when this call ended it."""
+    # Looked at first without the lock: a crawl with pages left (the common case) takes none.
+    if CrawlPage.objects.filter(crawl_id=crawl_id, expanded_at__isnull=True).exists():
+        return False
     with transaction.atomic():
         crawl = Crawl.objects.select_for_update().filter(id=crawl_id, status=CrawlStatus.RUNNING).first()
         if crawl is None or CrawlPage.objects.filter(crawl_id=crawl_id, expanded_at__isnull=True).exists():
@@ -376,5 +389,8 @@ def crawls_expand(*, budget_s: float = 20.0) -> int:
     ):
         if time.monotonic() > deadline:
             break
-        total += crawl_expand(crawl_id)
+        try:
+            total += crawl_expand(crawl_id)
+        except Exception:  # one crawl's failure holds back no other crawl; it is tried again next time
+            logger.exception("expanding crawl %s failed", crawl_id)
     return total

@@ -238,3 +238,25 @@ def test_at_the_tenants_backlog_cap_a_crawl_is_refused_or_its_expansion_pauses(m
     Job.objects.filter(tenant_id=tenant.id, status="queued").update(status="cancelled")
     assert services.crawl_expand(crawl_id) == 1
     assert Crawl.objects.get(id=crawl_id).pages == 5
+
+
+@pytest.mark.django_db
+def test_a_body_the_storage_cannot_give_now_is_read_later_and_one_that_is_gone_has_no_links(api, monkeypatch):
+    crawl_id = _crawl(api, max_pages=10)
+    _succeed(_job(crawl_id, START), _page(["/a"]))
+
+    def failing(**_):
+        raise RuntimeError("storage down")
+
+    monkeypatch.setattr(services, "result_read_head", failing)
+    assert services.crawls_expand() == 0
+    assert CrawlPage.objects.get(crawl_id=crawl_id).expanded_at is None  # left for the next time
+    monkeypatch.undo()
+    assert services.crawl_expand(crawl_id) == 1
+    assert Crawl.objects.get(id=crawl_id).pages == 2
+    gone = _crawl(api, url="http://127.0.0.1:9/gone", max_pages=10)
+    Job.objects.filter(batch_id=gone).update(
+        status="succeeded", result_key="nowhere/at/all", result_content_type="text/html"
+    )
+    assert services.crawl_expand(gone) == 1
+    assert Crawl.objects.get(id=gone).status == "succeeded"
