@@ -73,11 +73,6 @@ class JobListView(APIView):
             help_text="next_cursor of the previous page.",
         )
 
-        def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-            if "batch" in attrs and "crawl" in attrs:
-                raise serializers.ValidationError({"crawl": ["Give batch or crawl, not both."]})
-            return attrs
-
     @extend_schema(
         operation_id="jobs_list",
         summary="List jobs, newest first",
@@ -116,7 +111,8 @@ class JobListView(APIView):
             tenant_id=_tenant_id(request),
             status=params.get("status"),
             priority=params.get("priority"),
-            # A crawl's pages are keyed as a batch's rows (apps/crawls/models.py).
+            # A crawl's pages are keyed as a batch's rows (apps/crawls/models.py). Given both, one
+            # of the two is 404 above: no id is a batch's and a crawl's.
             batch_id=params.get("batch") or params.get("crawl"),
             before=before,
             limit=params["limit"],
