@@ -105,10 +105,10 @@ def test_depth_scope_exclude_and_dedupe_decide_which_pages_are_fetched(services,
 
 
 def test_cancel_stops_a_crawl(services, api, target):
-    services(SCRAPEJOBS_CRAWL_EXPAND_INTERVAL_S="0.3").start_all(worker_concurrency=2)
-    # Every page takes a while to answer (its links keep the delay), so the crawl is mid-way
-    # when it is cancelled.
-    crawl = _crawl(api, target, "/site/0?delay=0.5", max_pages=31, max_depth=10, exclude=["/private*"])
+    services(SCRAPEJOBS_CRAWL_EXPAND_INTERVAL_S="0.3").start_all(worker_concurrency=1)
+    # Every page takes 2 s to answer (its links keep the delay) and one page is fetched at a
+    # time, so when the start page's two links are jobs, one is running and one still queued.
+    crawl = _crawl(api, target, "/site/0?delay=2", max_pages=31, max_depth=10, exclude=["/private*"])
     crawl_id = crawl["id"]
     wait_for(lambda: _state(api, crawl_id)["pages"]["total"] >= 3, 60, interval=0.2, what="pages to be found")
 
