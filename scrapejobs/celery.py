@@ -161,6 +161,17 @@ def _beat_schedule() -> dict:
             "schedule": BATCH_CALLBACKS_INTERVAL_S,
             "options": {"queue": CONTROL_QUEUE, "expires": BATCH_CALLBACKS_INTERVAL_S * 2},
         },
+        # Crawls (docs/crawls.md): links of crawl pages that ended become jobs, finished crawls end.
+        # If it stops: running crawls stop growing and never end (their jobs still run); a
+        # restart carries on where it was, each page expanded once.
+        "crawls-expand": {
+            "task": "apps.crawls.tasks.crawls_expand",
+            "schedule": settings.SCRAPEJOBS_CRAWL_EXPAND_INTERVAL_S,
+            "options": {
+                "queue": CONTROL_QUEUE,
+                "expires": max(settings.SCRAPEJOBS_CRAWL_EXPAND_INTERVAL_S * 2, 5),
+            },
+        },
         # Parts without a manifest (intake died midway) are removed after the grace period. If it
         # stops: they stay in storage (never loaded); batches stuck `receiving` are not failed.
         "batches-orphans-remove": {

@@ -20,6 +20,7 @@ api_v1: list[URLPattern | URLResolver] = [
     path("", include("apps.batches.urls")),  # POST /batches, GET /batches/{id}
     path("", include("apps.account.urls")),  # the tenant's tokens and webhook secrets
     path("", include("apps.webhooks.urls")),  # the tenant's webhook deliveries, disabled callbacks
+    path("", include("apps.crawls.urls")),  # POST /crawls, GET /crawls/{id} (docs/crawls.md)
     path("", include("apps.api.urls")),  # the OpenAPI schema and its docs page
 ]
 

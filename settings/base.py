@@ -136,6 +136,7 @@ INSTALLED_APPS = [
     "apps.operators",
     "apps.exports",
     "apps.batches",
+    "apps.crawls",
 ]
 
 MIDDLEWARE = [
@@ -526,6 +527,16 @@ SCRAPEJOBS_BATCH_RESUME_INTERVAL_S = _positive_float("SCRAPEJOBS_BATCH_RESUME_IN
 SCRAPEJOBS_BATCH_ORPHAN_GRACE_S = _positive_float("SCRAPEJOBS_BATCH_ORPHAN_GRACE_S", 3600.0)
 # How many rejected rows GET /batches/{id} lists with their reasons (all of them are counted).
 SCRAPEJOBS_BATCH_REJECTED_SHOWN = _bounded_int("SCRAPEJOBS_BATCH_REJECTED_SHOWN", 100, 0, 10_000)
+
+# --- Crawls (FR-39 to FR-41, docs/crawls.md) ---------------------------------
+# The highest max_pages a crawl may ask for; above it 400 and nothing is created.
+SCRAPEJOBS_CRAWL_MAX_PAGES = _bounded_int("SCRAPEJOBS_CRAWL_MAX_PAGES", 10_000, 1, 1_000_000)
+# Beat: read the links of crawl pages that ended, make their jobs, and end finished crawls.
+SCRAPEJOBS_CRAWL_EXPAND_INTERVAL_S = _positive_float("SCRAPEJOBS_CRAWL_EXPAND_INTERVAL_S", 2.0)
+# The most bytes of one page's stored body read for its links.
+SCRAPEJOBS_CRAWL_PAGE_MAX_BYTES = _bounded_int(
+    "SCRAPEJOBS_CRAWL_PAGE_MAX_BYTES", 5 * 1024 * 1024, 1024, 1 << 30
+)
 # Parts and manifests live under <prefix>/<batch id>/ in the result storage.
 SCRAPEJOBS_BATCH_KEY_PREFIX = (
     env.str("SCRAPEJOBS_BATCH_KEY_PREFIX", default="batches").strip("/") or "batches"
@@ -568,6 +579,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "SCHEMA_PATH_PREFIX": "/api/v1",
+    # Two choice sets named "scope": each its own schema name (the client's models use them).
+    "ENUM_NAME_OVERRIDES": {
+        "TokenScopeEnum": "apps.tenants.models.TokenScope",
+        "CrawlScopeEnum": "apps.crawls.models.CrawlScope",
+    },
     # The constraints intake enforces that the serializers cannot state (apps/intake/schema.py).
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",

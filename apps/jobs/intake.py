@@ -170,3 +170,42 @@ def publisher_nudge() -> None:
 # One thread per process; asks within 50 ms fold into one nudge (the control process's listener
 # spaces its runs 50 ms apart too).
 _publisher_nudges = BackgroundNudge(lambda: nudges_send(PUBLISH), name="publisher nudge", min_interval_s=0.05)
+
+
+def jobs_create_grouped(
+    *, tenant_id: uuid.UUID, group_id: uuid.UUID, rows: list[tuple[int, str, str]], options: dict[str, Any]
+) -> list[uuid.UUID]:
+    """Jobs of a group other than a batch (a crawl's pages, FR-40): ``rows`` of (row number, url,
+    domain), each job keyed as a batch's row is (``batch_id`` = ``group_id``, ``batch_row`` = the
+    row number) and given the same ``options`` (POST /jobs's fields, already validated). One
+    multi-row INSERT of ordinary outbox rows, inside the caller's transaction; the publisher is
+    nudged once it commits. Returns the new jobs' ids in the order of ``rows``."""
+    if not rows:
+        return []
+    now = timezone.now()
+    max_attempts = int(options.get("max_attempts", 5))
+    jobs = [
+        Job(
+            tenant_id=tenant_id,
+            url=url,
+            domain=domain,
+            method="GET",
+            headers=dict(options.get("headers") or {}),
+            priority=options.get("priority", "normal"),
+            max_attempts=max_attempts,
+            attempt_budget=max_attempts,
+            timeout_s=int(options.get("timeout_s", 30)),
+            max_age_s=int(options.get("max_age_s", 0)),
+            render=options.get("render", "none"),
+            browser_options=options.get("browser_options"),
+            # FR-33: a crawl run again revalidates its pages (stored as POST /jobs stores it).
+            revalidate=True if options.get("revalidate") else None,
+            created_at=now,
+            batch_id=group_id,
+            batch_row=row,
+        )
+        for row, url, domain in rows
+    ]
+    Job.objects.bulk_create(jobs)
+    transaction.on_commit(publisher_nudge)
+    return [job.id for job in jobs]

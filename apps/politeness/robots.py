@@ -257,6 +257,17 @@ def robots_rules_get(
     return rules
 
 
+def robots_rules_cached(*, origin: str) -> RobotsRules | None:
+    """The rules of ``origin`` as the workers hold them now (this process's memory, else Redis),
+    never fetched: None when no copy is held or the file is unavailable. A crawl refuses a link
+    its origin's cached rules disallow before it becomes a job (docs/crawls.md)."""
+    hit = _local.get(origin)
+    if hit is not None and hit[0] > time.monotonic():
+        return hit[1][0]
+    raw, ttl_ms = _cached(state_redis(), robots_keys(origin)[0])
+    return None if raw is None else _entry(raw, ttl_ms / 1000.0)[0]
+
+
 # origin -> (monotonic expiry, (the rules or None while unavailable, wall-clock end of the copy))
 _Entry = tuple[RobotsRules | None, float]
 _local: dict[str, tuple[float, _Entry]] = {}

@@ -26,6 +26,7 @@ from apps.api.serializers import (
     job_representation,
 )
 from apps.batches.selectors import batch_exists
+from apps.crawls.selectors import crawl_exists
 from apps.jobs.models import JobStatus, Priority
 from apps.query import cache, selectors
 from apps.query.serializers import AttemptPageOutput, JobPageOutput, ResultOutput
@@ -65,6 +66,11 @@ class JobListView(APIView):
             help_text="Only succeeded jobs whose body changed (true) or not (false) since the previous "
             "fetch of the same request; only jobs that asked (revalidate or callback_on) are compared.",
         )
+        crawl = serializers.UUIDField(
+            required=False,
+            help_text="Jobs of one crawl (POST /crawls, docs/crawls.md): its pages. A crawl that is not "
+            "the caller's is 404.",
+        )
         limit = serializers.IntegerField(min_value=1, max_value=500, default=50)
         cursor = serializers.RegexField(
             CURSOR_PATTERN,
@@ -84,7 +90,9 @@ class JobListView(APIView):
             200: JobPageOutput,
             400: _ERR,
             401: _ERR,
-            404: OpenApiResponse(ErrorOutput, description="No such batch (the `batch` parameter)."),
+            404: OpenApiResponse(
+                ErrorOutput, description="No such batch or crawl (the `batch` or `crawl` parameter)."
+            ),
             429: _ERR,
         },
     )
@@ -95,6 +103,8 @@ class JobListView(APIView):
             # Not a 400: the request is well formed (and its document cannot say which batches
             # exist); it names a batch the caller has not got, as GET /batches/{batch_id} would.
             raise not_found(f"No such batch {str(params['batch'])!r}.")
+        if "crawl" in params and not crawl_exists(tenant_id=_tenant_id(request), crawl_id=params["crawl"]):
+            raise not_found(f"No such crawl {str(params['crawl'])!r}.")
         before = None
         if "cursor" in params:
             try:
@@ -107,7 +117,9 @@ class JobListView(APIView):
             tenant_id=_tenant_id(request),
             status=params.get("status"),
             priority=params.get("priority"),
-            batch_id=params.get("batch"),
+            # A crawl's pages are keyed as a batch's rows (apps/crawls/models.py). Given both, one
+            # of the two is 404 above: no id is a batch's and a crawl's.
+            batch_id=params.get("batch") or params.get("crawl"),
             changed=None if "changed" not in params else params["changed"] == "true",
             before=before,
             limit=params["limit"],

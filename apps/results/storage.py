@@ -264,3 +264,10 @@ def storage_files_under(prefix: str) -> list[str]:
     for sub in dirs:
         keys.extend(storage_files_under(f"{prefix}/{sub}"))
     return keys
+
+
+def result_read_head(*, key: str, max_bytes: int) -> bytes:
+    """At most the first ``max_bytes`` of a stored body (a crawl page's links, docs/crawls.md):
+    read through the storage API, whatever the backend."""
+    with results_storage().open(key, "rb") as fh:
+        return fh.read(max_bytes)

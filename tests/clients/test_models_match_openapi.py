@@ -200,7 +200,8 @@ def test_requests_the_document_describes_are_accepted(make_tenant):
 @pytest.mark.django_db
 def test_job_lists_the_document_describes_are_answered(make_tenant):
     """GET /jobs with its query parameters drawn from the document (enums, bounds, the cursor's
-    form, a batch id): a page, or 404 for a batch the caller has not got; never a 400."""
+    form, a batch or crawl id): a page, or 404 for a batch or crawl the caller has not got; never a
+    400."""
     _, _, api = make_tenant()
     rng = random.Random(21)
     params = _parameters("/api/v1/jobs", "get", "query")
@@ -210,13 +211,13 @@ def test_job_lists_the_document_describes_are_answered(make_tenant):
             if rng.random() < 0.5:
                 if name == "cursor":
                     query[name] = _cursor(rng, rule)
-                elif name == "batch":
+                elif name in ("batch", "crawl"):
                     assert rule["format"] == "uuid"
                     query[name] = str(uuid.UUID(int=rng.getrandbits(128)))
                 else:
                     query[name] = _sample(rng, name, rule)
         r = api.get("/api/v1/jobs", query)
-        assert r.status_code == (404 if "batch" in query else 200), (n, query, r.content)
+        assert r.status_code == (404 if {"batch", "crawl"} & set(query) else 200), (n, query, r.content)
         assert str(r.status_code) in DOC["paths"]["/api/v1/jobs"]["get"]["responses"]
 
 

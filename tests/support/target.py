@@ -10,6 +10,10 @@ Routes (all deterministic, so results can be compared byte for byte):
 - ``/redirect/N``        N redirects, then 200
 - ``/echo``              echoes method, headers and body as JSON
 - ``/go?to=URL``         302 to URL (a redirect to another host)
+- ``/site/N[?n=S&delay=D]`` page N of a linked HTML site of S pages [31] (a binary tree: page N
+                         links to 2N+1 and 2N+2, to page 0 with a fragment, to ``/private/N``, to
+                         another host and to a mailto:), after D s; ``/private/N`` a page linking
+                         nowhere (crawl tests, docs/crawls.md)
 - ``/robots.txt``        ``server.robots`` (status, body) when set, else 404
 - ``/shed/...[?every=K]`` 503 to every K-th request of the route (``server.shed_every`` unless
                          given; 0: never), else 200 (a target shedding a share of its load, which a
@@ -41,6 +45,19 @@ def _pattern(n: int) -> bytes:
     return block * reps + block[:rest]
 
 
+def _site_page(kind: str, n: int, q: dict[str, str]) -> bytes:
+    """A page of the ``/site`` tree (see the module's docstring)."""
+    links = []
+    if kind == "site":
+        size = int(q.get("n", "31"))
+        keep = "&".join(f"{k}={v}" for k, v in sorted(q.items()))
+        suffix = f"?{keep}" if keep else ""
+        links = [f"/site/{c}{suffix}" for c in (2 * n + 1, 2 * n + 2) if c < size]
+        links += [f"/site/0{suffix}#top", f"/private/{n}", "http://elsewhere.example/x", "mailto:a@b.example"]
+    anchors = "".join(f'<li><a href="{href}">link</a></li>' for href in links)
+    return f"<!doctype html><html><body><h1>{kind} {n}</h1><ul>{anchors}</ul></body></html>".encode()
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: TargetServer  # type: ignore[assignment]
@@ -70,6 +87,11 @@ class _Handler(BaseHTTPRequestHandler):
             if path == "/robots.txt" and self.server.robots is not None:
                 self._send(
                     self.server.robots[0], self.server.robots[1].encode(), {"Content-Type": "text/plain"}
+                )
+            elif seg[0] in ("site", "private"):
+                time.sleep(float(q.get("delay", "0")))
+                self._send(
+                    200, _site_page(seg[0], int(seg[1]), q), {"Content-Type": "text/html; charset=utf-8"}
                 )
             elif seg[0] == "shed":
                 k = self.server.count("/shed")

@@ -49,7 +49,7 @@ ENUMS = {
     "PriorityEnum": "PRIORITIES",
     "MethodEnum": "METHODS",
     "BatchOutputStatusEnum": "BATCH_STATUSES",
-    "ScopeEnum": "TOKEN_SCOPES",
+    "TokenScopeEnum": "TOKEN_SCOPES",
 }
 KEYWORDS = {"class": "class_"}
 PY_TYPES = {"string": "str", "integer": "int", "number": "float", "boolean": "bool"}

@@ -1,0 +1,102 @@
+"""Crawls (FR-39, FR-40, FR-41, docs/crawls.md): a start URL, a scope and an exact page limit;
+every page found is an ordinary job of jobs_job keyed as a batch's rows are (``batch_id`` = the
+crawl, ``batch_row`` = the page's sequence), so listing, counting and cancelling are the batches'
+and a plain job pays nothing for crawls. ``CrawlPage`` is the crawl's ledger of pages: one row per
+distinct normalised URL (the exact dedupe), with its depth and whether its links were read."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+from apps.jobs.ids import uuid7
+
+
+class CrawlStatus(models.TextChoices):
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class CrawlScope(models.TextChoices):
+    HOST = "host"  # the start URL's scheme, host and port
+    DOMAIN = "domain"  # the start host's registrable domain (apps/politeness/domains.py)
+
+
+class Crawl(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.PROTECT, related_name="crawls")
+    status = models.CharField(max_length=16, choices=CrawlStatus.choices, default=CrawlStatus.RUNNING)
+    url = models.TextField()
+    scope = models.CharField(max_length=16, choices=CrawlScope.choices, default=CrawlScope.HOST)
+    include = models.JSONField(default=list, blank=True)
+    exclude = models.JSONField(default=list, blank=True)
+    max_pages = models.PositiveIntegerField()
+    max_depth = models.PositiveSmallIntegerField()
+    # The per-page job options (validated as POST /jobs validates them).
+    job_options = models.JSONField(default=dict, blank=True)
+    # Pages that became jobs: taken under the crawl row's lock in the transaction that creates
+    # them, never above max_pages (FR-40).
+    pages = models.PositiveIntegerField(default=0)
+    # Links read from pages (every href kept after resolving), and those skipped, by reason.
+    discovered = models.PositiveIntegerField(default=0)
+    skipped_duplicate = models.PositiveIntegerField(default=0)
+    skipped_out_of_scope = models.PositiveIntegerField(default=0)
+    skipped_over_limit = models.PositiveIntegerField(default=0)
+    # Disallowed by the origin's robots.txt as the workers had it cached (no job made for them).
+    skipped_robots = models.PositiveIntegerField(default=0)
+    callback_url = models.TextField(null=True, blank=True)
+    callback_enqueued_at = models.DateTimeField(null=True, blank=True)
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+    idempotency_fingerprint = models.CharField(max_length=64, null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="crawls_unique_idempotency_key_per_tenant",
+            ),
+            models.CheckConstraint(
+                condition=Q(pages__lte=models.F("max_pages")), name="crawls_pages_within_max"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["tenant", "-id"], name="crawls_tenant_newest"),
+            # crawls_expand (apps/crawls/services.py): the crawls still running.
+            models.Index(fields=["id"], condition=Q(status="running"), name="crawls_running"),
+        ]
+
+    def __str__(self) -> str:
+        return f"crawl {self.id} [{self.status}]"
+
+
+class CrawlPage(models.Model):
+    crawl = models.ForeignKey(Crawl, on_delete=models.CASCADE, related_name="page_rows")
+    # The page's job's batch_row: 1, 2, ... in the order pages were taken.
+    seq = models.PositiveIntegerField()
+    # The URL as single-flight's fetch key normalises it (apps/jobs/singleflight.py): the dedupe key.
+    url_key = models.TextField()
+    depth = models.PositiveSmallIntegerField()
+    found_on = models.PositiveIntegerField(null=True, blank=True)  # the seq of the page linking here
+    job_id = models.UUIDField()
+    # When its links were read (or it ended without any to read): NULL while discovery is pending.
+    expanded_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["crawl", "url_key"], name="crawl_pages_unique_url"),
+            models.UniqueConstraint(fields=["crawl", "seq"], name="crawl_pages_unique_seq"),
+        ]
+        indexes = [
+            models.Index(
+                fields=["crawl", "seq"], condition=Q(expanded_at__isnull=True), name="crawl_pages_pending"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.crawl_id} page {self.seq}"

@@ -1,0 +1,396 @@
+"""Crawls (FR-39 to FR-41, docs/crawls.md): create one, take pages exactly within its limit,
+read the links of its pages that succeeded, end it, cancel it.
+
+Pages are taken in one place, ``_pages_take``: under the crawl row's lock (``SELECT … FOR
+UPDATE``), in the transaction that inserts the pages (unique on (crawl, normalised URL): the exact
+dedupe) and creates their jobs through apps/jobs. Every taker of one crawl waits for the one
+before to commit and then sees its count, so ``pages`` never passes ``max_pages`` however many
+expanders race (and a CHECK constraint on the row says so too).
+
+Discovery runs off the hot path: beat's ``crawls-expand`` (the control process) looks at the
+pages of running crawls whose job is final and whose links are not read yet (``expanded_at``
+NULL). The writer's fold and a plain job's path do nothing for crawls (NFR-15's budget). A page
+is expanded once: its ``expanded_at`` is set by a conditional UPDATE in the same transaction as
+the pages it adds. A crawl ends when it has no page left to expand: every job of it is final and
+every link read.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F
+from django.db.models.functions import Now
+
+from apps.crawls.links import RobotsJudge, Scope, link_domain, links_of
+from apps.crawls.models import Crawl, CrawlPage, CrawlStatus
+from apps.jobs.cancel_requeue import jobs_cancel_batch
+from apps.jobs.intake import jobs_create_grouped
+from apps.jobs.selectors import tenant_queued_count
+from apps.jobs.singleflight import normalised_url
+from apps.results.storage import result_read_head
+from apps.tenants.backlog import backlog_full, tenant_queued_cap
+from apps.tenants.models import Tenant
+from apps.webhooks.services import webhook_delivery_create_for_batch
+
+logger = logging.getLogger(__name__)
+
+EVENT_COMPLETED = "crawl.completed"
+EVENT_CANCELLED = "crawl.cancelled"
+_HTML_TYPES = ("text/html", "application/xhtml+xml")
+
+
+class CrawlIdempotencyConflict(Exception):
+    """The Idempotency-Key was used before for another crawl body."""
+
+
+class _Unreadable(Exception):
+    """A page's stored body cannot be read now (the storage failed): the page stays unread."""
+
+
+class _BacklogPause(Exception):
+    """Inside an expansion: the page's new links do not fit in the tenant's backlog now; roll
+    back, and leave the page (and the crawl) for a later expansion."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    url: str  # normalised: also the dedupe key
+    depth: int
+    found_on: int | None
+
+
+def crawl_create(
+    *,
+    tenant_id: uuid.UUID,
+    url: str,
+    scope: str,
+    include: list[str],
+    exclude: list[str],
+    max_pages: int,
+    max_depth: int,
+    job_options: dict[str, Any],
+    callback_url: str | None,
+    idempotency_key: str | None,
+    fingerprint: str,
+) -> tuple[Crawl, bool]:
+    """A new crawl and its first page's job, in one transaction; ``(crawl, created)``. A replayed
+    key returns its crawl; a key used with another body raises ``CrawlIdempotencyConflict``."""
+    if idempotency_key is not None:
+        existing = Crawl.objects.filter(tenant_id=tenant_id, idempotency_key=idempotency_key).first()
+        if existing is not None:
+            return _replayed(existing, fingerprint)
+    # The start page is one more queued job (FR-20): refused, as POST /jobs is, at the cap.
+    room = _backlog_room(tenant_id)
+    if room is not None and room < 1:
+        cap = tenant_queued_cap(Tenant.objects.only("max_queued_jobs").get(id=tenant_id))
+        raise backlog_full(queued=cap, adding=1, cap=cap)
+    try:
+        with transaction.atomic():
+            crawl = Crawl.objects.create(
+                tenant_id=tenant_id,
+                url=url,
+                scope=scope,
+                include=include,
+                exclude=exclude,
+                max_pages=max_pages,
+                max_depth=max_depth,
+                job_options=job_options,
+                callback_url=callback_url,
+                idempotency_key=idempotency_key,
+                idempotency_fingerprint=fingerprint if idempotency_key else None,
+            )
+            _pages_take(crawl.id, [Candidate(url=normalised_url(url), depth=0, found_on=None)])
+    except IntegrityError:
+        existing = Crawl.objects.filter(tenant_id=tenant_id, idempotency_key=idempotency_key).first()
+        if idempotency_key is None or existing is None:
+            raise
+        return _replayed(existing, fingerprint)
+    crawl.refresh_from_db()
+    return crawl, True
+
+
+def _replayed(crawl: Crawl, fingerprint: str) -> tuple[Crawl, bool]:
+    if crawl.idempotency_fingerprint != fingerprint:
+        raise CrawlIdempotencyConflict()
+    return crawl, False
+
+
+def _backlog_room(tenant_id: uuid.UUID) -> int | None:
+    """How many more jobs the tenant may have queued (FR-20), or None without a cap."""
+    cap = tenant_queued_cap(Tenant.objects.only("max_queued_jobs").get(id=tenant_id))
+    if cap <= 0:
+        return None
+    return cap - tenant_queued_count(tenant_id=tenant_id, at_most=cap)
+
+
+def _pages_take(
+    crawl_id: uuid.UUID, candidates: Sequence[Candidate], *, discovered: int = 0, backlog: bool = False
+) -> int:
+    """Inside the caller's transaction: the new ones among ``candidates`` (distinct URLs) become
+    pages and jobs, as many as the crawl's budget has room for (FR-40). Returns how many.
+    ``backlog``: raise ``_BacklogPause`` when they do not fit in the tenant's backlog (FR-20),
+    unless it has no job queued at all (a page with more links than the whole cap still goes)."""
+    if not connection.in_atomic_block:
+        raise RuntimeError("_pages_take needs the caller's transaction")
+    crawl = Crawl.objects.select_for_update().get(id=crawl_id)
+    if crawl.status != CrawlStatus.RUNNING:
+        return 0
+    known = set(
+        CrawlPage.objects.filter(crawl_id=crawl_id, url_key__in=[c.url for c in candidates]).values_list(
+            "url_key", flat=True
+        )
+    )
+    new = [c for c in candidates if c.url not in known]
+    room = crawl.max_pages - crawl.pages
+    taken = new[: max(room, 0)]
+    if backlog and taken:
+        left = _backlog_room(crawl.tenant_id)
+        if left is not None and len(taken) > left and left < tenant_queued_cap(crawl.tenant):
+            raise _BacklogPause()
+    first = crawl.pages + 1
+    rows = [(first + i, c.url, link_domain(c.url)) for i, c in enumerate(taken)]
+    job_ids = jobs_create_grouped(
+        tenant_id=crawl.tenant_id, group_id=crawl.id, rows=rows, options=crawl.job_options
+    )
+    CrawlPage.objects.bulk_create(
+        [
+            CrawlPage(
+                crawl_id=crawl.id, seq=seq, url_key=c.url, depth=c.depth, found_on=c.found_on, job_id=job_id
+            )
+            for (seq, _, _), c, job_id in zip(rows, taken, job_ids, strict=True)
+        ]
+    )
+    Crawl.objects.filter(id=crawl.id).update(
+        pages=F("pages") + len(taken),
+        discovered=F("discovered") + discovered,
+        skipped_duplicate=F("skipped_duplicate") + (len(candidates) - len(new)),
+        skipped_over_limit=F("skipped_over_limit") + (len(new) - len(taken)),
+        updated_at=Now(),
+    )
+    return len(taken)
+
+
+@dataclass(frozen=True)
+class _EndedPage:
+    id: int
+    seq: int
+    depth: int
+    status: str
+    result_key: str | None
+    content_type: str | None
+    final_url: str | None
+    url: str
+
+
+def _ended_pages(crawl_id: uuid.UUID, *, limit: int) -> list[_EndedPage]:
+    """Pages of the crawl not expanded yet whose job is final, lowest sequence first."""
+    with connection.cursor() as cur:
+        # Uses crawl_pages_pending, then each job by its primary key.
+        cur.execute(
+            """
+            SELECT p.id, p.seq, p.depth, j.status, j.result_key, j.result_content_type,
+                   j.result_final_url, j.url
+              FROM crawls_crawlpage p JOIN jobs_job j ON j.id = p.job_id
+             WHERE p.crawl_id = %s AND p.expanded_at IS NULL
+               AND j.status IN ('succeeded', 'failed', 'cancelled')
+             ORDER BY p.seq
+             LIMIT %s
+            """,
+            [crawl_id, limit],
+        )
+        return [_EndedPage(*row) for row in cur.fetchall()]
+
+
+def _is_html(content_type: str | None) -> bool:
+    return (content_type or "").split(";")[0].strip().lower() in _HTML_TYPES
+
+
+def _charset(content_type: str | None) -> str:
+    for param in (content_type or "").split(";")[1:]:
+        name, _, value = param.partition("=")
+        if name.strip().lower() == "charset" and value.strip():
+            return value.strip().strip('"')
+    return "utf-8"
+
+
+def page_links(page: _EndedPage) -> list[str]:
+    """The links of a page that succeeded with HTML, read from its stored body; [] otherwise."""
+    if page.status != "succeeded" or not page.result_key or not _is_html(page.content_type):
+        return []
+    try:
+        raw = result_read_head(key=page.result_key, max_bytes=settings.SCRAPEJOBS_CRAWL_PAGE_MAX_BYTES)
+    except FileNotFoundError:  # gone (retention): there is nothing to read, ever
+        logger.warning("crawl page %s: its stored body is gone", page.id)
+        return []
+    except Exception as e:  # noqa: BLE001 - any backend's failure: read again at the next expansion
+        raise _Unreadable() from e
+    try:
+        text = raw.decode(_charset(page.content_type), errors="replace")
+    except LookupError:  # a charset Python does not know
+        text = raw.decode("utf-8", errors="replace")
+    return links_of(text, page_url=page.final_url or page.url)
+
+
+def crawl_expand(crawl_id: uuid.UUID, *, limit: int = 100) -> int:
+    """Read the links of up to ``limit`` ended pages of a running crawl and take the new ones;
+    then end the crawl if nothing is left to expand. Returns how many pages were expanded."""
+    crawl = Crawl.objects.filter(id=crawl_id).first()
+    if crawl is None or crawl.status != CrawlStatus.RUNNING:
+        return 0
+    scope = Scope.of(start_url=crawl.url, kind=crawl.scope, include=crawl.include, exclude=crawl.exclude)
+    robots = RobotsJudge()
+    expanded = 0
+    for page in _ended_pages(crawl_id, limit=limit):
+        # Links of the last layer would all be too deep: their body is not read at all.
+        try:
+            links = page_links(page) if page.depth < crawl.max_depth else []
+        except _Unreadable:
+            logger.warning("crawl page %s: its stored body cannot be read now", page.id, exc_info=True)
+            continue
+        in_scope = [link for link in links if scope.in_scope(link)]
+        kept = [link for link in in_scope if not robots.disallows(link)]
+        try:
+            with transaction.atomic():
+                marked = CrawlPage.objects.filter(id=page.id, expanded_at__isnull=True).update(
+                    expanded_at=Now()
+                )
+                if not marked:
+                    continue  # another expander read it first
+                _pages_take(
+                    crawl_id,
+                    [Candidate(url=link, depth=page.depth + 1, found_on=page.seq) for link in kept],
+                    discovered=len(links),
+                    backlog=True,
+                )
+                Crawl.objects.filter(id=crawl_id).update(
+                    skipped_out_of_scope=F("skipped_out_of_scope") + (len(links) - len(in_scope)),
+                    skipped_robots=F("skipped_robots") + (len(in_scope) - len(kept)),
+                )
+        except _BacklogPause:
+            return expanded  # the tenant's backlog is full: this crawl waits, and does not end
+        expanded += 1
+    crawl_end_if_done(crawl_id)
+    return expanded
+
+
+def crawl_end_if_done(crawl_id: uuid.UUID) -> bool:
+    """End a running crawl that has no page left to expand (every job final, every link read):
+    ``succeeded`` when a page succeeded, else ``failed``; its callback enqueued in the same
+    transaction (FR-41). True when this call ended it."""
+    # Looked at first without the lock: a crawl with pages left (the common case) takes none.
+    if CrawlPage.objects.filter(crawl_id=crawl_id, expanded_at__isnull=True).exists():
+        return False
+    with transaction.atomic():
+        crawl = Crawl.objects.select_for_update().filter(id=crawl_id, status=CrawlStatus.RUNNING).first()
+        if crawl is None or CrawlPage.objects.filter(crawl_id=crawl_id, expanded_at__isnull=True).exists():
+            return False
+        with connection.cursor() as cur:
+            cur.execute(
+                "SELECT EXISTS (SELECT 1 FROM jobs_job WHERE batch_id = %s AND status = 'succeeded')",
+                [crawl_id],
+            )
+            any_succeeded = cur.fetchone()[0]
+        crawl.status = CrawlStatus.SUCCEEDED if any_succeeded else CrawlStatus.FAILED
+        Crawl.objects.filter(id=crawl_id).update(status=crawl.status, finished_at=Now(), updated_at=Now())
+        _announce(crawl_id, EVENT_COMPLETED)
+    return True
+
+
+def crawl_cancel(*, crawl: Crawl) -> tuple[int, int]:
+    """Cancel a crawl: it takes no page from now on, its queued jobs are cancelled and its
+    running ones asked to stop, through the jobs' own cancel (FR-41). Returns (cancelled,
+    cancel_requested); a crawl already final is left as it is, (0, 0)."""
+    with transaction.atomic():
+        ended = Crawl.objects.filter(id=crawl.id, status=CrawlStatus.RUNNING).update(
+            status=CrawlStatus.CANCELLED, finished_at=Now(), updated_at=Now()
+        )
+        if ended:
+            _announce(crawl.id, EVENT_CANCELLED)
+    if not ended:
+        return 0, 0
+    return jobs_cancel_batch(batch_id=crawl.id, tenant_id=crawl.tenant_id)
+
+
+def _announce(crawl_id: uuid.UUID, event: str) -> None:
+    """Inside the transaction that ends the crawl: its callback, once (a delivery of the webhook
+    outbox, signed and retried as a job's)."""
+    claimed = Crawl.objects.filter(
+        id=crawl_id, callback_url__isnull=False, callback_enqueued_at__isnull=True
+    ).update(callback_enqueued_at=Now())
+    if not claimed:
+        return
+    crawl = Crawl.objects.get(id=crawl_id)
+    webhook_delivery_create_for_batch(
+        tenant_id=crawl.tenant_id,
+        batch_id=crawl.id,
+        event=event,
+        url=crawl.callback_url or "",
+        body=json.dumps(crawl_event_body(crawl, event), separators=(",", ":")),
+    )
+
+
+def crawl_counts(crawl: Crawl) -> dict[str, Any]:
+    """The crawl's pages by their job's status, and its links by what became of them."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT status, count(*) FROM jobs_job WHERE batch_id = %s GROUP BY status", [crawl.id])
+        jobs = dict(cur.fetchall())
+    return {
+        "pages": {
+            "total": crawl.pages,
+            "queued": jobs.get("queued", 0),
+            "running": jobs.get("running", 0),
+            "succeeded": jobs.get("succeeded", 0),
+            "failed": jobs.get("failed", 0),
+            "cancelled": jobs.get("cancelled", 0),
+        },
+        "discovery": {
+            "discovered": crawl.discovered,
+            "duplicate": crawl.skipped_duplicate,
+            "out_of_scope": crawl.skipped_out_of_scope,
+            "over_limit": crawl.skipped_over_limit,
+            "disallowed": crawl.skipped_robots,
+        },
+    }
+
+
+def crawl_event_body(crawl: Crawl, event: str) -> dict[str, Any]:
+    return {
+        "type": event,
+        "id": str(crawl.id),
+        "status": crawl.status,
+        "max_pages": crawl.max_pages,
+        **crawl_counts(crawl),
+        "created_at": _iso(crawl.created_at),
+        "finished_at": _iso(crawl.finished_at),
+    }
+
+
+def _iso(at: Any) -> str | None:
+    return None if at is None else at.isoformat().replace("+00:00", "Z")
+
+
+def crawls_expand(*, budget_s: float = 20.0) -> int:
+    """Beat's ``crawls-expand``: every running crawl once (more while time is left and pages
+    wait). Safe to run concurrently: each page is expanded once, each crawl ends once."""
+    deadline = time.monotonic() + budget_s
+    total = 0
+    # Uses crawls_running.
+    for crawl_id in (
+        Crawl.objects.filter(status=CrawlStatus.RUNNING).order_by("id").values_list("id", flat=True)
+    ):
+        if time.monotonic() > deadline:
+            break
+        try:
+            total += crawl_expand(crawl_id)
+        except Exception:  # one crawl's failure holds back no other crawl; it is tried again next time
+            logger.exception("expanding crawl %s failed", crawl_id)
+    return total

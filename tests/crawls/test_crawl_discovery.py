@@ -1,0 +1,262 @@
+"""Discovery (FR-40, docs/crawls.md): links read from a page's stored HTML, normalised and judged
+by scope, patterns and depth; each page once per crawl; never more than max_pages pages, however
+many expanders race in the database. Pages "succeed" here by storing a body and marking the job,
+as the writer would; tests/crawls/test_crawls_e2e.py does it with real workers."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable
+
+import pytest
+from django.db import connection, transaction
+from django.test import override_settings
+from django.utils import timezone
+
+from apps.crawls import services
+from apps.crawls.links import Scope, links_of
+from apps.crawls.models import Crawl, CrawlPage
+from apps.jobs.models import Job
+from apps.results.storage import result_store
+from apps.tenants.models import Tenant
+
+START = "http://127.0.0.1:9/site/0"
+
+
+@pytest.fixture(autouse=True)
+def local_results(tmp_path):
+    backend = {
+        "BACKEND": "django.core.files.storage.FileSystemStorage",
+        "OPTIONS": {"location": str(tmp_path), "allow_overwrite": True},
+    }
+    with override_settings(
+        STORAGES={
+            "default": backend,
+            "results": backend,
+            "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+        }
+    ):
+        yield tmp_path
+
+
+def test_links_are_resolved_normalised_deduplicated_and_http_only():
+    html = f"""<html><head><base href="/dir/"></head><body>
+      <a href="a">a</a> <a href="a#frag">same</a> <A HREF="HTTP://127.0.0.1:80/dir/a">same again</A>
+      <area href="/map"> <a href="mailto:x@y.example">mail</a> <a href="javascript:void(0)">js</a>
+      <a href="https://Other.Example:443/Path?q=1#x">other</a> <a>no href</a>
+      <a href="http://{"a" * 64}.example/">label too long</a> <a href="http://[::1">broken</a>
+    </body></html>"""
+    assert links_of(html, page_url="http://127.0.0.1/start") == [
+        "http://127.0.0.1/dir/a",
+        "http://127.0.0.1/map",
+        "https://other.example/Path?q=1",
+    ]
+
+
+def test_host_scope_keeps_the_origin_and_domain_scope_the_registrable_domain():
+    host = Scope.of(start_url="http://a.shop.co.uk/", kind="host", include=[], exclude=[])
+    assert host.in_scope("http://a.shop.co.uk/x")
+    assert not host.in_scope("https://a.shop.co.uk/x")
+    assert not host.in_scope("http://a.shop.co.uk:8080/x")
+    assert not host.in_scope("http://b.shop.co.uk/x")
+    domain = Scope.of(start_url="http://a.shop.co.uk/", kind="domain", include=[], exclude=[])
+    assert domain.in_scope("https://b.shop.co.uk/x") and domain.in_scope("http://shop.co.uk/")
+    assert not domain.in_scope("http://other.co.uk/")  # co.uk is a public suffix, not a site
+
+
+def test_include_and_exclude_are_path_patterns():
+    scope = Scope.of(
+        start_url="http://h.example/", kind="host", include=["/docs/", "/*.html$"], exclude=["/docs/private*"]
+    )
+    assert scope.in_scope("http://h.example/docs/a")
+    assert scope.in_scope("http://h.example/x/page.html")
+    assert not scope.in_scope("http://h.example/x/page.html?v=1")  # $ ends the path and query
+    assert not scope.in_scope("http://h.example/docs/private/1")
+    assert not scope.in_scope("http://h.example/blog/")
+
+
+def _crawl(api, url: str = START, **body) -> uuid.UUID:
+    r = api.post("/api/v1/crawls", {"url": url, **body}, format="json")
+    assert r.status_code == 202, r.content
+    return uuid.UUID(r.json()["id"])
+
+
+def _succeed(job: Job, html: str, *, content_type: str = "text/html; charset=utf-8") -> None:
+    stored = result_store(job_id=job.id, attempt=1, chunks=[html.encode()], content_type=content_type)
+    Job.objects.filter(id=job.id).update(
+        status="succeeded",
+        attempts=1,
+        result_key=stored.key,
+        result_content_type=content_type,
+        result_http_status=200,
+        result_final_url=job.url,
+        finished_at=timezone.now(),
+    )
+
+
+def _page(href_list: list[str]) -> str:
+    return "".join(f'<a href="{h}">x</a>' for h in href_list)
+
+
+def _job(crawl_id: uuid.UUID, url: str) -> Job:
+    return Job.objects.get(batch_id=crawl_id, url=url)
+
+
+@pytest.mark.django_db
+def test_an_expansion_takes_new_in_scope_links_one_depth_down_and_counts_the_rest(api):
+    crawl_id = _crawl(api, max_pages=4, max_depth=1, exclude=["/private*"])
+    _succeed(
+        _job(crawl_id, START),
+        _page(["/a", "/b", "/a#x", "/site/0", "/private/1", "http://elsewhere.example/", "/c", "/d"]),
+    )
+    assert services.crawl_expand(crawl_id) == 1
+    crawl = Crawl.objects.get(id=crawl_id)
+    pages = list(
+        CrawlPage.objects.filter(crawl_id=crawl_id)
+        .order_by("seq")
+        .values_list("url_key", "depth", "found_on")
+    )
+    assert pages == [
+        ("http://127.0.0.1:9/site/0", 0, None),
+        ("http://127.0.0.1:9/a", 1, 1),
+        ("http://127.0.0.1:9/b", 1, 1),
+        ("http://127.0.0.1:9/c", 1, 1),
+    ]
+    # 7 distinct links: /site/0 is a duplicate, /private/1 and elsewhere out of scope, /d over the limit.
+    assert (crawl.pages, crawl.discovered, crawl.skipped_duplicate, crawl.skipped_out_of_scope) == (
+        4,
+        7,
+        1,
+        2,
+    )
+    assert crawl.skipped_over_limit == 1
+    assert sorted(Job.objects.filter(batch_id=crawl_id).values_list("batch_row", flat=True)) == [1, 2, 3, 4]
+    assert crawl.status == "running"
+    # Depth 1 is max_depth: those pages' bodies are not read; once they end, the crawl ends.
+    for url in ("http://127.0.0.1:9/a", "http://127.0.0.1:9/b"):
+        _succeed(_job(crawl_id, url), _page(["/e", "/f"]))
+    Job.objects.filter(batch_id=crawl_id, url="http://127.0.0.1:9/c").update(status="failed")
+    services.crawl_expand(crawl_id)
+    crawl.refresh_from_db()
+    assert (crawl.status, crawl.pages, crawl.discovered) == ("succeeded", 4, 7)
+    assert crawl.finished_at is not None
+    assert not CrawlPage.objects.filter(crawl_id=crawl_id, expanded_at__isnull=True).exists()
+
+
+@pytest.mark.django_db
+def test_a_page_that_is_not_html_is_not_read_and_a_crawl_of_failures_fails(api):
+    crawl_id = _crawl(api, max_pages=10)
+    _succeed(_job(crawl_id, START), _page(["/a"]), content_type="application/json")
+    services.crawl_expand(crawl_id)
+    crawl = Crawl.objects.get(id=crawl_id)
+    assert (crawl.status, crawl.pages, crawl.discovered) == ("succeeded", 1, 0)
+    failing = _crawl(api, max_pages=10)
+    Job.objects.filter(batch_id=failing).update(status="failed")
+    services.crawl_expand(failing)
+    assert Crawl.objects.get(id=failing).status == "failed"
+
+
+def _race(workers: int, fn: Callable[[int], object]) -> list[BaseException]:
+    barrier = threading.Barrier(workers)
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            barrier.wait()
+            fn(i)
+        except BaseException as e:  # noqa: BLE001 - reported by the test
+            errors.append(e)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("round_", range(3))
+def test_racing_expanders_never_take_more_than_max_pages(api, round_):
+    crawl_id = _crawl(api, max_pages=25)
+
+    def take(i: int) -> None:
+        # Each expander brings 40 links, half of them shared with the next one.
+        links = [f"http://127.0.0.1:9/p/{n}" for n in range(i * 20, i * 20 + 40)]
+        with transaction.atomic():
+            services._pages_take(crawl_id, [services.Candidate(url=u, depth=1, found_on=1) for u in links])
+
+    assert _race(8, take) == []
+    crawl = Crawl.objects.get(id=crawl_id)
+    assert crawl.pages == 25
+    assert Job.objects.filter(batch_id=crawl_id).count() == 25
+    assert sorted(CrawlPage.objects.filter(crawl_id=crawl_id).values_list("seq", flat=True)) == list(
+        range(1, 26)
+    )
+    assert CrawlPage.objects.filter(crawl_id=crawl_id).values("url_key").distinct().count() == 25
+
+
+@pytest.mark.django_db(transaction=True)
+def test_racing_expansions_of_one_crawl_read_each_page_once_and_stay_within_the_limit(api):
+    crawl_id = _crawl(api, max_pages=30, max_depth=5)
+    # The start page links to 10 pages, each of which links to 10 more (some shared).
+    _succeed(_job(crawl_id, START), _page([f"/l1/{n}" for n in range(10)]))
+    services.crawl_expand(crawl_id)
+    for job in Job.objects.filter(batch_id=crawl_id).exclude(url=START):
+        n = int(job.url.rsplit("/", 1)[1])
+        _succeed(job, _page([f"/l2/{m}" for m in range(n * 5, n * 5 + 10)]))
+    assert _race(6, lambda i: services.crawl_expand(crawl_id)) == []
+    crawl = Crawl.objects.get(id=crawl_id)
+    assert crawl.pages == 30 and Job.objects.filter(batch_id=crawl_id).count() == 30
+    # Every page read once: 10 links from the start page, 10 from each of the 10 others.
+    assert crawl.discovered == 10 + 10 * 10
+    assert crawl.pages - 1 + crawl.skipped_duplicate + crawl.skipped_over_limit == crawl.discovered
+
+
+@pytest.mark.django_db
+def test_at_the_tenants_backlog_cap_a_crawl_is_refused_or_its_expansion_pauses(make_tenant):
+    tenant, _, api = make_tenant()
+    Tenant.objects.filter(id=tenant.id).update(max_queued_jobs=3)
+    crawl_id = _crawl(api, max_pages=50)
+    _crawl(api, url="http://127.0.0.1:9/other", max_pages=50)  # 2 queued of 3
+    _succeed(_job(crawl_id, START), _page([f"/a/{n}" for n in range(4)]))
+    # 1 queued now; 4 new pages do not fit in the 2 left: the page waits, unread, the crawl runs.
+    assert services.crawl_expand(crawl_id) == 0
+    crawl = Crawl.objects.get(id=crawl_id)
+    assert (crawl.status, crawl.pages, crawl.discovered) == ("running", 1, 0)
+    assert CrawlPage.objects.get(crawl_id=crawl_id).expanded_at is None
+    answers = [
+        api.post("/api/v1/crawls", {"url": f"{START}?{n}", "max_pages": 5}, format="json") for n in (3, 4, 5)
+    ]
+    assert [r.status_code for r in answers] == [202, 202, 429]  # 1 queued + 2 fit, then the cap
+    assert answers[2].json()["code"] == "tenant_backlog_full" and answers[2]["Retry-After"]
+    assert Crawl.objects.filter(tenant_id=tenant.id).count() == 4
+    # With no job queued, a page with more new links than the whole cap still goes (no deadlock).
+    Job.objects.filter(tenant_id=tenant.id, status="queued").update(status="cancelled")
+    assert services.crawl_expand(crawl_id) == 1
+    assert Crawl.objects.get(id=crawl_id).pages == 5
+
+
+@pytest.mark.django_db
+def test_a_body_the_storage_cannot_give_now_is_read_later_and_one_that_is_gone_has_no_links(api, monkeypatch):
+    crawl_id = _crawl(api, max_pages=10)
+    _succeed(_job(crawl_id, START), _page(["/a"]))
+
+    def failing(**_):
+        raise RuntimeError("storage down")
+
+    monkeypatch.setattr(services, "result_read_head", failing)
+    assert services.crawls_expand() == 0
+    assert CrawlPage.objects.get(crawl_id=crawl_id).expanded_at is None  # left for the next time
+    monkeypatch.undo()
+    assert services.crawl_expand(crawl_id) == 1
+    assert Crawl.objects.get(id=crawl_id).pages == 2
+    gone = _crawl(api, url="http://127.0.0.1:9/gone", max_pages=10)
+    Job.objects.filter(batch_id=gone).update(
+        status="succeeded", result_key="nowhere/at/all", result_content_type="text/html"
+    )
+    assert services.crawl_expand(gone) == 1
+    assert Crawl.objects.get(id=gone).status == "succeeded"
