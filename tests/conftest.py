@@ -65,6 +65,26 @@ def _clean_process_caches() -> Iterator[None]:
 
 
 @pytest.fixture
+def local_results(tmp_path) -> Iterator[object]:
+    """Results (and the default storage) on the local filesystem under this test's tmp_path:
+    the directory, whatever the settings under test name."""
+    from django.test import override_settings
+
+    backend = {
+        "BACKEND": "django.core.files.storage.FileSystemStorage",
+        "OPTIONS": {"location": str(tmp_path), "allow_overwrite": True},
+    }
+    with override_settings(
+        STORAGES={
+            "default": backend,
+            "results": backend,
+            "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+        }
+    ):
+        yield tmp_path
+
+
+@pytest.fixture
 def make_tenant(db: None) -> Callable[..., tuple[object, str, APIClient]]:
     """Create a tenant; returns (tenant, token, an API client authenticated with the token)."""
     from apps.tenants.services import tenant_create

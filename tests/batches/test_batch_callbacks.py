@@ -19,7 +19,7 @@ from apps.batches.models import Batch
 from apps.jobs.models import Job
 from apps.webhooks.models import DeliveryStatus, DisabledCallback, WebhookDelivery
 from apps.webhooks.services import url_digest, webhook_deliveries_claim_due
-from tests.batches.test_batches import BATCHES, local_results, rows  # noqa: F401
+from tests.batches.test_batches import BATCHES, _results_here, rows  # noqa: F401
 
 HOOK = "http://hooks.example/batch"
 

@@ -13,7 +13,7 @@ from apps.jobs import cancel_requeue
 from apps.jobs.claims import job_claim
 from apps.jobs.models import Job
 from apps.redis_clients import cancel_flag_key, state_redis
-from tests.batches.test_batches import accepted, local_results, rows  # noqa: F401
+from tests.batches.test_batches import _results_here, accepted, rows  # noqa: F401
 
 pytestmark = pytest.mark.django_db
 

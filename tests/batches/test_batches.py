@@ -29,19 +29,9 @@ BATCHES = "/api/v1/batches"
 
 
 @pytest.fixture(autouse=True)
-def local_results(tmp_path):
-    backend = {
-        "BACKEND": "django.core.files.storage.FileSystemStorage",
-        "OPTIONS": {"location": str(tmp_path), "allow_overwrite": True},
-    }
-    with override_settings(
-        STORAGES={
-            "default": backend,
-            "results": backend,
-            "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
-        }
-    ):
-        yield tmp_path
+def _results_here(local_results):
+    """Every test's results on the local filesystem (tests/conftest.py's ``local_results``)."""
+    return local_results
 
 
 def rows(n: int, start: int = 0) -> list[dict]:

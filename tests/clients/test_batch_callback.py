@@ -15,7 +15,7 @@ from scrapejobs_client import Client, cli
 from scrapejobs_client.errors import ApiError, InvalidRequest
 
 from apps.batches.models import Batch
-from tests.batches.test_batches import local_results  # noqa: F401
+from tests.batches.test_batches import _results_here  # noqa: F401 - autouse: results on local disk
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("keep_the_test_connection")]
 

@@ -11,7 +11,6 @@ from collections.abc import Callable
 
 import pytest
 from django.db import connection, transaction
-from django.test import override_settings
 from django.utils import timezone
 
 from apps.crawls import services
@@ -25,19 +24,9 @@ START = "http://127.0.0.1:9/site/0"
 
 
 @pytest.fixture(autouse=True)
-def local_results(tmp_path):
-    backend = {
-        "BACKEND": "django.core.files.storage.FileSystemStorage",
-        "OPTIONS": {"location": str(tmp_path), "allow_overwrite": True},
-    }
-    with override_settings(
-        STORAGES={
-            "default": backend,
-            "results": backend,
-            "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
-        }
-    ):
-        yield tmp_path
+def _results_here(local_results):
+    """Every test's results on the local filesystem (tests/conftest.py's ``local_results``)."""
+    return local_results
 
 
 def test_links_are_resolved_normalised_deduplicated_and_http_only():

@@ -17,7 +17,7 @@ from apps.jobs.receipt_fold import attempts_apply_finished
 from apps.results.links import _SALT
 from apps.scraping.attempt import job_run_attempt
 from apps.tenants.models import Tenant
-from tests.results.test_storage import local_results, s3_results  # noqa: F401 - fixtures
+from tests.results.test_storage import s3_results  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

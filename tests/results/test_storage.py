@@ -44,22 +44,6 @@ def _succeeded_job(tenant, stored, content_type="text/plain") -> Job:
     )
 
 
-@pytest.fixture
-def local_results(tmp_path):
-    backend = {
-        "BACKEND": "django.core.files.storage.FileSystemStorage",
-        "OPTIONS": {"location": str(tmp_path), "allow_overwrite": True},
-    }
-    with override_settings(
-        STORAGES={
-            "default": backend,
-            "results": backend,
-            "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
-        }
-    ):
-        yield tmp_path
-
-
 def test_the_key_is_dated_by_the_job_names_the_attempt_and_not_the_job():
     before = time.strftime("%Y/%m/%d", time.gmtime())
     job_id = uuid7()

@@ -12,7 +12,6 @@ import uuid
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from django.test import override_settings
 
 from apps.batches.loader import batch_load
 from apps.batches.parts import PART_SCHEMA, part_table
@@ -25,19 +24,9 @@ HOOK = "http://127.0.0.1:9/hook"
 
 
 @pytest.fixture(autouse=True)
-def local_results(tmp_path):
-    backend = {
-        "BACKEND": "django.core.files.storage.FileSystemStorage",
-        "OPTIONS": {"location": str(tmp_path), "allow_overwrite": True},
-    }
-    with override_settings(
-        STORAGES={
-            "default": backend,
-            "results": backend,
-            "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
-        }
-    ):
-        yield tmp_path
+def _results_here(local_results):
+    """Every test's results on the local filesystem (tests/conftest.py's ``local_results``)."""
+    return local_results
 
 
 def _loaded(api, data: bytes, content_type: str) -> tuple[dict, list[tuple]]:

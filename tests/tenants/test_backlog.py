@@ -18,7 +18,6 @@ from apps.jobs.cancel_requeue import job_cancel
 from apps.jobs.models import Job
 from apps.tenants.backlog import tenant_backlog_counts_clear
 from apps.tenants.models import Tenant
-from tests.results.test_storage import local_results  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.django_db
 
