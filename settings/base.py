@@ -549,6 +549,11 @@ SCRAPEJOBS_ROLLUP_INTERVAL_S = _positive_float("SCRAPEJOBS_ROLLUP_INTERVAL_S", 6
 SCRAPEJOBS_ROLLUP_RETENTION_DAYS = _bounded_int("SCRAPEJOBS_ROLLUP_RETENTION_DAYS", 8, 7, 3650)
 # /metrics answers a request carrying `Authorization: Bearer <this>`; empty: no token accepted.
 SCRAPEJOBS_METRICS_TOKEN = env.str("SCRAPEJOBS_METRICS_TOKEN", default="")
+# The target domains with series of their own on /metrics (every domain ever fetched would grow it
+# without bound); the dashboard shows every domain.
+SCRAPEJOBS_METRICS_DOMAINS = [
+    d.strip().lower() for d in env.list("SCRAPEJOBS_METRICS_DOMAINS", default=[]) if d.strip()
+]
 # ...or a request from these networks without a token (comma-separated CIDRs; empty: none). The
 # default lets a scraper on the same host (and `make run`) in; behind a reverse proxy on the same
 # host every client looks local: set it to empty there and use the token.

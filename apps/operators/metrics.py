@@ -10,6 +10,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 
 import redis
+from django.conf import settings
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
@@ -142,7 +143,9 @@ class ScrapejobsCollector(Collector):
             "Failed attempts (temporary, permanent, lost) by target domain.",
             labels=["domain"],
         )
-        for d in DomainTotal.objects.all():
+        # Only the domains an operator names (SCRAPEJOBS_METRICS_DOMAINS): one series per domain
+        # ever fetched grew /metrics without bound; the dashboard has every domain.
+        for d in DomainTotal.objects.filter(domain__in=settings.SCRAPEJOBS_METRICS_DOMAINS):
             by_domain.add_metric([d.domain], d.attempts)
             failed_by_domain.add_metric([d.domain], d.failures)
         # FR-35: the body bytes targets did not send because they answered a revalidation 304.

@@ -159,7 +159,10 @@ def test_an_empty_ledger_scrapes_as_zeros():
 
 
 @pytest.mark.django_db
-def test_attempt_counters_and_the_first_attempt_histogram_come_from_the_rollups_once_each(make_tenant):
+def test_attempt_counters_and_the_first_attempt_histogram_come_from_the_rollups_once_each(
+    make_tenant, settings
+):
+    settings.SCRAPEJOBS_METRICS_DOMAINS = ["a.example"]
     tenant, _, _ = make_tenant()
     helpers.succeeded(tenant)
     helpers.finish(
@@ -181,6 +184,9 @@ def test_attempt_counters_and_the_first_attempt_histogram_come_from_the_rollups_
     assert value(samples, "scrapejobs_dead_letters_total", error_class="timeout") == 0
     assert value(samples, "scrapejobs_domain_attempts_total", domain="a.example") == 3
     assert value(samples, "scrapejobs_domain_failed_attempts_total", domain="a.example") == 2
+    # A domain nobody named has no series of its own (/metrics does not grow with every host).
+    settings.SCRAPEJOBS_METRICS_DOMAINS = []
+    assert not [name for name, _labels in scrape() if name.startswith("scrapejobs_domain_")]
     # Three first attempts: two within 60 s, the one created 90 s before its claim above it.
     assert value(samples, "scrapejobs_time_to_first_attempt_seconds_count") == 3
     assert value(samples, "scrapejobs_time_to_first_attempt_seconds_bucket", le="60.0") == 2
