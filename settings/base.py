@@ -416,6 +416,8 @@ SCRAPEJOBS_WEBHOOK_CONNECT_TIMEOUT_S = _positive_float("SCRAPEJOBS_WEBHOOK_CONNE
 SCRAPEJOBS_WEBHOOK_TIMEOUT_S = _positive_float("SCRAPEJOBS_WEBHOOK_TIMEOUT_S", 10.0)
 # Deliveries in flight at once per deliverer run (threads of the `webhooks` task, not workers).
 SCRAPEJOBS_WEBHOOK_CONCURRENCY = _bounded_int("SCRAPEJOBS_WEBHOOK_CONCURRENCY", 16, 1, 256)
+# The calls one tenant may have in flight of those; 0: half of SCRAPEJOBS_WEBHOOK_CONCURRENCY.
+SCRAPEJOBS_WEBHOOK_TENANT_CONCURRENCY = _bounded_int("SCRAPEJOBS_WEBHOOK_TENANT_CONCURRENCY", 0, 0, 256)
 # Beat cadence of the end-of-job outbox (final jobs -> deliveries) and of the deliverer.
 SCRAPEJOBS_WEBHOOK_INTERVAL_S = _positive_float("SCRAPEJOBS_WEBHOOK_INTERVAL_S", 1.0)
 # After a webhook secret rotation the old secret keeps signing beside the new one this long (FR-23).

@@ -32,8 +32,9 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor, wait
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -175,11 +176,16 @@ class ClaimedDelivery:
     body: str
     # Current first; two while a rotation's grace period lasts (FR-23).
     secrets: list[str]
+    # Whose it is: the deliverer holds a tenant to its share of the calls in flight.
+    tenant_id: str | None = None
 
 
-def webhook_deliveries_claim_due(*, limit: int, now: datetime | None = None) -> list[ClaimedDelivery]:
-    """Claim up to ``limit`` due deliveries: attempt + 1 and the due time pushed out by the
-    claim lease, in one statement. Returns what is needed to make the call."""
+def webhook_deliveries_claim_due(
+    *, limit: int, now: datetime | None = None, skip_tenants: Sequence[str] = ()
+) -> list[ClaimedDelivery]:
+    """Claim up to ``limit`` due deliveries, none of ``skip_tenants``' (those already at their
+    share of the calls in flight): attempt + 1 and the due time pushed out by the claim lease, in
+    one statement. Returns what is needed to make the call."""
     now = now or timezone.now()
     lease_until = now + timedelta(seconds=settings.SCRAPEJOBS_WEBHOOK_TIMEOUT_S + CLAIM_MARGIN_S)
     with connection.cursor() as cur:
@@ -189,6 +195,7 @@ def webhook_deliveries_claim_due(*, limit: int, now: datetime | None = None) -> 
             WITH due AS (
                 SELECT id FROM webhooks_webhookdelivery
                  WHERE status = 'pending' AND next_attempt_at <= %s
+                   AND (tenant_id IS NULL OR NOT tenant_id = ANY(%s::uuid[]))
                  ORDER BY next_attempt_at
                  LIMIT %s
                    FOR UPDATE SKIP LOCKED
@@ -199,7 +206,7 @@ def webhook_deliveries_claim_due(*, limit: int, now: datetime | None = None) -> 
              WHERE d.id = due.id
          RETURNING d.id, d.attempts, d.url, d.body, d.job_id, d.tenant_id
             """,
-            [now, limit, lease_until],
+            [now, list(skip_tenants), limit, lease_until],
         )
         rows = cur.fetchall()
     if not rows:
@@ -218,7 +225,11 @@ def webhook_deliveries_claim_due(*, limit: int, now: datetime | None = None) -> 
         else:
             secrets = by_tenant.get(str(tenant_id))
         if secrets is not None:
-            claimed.append(ClaimedDelivery(delivery_id, attempt, url, body, secrets))
+            claimed.append(
+                ClaimedDelivery(
+                    delivery_id, attempt, url, body, secrets, None if tenant_id is None else str(tenant_id)
+                )
+            )
     return claimed
 
 
@@ -353,23 +364,35 @@ def webhooks_deliver_due(
 ) -> int:
     """Deliver due webhooks for up to about ``budget_s`` seconds; returns attempts made.
 
-    Calls run ``concurrency`` at a time in threads that do only the HTTP call; this thread claims
-    and records, so database connections stay with the task's thread. A call that overruns its
-    bound is recorded as timed out and its thread's late answer is dropped."""
+    Up to ``concurrency`` calls are in flight, in threads that do only the HTTP call; this thread
+    claims and records, so database connections stay with the task's thread. A slot is refilled
+    as soon as its call ends, not when a whole round has (one slow receiver held every other
+    call back for up to its timeout), and a tenant holds at most half the slots
+    (``SCRAPEJOBS_WEBHOOK_TENANT_CONCURRENCY``): a dead receiver with a backlog of due deliveries
+    leaves the other tenants theirs. A call that overruns its bound is recorded as timed out and
+    its thread's late answer is dropped."""
     conc = concurrency or settings.SCRAPEJOBS_WEBHOOK_CONCURRENCY
+    per_tenant = min(conc, settings.SCRAPEJOBS_WEBHOOK_TENANT_CONCURRENCY or max(1, conc // 2))
     bound = settings.SCRAPEJOBS_WEBHOOK_TIMEOUT_S + 2
     deadline = time.monotonic() + budget_s
     made = 0
     pool = ThreadPoolExecutor(max_workers=conc, thread_name_prefix="webhook")
+    # Each call in flight: its delivery, when it started (the record's time) and its bound.
+    flying: dict[Future[PostOutcome], tuple[ClaimedDelivery, datetime, float]] = {}
     try:
-        while time.monotonic() < deadline and not (should_stop and should_stop()):
-            claimed = webhook_deliveries_claim_due(limit=conc)
-            if not claimed:
+        while True:
+            if time.monotonic() < deadline and not (should_stop and should_stop()):
+                _refill(pool, flying, conc=conc, per_tenant=per_tenant, bound=bound)
+            if not flying:
                 break
-            started_at = timezone.now()
-            futures = {pool.submit(_post, c): c for c in claimed}
-            done, _ = wait(futures, timeout=bound)
-            for future, c in futures.items():
+            soonest = min(until for _, _, until in flying.values())
+            # Back at the first call's end, its bound, or shortly to claim what became due.
+            done, _ = wait(
+                flying, timeout=max(0.0, min(soonest - time.monotonic(), 0.5)), return_when=FIRST_COMPLETED
+            )
+            now = time.monotonic()
+            for future in [f for f, (_, _, until) in flying.items() if f in done or now >= until]:
+                c, started_at, _ = flying.pop(future)
                 outcome = (
                     future.result()
                     if future in done
@@ -383,6 +406,26 @@ def webhooks_deliver_due(
         # Do not wait for an overrunning call's thread: its socket is shut by its own timer.
         pool.shutdown(wait=False, cancel_futures=True)
     return made
+
+
+def _refill(
+    pool: ThreadPoolExecutor,
+    flying: dict[Future[PostOutcome], tuple[ClaimedDelivery, datetime, float]],
+    *,
+    conc: int,
+    per_tenant: int,
+    bound: float,
+) -> None:
+    """Claim and start calls until the slots are full or nothing more is due, one at a time so
+    that no tenant goes past ``per_tenant`` calls in flight."""
+    while len(flying) < conc:
+        busy = Counter(c.tenant_id for c, _, _ in flying.values() if c.tenant_id is not None)
+        full = [tenant for tenant, n in busy.items() if n >= per_tenant]
+        claimed = webhook_deliveries_claim_due(limit=1, skip_tenants=full)
+        if not claimed:
+            return
+        for c in claimed:
+            flying[pool.submit(_post, c)] = (c, timezone.now(), time.monotonic() + bound)
 
 
 def webhook_deliveries_redeliver(*, delivery_ids: Iterable[int], tenant_id: uuid.UUID | None = None) -> int:

@@ -356,3 +356,25 @@ def test_a_callback_is_refused_on_the_connected_peer_even_if_resolution_was_fool
     # Refused, said without the address (the operator's log has it, not the tenant's record).
     assert "refused address" in delivery.last_error and "127.0.0.1" not in delivery.last_error
     assert target.requests_for("/echo") == []
+
+
+@pytest.mark.django_db
+def test_a_dead_receivers_backlog_leaves_another_tenant_its_calls(make_tenant, target, settings):
+    """Asserted by order: with tenant A's receiver holding every call for 10 s and 50 of A's
+    deliveries due first, tenant B's webhook arrives before A's first call returns; A holds at
+    most half the slots (SCRAPEJOBS_WEBHOOK_TENANT_CONCURRENCY's default)."""
+    settings.SCRAPEJOBS_WEBHOOK_TIMEOUT_S = 10.0
+    settings.SCRAPEJOBS_WEBHOOK_CONCURRENCY = 8
+    a, b = make_tenant()[0], make_tenant()[0]
+    for _ in range(50):
+        succeeded_job(a, callback_url=target.url("/slow?delay=10"))
+    webhooks_enqueue_final()
+    other = succeeded_job(b, callback_url=target.url("/status/200"))
+    webhooks_enqueue_final()
+
+    webhooks_deliver_due(budget_s=1)  # returns once its calls in flight have ended
+
+    a_calls, b_calls = target.requests_for("/slow"), target.requests_for("/status/200")
+    assert len(b_calls) == 1 and len(a_calls) == 4
+    assert b_calls[0][0] < min(at for at, *_ in a_calls) + 10  # before A's first call returned
+    assert WebhookDelivery.objects.get(job=other).status == DeliveryStatus.DELIVERED
