@@ -41,8 +41,12 @@ FORMATS = ("json", "jsonl", "csv", "parquet")
 # few tens of MB whatever their shape (NFR-20, docs/limits.md).
 CHUNK_ROWS = 65_536
 CHUNK_BYTES = 4 << 20
-# Parquet is read in record batches of about this much column data (by its row groups' sizes).
-PARQUET_BATCH_BYTES = 16 << 20
+# Parquet is read in record batches of this many rows, whatever its footer says of its sizes (a
+# footer is the sender's word: a 434-byte file can say its rows are tiny and hold 8 KiB each), and
+# a record batch that decodes to more than PARQUET_BATCH_MAX_BYTES (rows of over 32 KiB on
+# average) refuses the file at once (docs/limits.md: what that bounds, and what it cannot).
+PARQUET_BATCH_ROWS = 512
+PARQUET_BATCH_MAX_BYTES = 16 << 20
 # Rows a Parquet chunk hands to the per-row path at once, as Python values.
 PARQUET_PYLIST_ROWS = 4096
 # Bytes read from a JSON file at a time while it is decoded row by row.
@@ -295,13 +299,24 @@ def _chain_first(first: tuple[Any, int], rest: Iterator[tuple[Any, int]]) -> Ite
     yield from rest
 
 
+def _jsonl_lines(fh: IO[bytes]) -> Iterator[bytes]:
+    """The file's lines, each read at most SCRAPEJOBS_MAX_REQUEST_BYTES (POST /jobs's limit for
+    one job) long: a longer line makes the file unreadable before it is held whole (a single line
+    of 256 MB would be read, then parsed, at once)."""
+    limit = settings.SCRAPEJOBS_MAX_REQUEST_BYTES
+    while line := fh.readline(limit + 1):
+        if len(line) > limit:
+            raise UnreadableFile(f"a JSON line over {limit} bytes")
+        yield line
+
+
 def _jsonl_rows(fh: IO[bytes]) -> RowSource:
-    count = sum(1 for line in fh if line.strip())
+    count = sum(1 for line in _jsonl_lines(fh) if line.strip())
     _row_limit_check(count)
     fh.seek(0)
 
     def rows() -> Iterator[tuple[Any, int]]:
-        for line in fh:
+        for line in _jsonl_lines(fh):
             if line.strip():
                 try:
                     yield json.loads(line), len(line)
@@ -433,11 +448,9 @@ def _parquet_rows(fh: IO[bytes]) -> RowSource:
     # million): their sum is the count, and the rows read are counted again as they come.
     count = sum(group.num_rows for group in groups)
     _row_limit_check(count)
-    row_bytes = max((g.total_byte_size / g.num_rows for g in groups if g.num_rows), default=1.0)
-    batch_size = max(1, min(CHUNK_ROWS, int(PARQUET_BATCH_BYTES / max(row_bytes, 1.0))))
 
     def chunks() -> Iterator[Checked]:
-        batches = parquet.iter_batches(batch_size=batch_size)
+        batches = parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS)
         first = 1
         while True:
             try:
@@ -447,6 +460,11 @@ def _parquet_rows(fh: IO[bytes]) -> RowSource:
             except (pa.ArrowException, OSError) as e:  # a damaged row group past the footer
                 raise UnreadableFile(f"the Parquet file is damaged: {e}") from None
             _row_limit_check(first - 1 + batch.num_rows, at_least=True)
+            if batch.nbytes > PARQUET_BATCH_MAX_BYTES:  # known only once decoded: at once, then
+                raise UnreadableFile(
+                    f"rows {first} to {first + batch.num_rows - 1} decode to {batch.nbytes >> 20} MiB,"
+                    f" over {PARQUET_BATCH_MAX_BYTES >> 20} MiB for {PARQUET_BATCH_ROWS} rows"
+                )
             yield _parquet_checked(batch, first=first)
             first += batch.num_rows
 
