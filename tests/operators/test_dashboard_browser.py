@@ -92,8 +92,12 @@ def test_a_staff_user_sees_every_chart_drawn_in_a_real_browser(browser, live_ser
     browser.find_element(By.NAME, "username").send_keys("ops")
     browser.find_element(By.NAME, "password").send_keys("correct horse")
     browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
-    browser.find_element(By.CSS_SELECTOR, "#operators-dashboard-link a").click()
-    browser.find_element(By.LINK_TEXT, "7d").click()
+
+    def present(by: str, value: str):  # a click that navigates returns before the next page is in
+        return WebDriverWait(browser, 30).until(lambda d: (d.find_elements(by, value) or [None])[0])
+
+    present(By.CSS_SELECTOR, "#operators-dashboard-link a").click()
+    present(By.LINK_TEXT, "7d").click()
     WebDriverWait(browser, 30).until(
         lambda d: d.execute_script("return Object.keys(window.scrapejobsCharts || {}).length") == CHART_COUNT
     )

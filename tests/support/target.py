@@ -150,6 +150,10 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class TargetServer(ThreadingHTTPServer):
+    # A listen backlog for the hundreds of connections a test opens at once (socketserver's is 5:
+    # past it, a connection waits for SYN retries, 1 s, 3 s, 7 s..., and a busy machine turned
+    # that into connect timeouts that were the test server's, not the service's).
+    request_queue_size = 1024
     daemon_threads = True
     allow_reuse_address = True
 
