@@ -68,9 +68,12 @@ LINE_HOLD_S = 15
 # The scripts, one file each in lua/ (their KEYS, ARGV and replies are described there), read
 # once at import. Each operation is one script: see the module docstring.
 _LUA = Path(__file__).resolve().parent / "lua"
-_ACQUIRE = (_LUA / "permit_acquire.lua").read_text(encoding="utf-8")
+# bucket.lua (the bucket as the rate in force refills it) is the head of both scripts that spend
+# its tokens, so that they reckon it one way.
+_BUCKET = (_LUA / "bucket.lua").read_text(encoding="utf-8")
+_ACQUIRE = _BUCKET + (_LUA / "permit_acquire.lua").read_text(encoding="utf-8")
 _RECORD = (_LUA / "outcome_record.lua").read_text(encoding="utf-8")
-_TOKEN_TRY = (_LUA / "token_try.lua").read_text(encoding="utf-8")
+_TOKEN_TRY = _BUCKET + (_LUA / "token_try.lua").read_text(encoding="utf-8")
 
 _scripts: dict[str, Any] = {}
 

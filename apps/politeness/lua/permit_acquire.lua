@@ -28,20 +28,8 @@ local ceiling, burst, cap = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[
 local holder, slot_ttl, member = ARGV[4], tonumber(ARGV[5]), ARGV[6]
 local p, tenant, weight, hold = tonumber(ARGV[7]), ARGV[8], tonumber(ARGV[9]), tonumber(ARGV[10])
 local w = {tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])}
--- The rate in force: the adaptive rate (outcome_record.lua) and 1 / Crawl-delay (robots.txt)
--- lower the policy's; the burst shrinks in proportion, so a throttled domain does not get a full
--- bucket of back-to-back requests after a quiet spell.
-local a = redis.call('HMGET', KEYS[3], 'rate', 'crawl')
-local rate = math.min(ceiling, tonumber(a[1]) or ceiling)
-local crawl = tonumber(a[2]) or 0
-if crawl > 0 then rate = math.min(rate, 1 / crawl) end
-burst = math.max(1, math.floor(burst * rate / ceiling))
-local s = redis.call('HMGET', KEYS[1], 'tokens', 'ts', 'cooldown', 'queued')
-local tokens = tonumber(s[1]) or burst
-local ts = tonumber(s[2]) or now
-local cooldown = tonumber(s[3]) or 0
-local queued = tonumber(s[4]) or 0
-tokens = math.min(burst, tokens + math.max(0, now - ts) * rate)
+local rate, tokens, cooldown, queued
+rate, burst, tokens, cooldown, queued = bucket_read(KEYS[1], KEYS[3], ceiling, burst, now)  -- bucket.lua
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 -- The permits free now: whole tokens, and slots below the cap (a hop's token needs no slot).
 local free, capped = math.floor(tokens), false

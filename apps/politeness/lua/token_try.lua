@@ -6,18 +6,8 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local ceiling, burst = tonumber(ARGV[1]), tonumber(ARGV[2])
--- The rate in force, as permit_acquire.lua reckons it.
-local a = redis.call('HMGET', KEYS[2], 'rate', 'crawl')
-local rate = math.min(ceiling, tonumber(a[1]) or ceiling)
-local crawl = tonumber(a[2]) or 0
-if crawl > 0 then rate = math.min(rate, 1 / crawl) end
-burst = math.max(1, math.floor(burst * rate / ceiling))
-local s = redis.call('HMGET', KEYS[1], 'tokens', 'ts', 'queued', 'cooldown')
-local tokens = tonumber(s[1]) or burst
-local ts = tonumber(s[2]) or now
-local queued = tonumber(s[3]) or 0
-local cooldown = tonumber(s[4]) or 0
-tokens = math.min(burst, tokens + math.max(0, now - ts) * rate)
+local rate, tokens, cooldown, queued
+rate, burst, tokens, cooldown, queued = bucket_read(KEYS[1], KEYS[2], ceiling, burst, now)  -- bucket.lua
 if cooldown > now or queued > 0 or tokens < 1 then
   return 0
 end
