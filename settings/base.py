@@ -590,6 +590,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "TokenScopeEnum": "apps.tenants.models.TokenScope",
         "CrawlScopeEnum": "apps.crawls.models.CrawlScope",
+        "CrawlStatusEnum": "apps.crawls.models.CrawlStatus",
     },
     # The constraints intake enforces that the serializers cannot state (apps/intake/schema.py).
     "POSTPROCESSING_HOOKS": [

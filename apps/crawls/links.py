@@ -6,9 +6,10 @@ against the base and the page's final URL, their fragment dropped, and normalise
 rule as single-flight's fetch key (``normalised_url``), so one page under several spellings is one
 page of the crawl. Only http(s) links are kept.
 
-Scope and patterns: ``host`` keeps links to the start URL's scheme, host and port; ``domain`` to
-any host of its registrable domain (the public suffix list politeness uses,
-apps/politeness/domains.py). ``include`` / ``exclude`` are path patterns matched as robots.txt
+Scope and patterns: ``same_origin`` keeps links to a seed's scheme, host and port; ``same_site``
+to any host of a seed's registrable domain (the public suffix list politeness uses,
+apps/politeness/domains.py); ``prefix`` to a seed's origin under the seed's path up to its last
+``/`` (``/docs/intro`` keeps ``/docs/…``). ``include`` / ``exclude`` are path patterns matched as robots.txt
 rules are (``*`` any run, a final ``$`` the end; the linear matcher of apps/politeness/robots.py,
 no regular expressions): a link is kept when it matches no ``exclude`` and, if any ``include`` is
 given, at least one of them.
@@ -19,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from html.parser import HTMLParser
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import SplitResult, urljoin, urlsplit
 
 from apps.jobs.singleflight import normalised_url
 from apps.politeness.domains import registrable_domain
@@ -108,33 +109,52 @@ def pattern_problem(pattern: object) -> str | None:
     return None
 
 
+def _origin(parts: SplitResult) -> tuple[str, str | None, int | None]:
+    return parts.scheme, parts.hostname, parts.port
+
+
+def _path_prefix(path: str) -> str:
+    """A seed's directory: its path up to and including its last ``/``."""
+    return (path or "/")[: (path or "/").rfind("/") + 1]
+
+
 @dataclass(frozen=True)
 class Scope:
-    """What a crawl keeps: built once per expansion from the crawl's row."""
+    """What a crawl keeps: built once per expansion from the crawl's row. A link is in scope when
+    it is in the scope of any one seed."""
 
-    start_url: str
-    kind: str  # "host" or "domain"
+    kind: str  # CrawlScope: "same_origin", "same_site" or "prefix"
+    origins: frozenset[tuple[str, str | None, int | None]]
+    sites: frozenset[str]
+    prefixes: tuple[tuple[tuple[str, str | None, int | None], str], ...]
     include: tuple[RobotsRule, ...]
     exclude: tuple[RobotsRule, ...]
 
     @classmethod
-    def of(cls, *, start_url: str, kind: str, include: Iterable[str], exclude: Iterable[str]) -> Scope:
+    def of(cls, *, seeds: Iterable[str], kind: str, include: Iterable[str], exclude: Iterable[str]) -> Scope:
+        parts = [urlsplit(normalised_url(seed)) for seed in seeds]
         return cls(
-            start_url=normalised_url(start_url),
             kind=kind,
+            origins=frozenset(_origin(p) for p in parts),
+            sites=frozenset(registrable_domain(p.hostname or "") for p in parts),
+            prefixes=tuple((_origin(p), _path_prefix(p.path)) for p in parts),
             include=tuple(pattern_rule(p) for p in include),
             exclude=tuple(pattern_rule(p) for p in exclude),
         )
 
     def in_scope(self, url: str) -> bool:
         """``url`` normalised (``links_of``)."""
-        start = urlsplit(self.start_url)
         parts = urlsplit(url)
-        if self.kind == "host":
-            if (parts.scheme, parts.hostname, parts.port) != (start.scheme, start.hostname, start.port):
+        if self.kind == "same_origin":
+            if _origin(parts) not in self.origins:
                 return False
-        elif registrable_domain(parts.hostname or "") != registrable_domain(start.hostname or ""):
-            return False
+        elif self.kind == "same_site":
+            if registrable_domain(parts.hostname or "") not in self.sites:
+                return False
+        else:
+            origin, path = _origin(parts), parts.path or "/"
+            if not any(origin == o and path.startswith(prefix) for o, prefix in self.prefixes):
+                return False
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         if any(rule.matches(path) for rule in self.exclude):
             return False

@@ -1,4 +1,4 @@
-"""Crawls (FR-39, FR-40, FR-41, docs/crawls.md): a start URL, a scope and an exact page limit;
+"""Crawls (FR-39, FR-40, FR-41, docs/crawls.md): seed URLs, a scope and an exact page limit;
 every page found is an ordinary job of jobs_job keyed as a batch's rows are (``batch_id`` = the
 crawl, ``batch_row`` = the page's sequence), so listing, counting and cancelling are the batches'
 and a plain job pays nothing for crawls. ``CrawlPage`` is the crawl's ledger of pages: one row per
@@ -14,22 +14,23 @@ from apps.jobs.ids import uuid7
 
 class CrawlStatus(models.TextChoices):
     RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
+    COMPLETED = "completed"  # every page's job final and every page's links read
     CANCELLED = "cancelled"
 
 
 class CrawlScope(models.TextChoices):
-    HOST = "host"  # the start URL's scheme, host and port
-    DOMAIN = "domain"  # the start host's registrable domain (apps/politeness/domains.py)
+    SAME_ORIGIN = "same_origin"  # a seed's scheme, host and port
+    SAME_SITE = "same_site"  # a seed host's registrable domain (apps/politeness/domains.py)
+    PREFIX = "prefix"  # a seed's origin and the path up to its last "/"
 
 
 class Crawl(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.PROTECT, related_name="crawls")
     status = models.CharField(max_length=16, choices=CrawlStatus.choices, default=CrawlStatus.RUNNING)
-    url = models.TextField()
-    scope = models.CharField(max_length=16, choices=CrawlScope.choices, default=CrawlScope.HOST)
+    # The start pages (depth 0), as given: 1 to 100 URLs.
+    seeds = models.JSONField(default=list)
+    scope = models.CharField(max_length=16, choices=CrawlScope.choices, default=CrawlScope.SAME_ORIGIN)
     include = models.JSONField(default=list, blank=True)
     exclude = models.JSONField(default=list, blank=True)
     max_pages = models.PositiveIntegerField()

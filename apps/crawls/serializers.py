@@ -10,7 +10,7 @@ from rest_framework import serializers
 
 from apps.api.paths import API_V1_BASE
 from apps.crawls.links import MAX_PATTERNS, pattern_problem
-from apps.crawls.models import Crawl, CrawlScope
+from apps.crawls.models import Crawl, CrawlScope, CrawlStatus
 from apps.intake.serializers import (
     MAX_URL_LENGTH,
     JobCreateInput,
@@ -21,7 +21,8 @@ from apps.intake.serializers import (
 )
 
 MAX_DEPTH = 100
-DEFAULT_DEPTH = 3
+DEFAULT_DEPTH = 10
+MAX_SEEDS = 100
 # What each page's job may be given (POST /jobs's fields, with its bounds). Not url, method, body
 # (a page is a GET of a link) nor callback_url (the crawl has its own).
 JOB_FIELDS = (
@@ -57,8 +58,12 @@ class PatternsField(serializers.Field):
 
 
 class CrawlCreateInput(StrictObjectInput):
-    url = StrictCharField(
-        max_length=MAX_URL_LENGTH, trim_whitespace=False, help_text="The start page (depth 0)."
+    seeds = serializers.ListField(
+        child=StrictCharField(max_length=MAX_URL_LENGTH, trim_whitespace=False),
+        min_length=1,
+        max_length=MAX_SEEDS,
+        help_text=f"The start pages (depth 0): 1 to {MAX_SEEDS} http(s) URLs, judged by the address "
+        "guard as a job's URL is.",
     )
     max_pages = StrictIntegerField(
         min_value=1,
@@ -69,12 +74,13 @@ class CrawlCreateInput(StrictObjectInput):
         min_value=0,
         max_value=MAX_DEPTH,
         default=DEFAULT_DEPTH,
-        help_text="Links followed from the start page.",
+        help_text="Links followed from a seed (a seed is depth 0).",
     )
     scope = serializers.ChoiceField(
         choices=CrawlScope.choices,
-        default=CrawlScope.HOST,
-        help_text='"host": the start URL\'s scheme, host and port; "domain": its registrable domain.',
+        default=CrawlScope.SAME_ORIGIN,
+        help_text='"same_origin": a seed\'s scheme, host and port; "same_site": a seed host\'s registrable '
+        'domain (the public suffix list); "prefix": a seed\'s origin, under its path up to the last "/".',
     )
     include = PatternsField(
         required=False,
@@ -95,8 +101,16 @@ class CrawlCreateInput(StrictObjectInput):
         help_text="Called once when the crawl ends (crawl.completed) or is cancelled (crawl.cancelled).",
     )
 
-    def validate_url(self, value: str) -> str:
-        return _http_url(value, what="url")
+    def validate_seeds(self, value: list[str]) -> list[str]:
+        problems: dict[int, list[str]] = {}
+        for i, seed in enumerate(value):
+            try:
+                _http_url(seed, what="seed")
+            except serializers.ValidationError as e:
+                problems[i] = [str(d) for d in e.detail]  # type: ignore[union-attr]
+        if problems:
+            raise serializers.ValidationError(problems)  # type: ignore[arg-type]
+        return list(value)
 
     def validate_callback_url(self, value: str | None) -> str | None:
         return None if value is None else _http_url(value, what="callback_url")
@@ -112,7 +126,7 @@ class CrawlCreateInput(StrictObjectInput):
         unknown = sorted(set(options) - set(JOB_FIELDS))
         if unknown:
             raise serializers.ValidationError({f"job.{name}": ["Not a page job option."] for name in unknown})
-        checked = JobCreateInput(data={**options, "url": attrs["url"]})
+        checked = JobCreateInput(data={**options, "url": attrs["seeds"][0]})
         if not checked.is_valid():
             raise serializers.ValidationError({f"job.{k}": v for k, v in checked.errors.items()})
         data = dict(checked.validated_data)
@@ -139,7 +153,7 @@ def crawl_representation(crawl: Crawl, *, base: str, counts: dict[str, Any] | No
     body: dict[str, Any] = {
         "id": str(crawl.id),
         "status": crawl.status,
-        "url": crawl.url,
+        "seeds": crawl.seeds,
         "scope": crawl.scope,
         "include": crawl.include,
         "exclude": crawl.exclude,
@@ -183,9 +197,9 @@ class CrawlLinksOutput(serializers.Serializer):
 
 class CrawlOutput(serializers.Serializer):
     id = serializers.UUIDField()
-    status = serializers.ChoiceField(choices=["running", "succeeded", "failed", "cancelled"])
-    url = serializers.CharField()
-    scope = serializers.CharField()
+    status = serializers.ChoiceField(choices=CrawlStatus.choices)
+    seeds = serializers.ListField(child=serializers.CharField())
+    scope = serializers.ChoiceField(choices=CrawlScope.choices)
     include = serializers.ListField(child=serializers.CharField())
     exclude = serializers.ListField(child=serializers.CharField())
     max_pages = serializers.IntegerField()

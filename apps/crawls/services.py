@@ -71,7 +71,7 @@ class Candidate:
 def crawl_create(
     *,
     tenant_id: uuid.UUID,
-    url: str,
+    seeds: list[str],
     scope: str,
     include: list[str],
     exclude: list[str],
@@ -82,22 +82,25 @@ def crawl_create(
     idempotency_key: str | None,
     fingerprint: str,
 ) -> tuple[Crawl, bool]:
-    """A new crawl and its first page's job, in one transaction; ``(crawl, created)``. A replayed
-    key returns its crawl; a key used with another body raises ``CrawlIdempotencyConflict``."""
+    """A new crawl and its seeds' jobs (depth 0, up to ``max_pages``), in one transaction;
+    ``(crawl, created)``. A replayed key returns its crawl; a key used with another body raises
+    ``CrawlIdempotencyConflict``."""
     if idempotency_key is not None:
         existing = Crawl.objects.filter(tenant_id=tenant_id, idempotency_key=idempotency_key).first()
         if existing is not None:
             return _replayed(existing, fingerprint)
-    # The start page is one more queued job (FR-20): refused, as POST /jobs is, at the cap.
+    # Each seed a distinct page, once (the fetch key's normalisation: FR-40).
+    starts = list(dict.fromkeys(normalised_url(seed) for seed in seeds))[:max_pages]
+    # The start pages are queued jobs (FR-20): refused, as a batch is, when they do not all fit.
     room = _backlog_room(tenant_id)
-    if room is not None and room < 1:
+    if room is not None and room < len(starts):
         cap = tenant_queued_cap(Tenant.objects.only("max_queued_jobs").get(id=tenant_id))
-        raise backlog_full(queued=cap, adding=1, cap=cap)
+        raise backlog_full(queued=cap - max(room, 0), adding=len(starts), cap=cap)
     try:
         with transaction.atomic():
             crawl = Crawl.objects.create(
                 tenant_id=tenant_id,
-                url=url,
+                seeds=seeds,
                 scope=scope,
                 include=include,
                 exclude=exclude,
@@ -108,7 +111,7 @@ def crawl_create(
                 idempotency_key=idempotency_key,
                 idempotency_fingerprint=fingerprint if idempotency_key else None,
             )
-            _pages_take(crawl.id, [Candidate(url=normalised_url(url), depth=0, found_on=None)])
+            _pages_take(crawl.id, [Candidate(url=url, depth=0, found_on=None) for url in starts])
     except IntegrityError:
         existing = Crawl.objects.filter(tenant_id=tenant_id, idempotency_key=idempotency_key).first()
         if idempotency_key is None or existing is None:
@@ -246,7 +249,7 @@ def crawl_expand(crawl_id: uuid.UUID, *, limit: int = 100) -> int:
     crawl = Crawl.objects.filter(id=crawl_id).first()
     if crawl is None or crawl.status != CrawlStatus.RUNNING:
         return 0
-    scope = Scope.of(start_url=crawl.url, kind=crawl.scope, include=crawl.include, exclude=crawl.exclude)
+    scope = Scope.of(seeds=crawl.seeds, kind=crawl.scope, include=crawl.include, exclude=crawl.exclude)
     robots = RobotsJudge()
     expanded = 0
     for page in _ended_pages(crawl_id, limit=limit):
@@ -284,7 +287,7 @@ def crawl_expand(crawl_id: uuid.UUID, *, limit: int = 100) -> int:
 
 def crawl_end_if_done(crawl_id: uuid.UUID) -> bool:
     """End a running crawl that has no page left to expand (every job final, every link read):
-    ``succeeded`` when a page succeeded, else ``failed``; its callback enqueued in the same
+    ``completed`` (its pages' own statuses say how each ended); its callback enqueued in the same
     transaction (FR-41). True when this call ended it."""
     # Looked at first without the lock: a crawl with pages left (the common case) takes none.
     if CrawlPage.objects.filter(crawl_id=crawl_id, expanded_at__isnull=True).exists():
@@ -293,13 +296,7 @@ def crawl_end_if_done(crawl_id: uuid.UUID) -> bool:
         crawl = Crawl.objects.select_for_update().filter(id=crawl_id, status=CrawlStatus.RUNNING).first()
         if crawl is None or CrawlPage.objects.filter(crawl_id=crawl_id, expanded_at__isnull=True).exists():
             return False
-        with connection.cursor() as cur:
-            cur.execute(
-                "SELECT EXISTS (SELECT 1 FROM jobs_job WHERE batch_id = %s AND status = 'succeeded')",
-                [crawl_id],
-            )
-            any_succeeded = cur.fetchone()[0]
-        crawl.status = CrawlStatus.SUCCEEDED if any_succeeded else CrawlStatus.FAILED
+        crawl.status = CrawlStatus.COMPLETED
         Crawl.objects.filter(id=crawl_id).update(status=crawl.status, finished_at=Now(), updated_at=Now())
         _announce(crawl_id, EVENT_COMPLETED)
     return True

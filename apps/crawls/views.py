@@ -56,7 +56,7 @@ class CrawlCreateView(APIView):
     @extend_schema(
         operation_id="crawls_create",
         summary="Start a crawl",
-        description="From a start URL, the pages found by following `<a href>` links within the "
+        description="From its seeds, the pages found by following `<a href>` links within the "
         "scope become ordinary jobs of the crawl, never more than `max_pages` (exactly), each "
         "page once. Answers 202 with the crawl; follow `links.self`. Bad input is 400 and "
         "creates nothing.",
@@ -92,7 +92,7 @@ class CrawlCreateView(APIView):
         try:
             crawl, created = crawl_create(
                 tenant_id=_tenant_id(request),
-                url=data["url"],
+                seeds=data["seeds"],
                 scope=data["scope"],
                 include=data["include"],
                 exclude=data["exclude"],

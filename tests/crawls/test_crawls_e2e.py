@@ -22,7 +22,7 @@ FINAL = ("succeeded", "failed", "cancelled")
 
 
 def _crawl(api, target, start: str = "/site/0", **body) -> dict:
-    r = api.post("/api/v1/crawls", {"url": target.url(start), **body}, format="json")
+    r = api.post("/api/v1/crawls", {"seeds": [target.url(start)], **body}, format="json")
     assert r.status_code == 202, r.content
     return r.json()
 
@@ -50,7 +50,7 @@ def test_a_crawl_of_a_31_page_site_with_max_pages_10_fetches_exactly_10_pages_on
     )
 
     state = _state(api, crawl["id"])
-    assert state["status"] == "succeeded" and state["finished_at"] is not None
+    assert state["status"] == "completed" and state["finished_at"] is not None
     assert state["pages"] == {
         "total": 10,
         "queued": 0,
@@ -73,7 +73,7 @@ def test_a_crawl_of_a_31_page_site_with_max_pages_10_fetches_exactly_10_pages_on
     assert (delivery.event, body["type"], body["status"], body["pages"]["succeeded"]) == (
         "crawl.completed",
         "crawl.completed",
-        "succeeded",
+        "completed",
         10,
     )
 
@@ -87,7 +87,7 @@ def test_depth_scope_exclude_and_dedupe_decide_which_pages_are_fetched(services,
     )
 
     state = _state(api, crawl["id"])
-    assert state["status"] == "succeeded"
+    assert state["status"] == "completed"
     # Depth 0..2 of the binary tree: pages 0..6, each fetched once; /site/0#top is page 0 again,
     # /private/* excluded, the other host and mailto: never pages.
     assert _site_fetches(target) == Counter({f"/site/{n}": 1 for n in range(7)})
