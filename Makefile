@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 BENCH ?=
 PYTEST_ARGS ?=
 
-.PHONY: run test test-fast lint bench install clean schema lock browser
+.PHONY: run test test-fast lint bench figures install clean schema lock browser
 
 $(STAMP): requirements.txt requirements-dev.txt
 	@$(PY) -c "import sys; assert sys.version_info[:2] == (3, 11), sys.version" || { echo "need Python 3.11 (make PY=/path/to/python3.11)"; exit 1; }
@@ -55,6 +55,11 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m scrapejobs.embedded exec --dir .run/bench -- $(BIN)/python -m bench $(BENCH)
+
+# README.md's and docs/benchmarks.md's figures, rendered from bench/results/*.json (which each
+# `make bench` run writes); tests/test_figures.py fails when the documents differ from them.
+figures: $(STAMP)
+	$(BIN)/python -m bench.figures
 
 # Regenerate the lock files (every transitive dependency, pinned, with hashes) from requirements.in
 # and requirements-dev.in after editing them; `make install` then installs exactly those.

@@ -17,14 +17,26 @@ worker's measured capacity), browser (a page a script fills, rendered at 1, 2 an
 process, against a plain fetch of it), revalidate (1,000 unchanged pages re-fetched plain and with
 ``revalidate``: bytes received, target CPU, service CPU per job), hostile (log masking of one
 long word, against the quadratic pattern it replaced), each ``bench/<name>.py:run()``.
+
+Each benchmark's figures are also written to ``bench/results/<name>.json`` with the machine, the
+commit and the ``BENCH_*`` settings of the run (``BENCH_RESULTS_DIR`` elsewhere; empty: not
+written); ``make figures`` renders README.md's and docs/benchmarks.md's figures from them.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
+import os
+import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
+
+from bench import common
+
+ROOT = Path(__file__).resolve().parent.parent
 
 ORDER = (
     "intake",
@@ -61,9 +73,71 @@ def main(argv: list[str]) -> int:
     for name in chosen:
         started = time.monotonic()
         print(f"# {name}", flush=True)
+        common.RESULTS.clear()
+        load = os.getloadavg()
         importlib.import_module(f"bench.{name}").run()
-        print(f"# {name} took {time.monotonic() - started:.0f}s", flush=True)
+        took = time.monotonic() - started
+        print(f"# {name} took {took:.0f}s", flush=True)
+        results_write(name, figures=dict(common.RESULTS), took_s=took, load_at_start=load)
     return 0
+
+
+def _machine() -> dict[str, object]:
+    """What the figures were measured on: cores, memory, CPU model."""
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+        mem_kib = next(
+            int(line.split()[1])
+            for line in Path("/proc/meminfo").read_text().splitlines()
+            if line.startswith("MemTotal:")
+        )
+    except (OSError, StopIteration):
+        mem_kib = 0
+    return {"cores": os.cpu_count(), "memory_gib": round(mem_kib / 1024 / 1024, 1), "cpu_model": model}
+
+
+def _commit() -> str:
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+changes" if dirty.strip() else "")
+
+
+def results_write(
+    name: str, *, figures: dict[str, object], took_s: float, load_at_start: tuple[float, float, float]
+) -> Path | None:
+    """``bench/results/<name>.json`` (or ``BENCH_RESULTS_DIR``; empty: nothing written): the run's
+    figures, what it ran on and with which ``BENCH_*`` settings. `make figures` renders the
+    documents from these files (bench/figures.py)."""
+    where = os.environ.get("BENCH_RESULTS_DIR", str(ROOT / "bench" / "results"))
+    if not where:
+        return None
+    out = Path(where) / f"{name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    record = {
+        "bench": name,
+        "command": f"make bench BENCH={name}",
+        "settings": {
+            k: v for k, v in sorted(os.environ.items()) if k.startswith("BENCH_") and k != "BENCH_RESULTS_DIR"
+        },
+        "commit": _commit(),
+        "finished_at": datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z"),
+        "took_s": round(took_s),
+        "machine": {**_machine(), "load_average_at_start": [round(x, 2) for x in load_at_start]},
+        "figures": figures,
+    }
+    out.write_text(json.dumps(record, indent=1, sort_keys=False) + "\n")
+    return out
 
 
 if __name__ == "__main__":

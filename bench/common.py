@@ -32,8 +32,14 @@ from urllib3.util.wait import wait_for_read
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# The figures of the benchmark now running, written to bench/results/<name>.json when it ends
+# (bench/__main__.py, docs/benchmarks.md): what `make figures` renders into the documents.
+RESULTS: dict[str, float | int | str] = {}
+
+
 def figure(name: str, value: float | int | str, unit: str = "") -> None:
-    """One result line: ``name: figure``."""
+    """One result line: ``name: figure``; kept in ``RESULTS`` at full precision."""
+    RESULTS[name] = value
     if isinstance(value, float):
         text = f"{value:,.1f}" if abs(value) >= 100 else f"{value:.2f}"
     else:

@@ -18,7 +18,6 @@ from scrapejobs import processes
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 SETTINGS_DOC = (ROOT / "docs" / "settings.md").read_text()
-BENCHMARKS_DOC = (ROOT / "docs" / "benchmarks.md").read_text()
 REQUIREMENTS = (ROOT / "REQUIREMENTS.md").read_text()
 
 
@@ -86,20 +85,6 @@ def test_the_non_functional_requirements_carry_the_seed_targets() -> None:
     assert "95 %" in rows["NFR-8"] and "1 minute" in rows["NFR-8"]
     # Each property says what breaks without it: the last column is not empty.
     assert all(row.rstrip(" |").rsplit("|", 1)[-1].strip() for row in rows.values())
-
-
-def test_the_benchmark_page_shows_the_benchmark_figures() -> None:
-    assert "BENCHMARK_FIGURES" not in BENCHMARKS_DOC
-    for name in (
-        "intake_api_p99_ms",
-        "intake_api_open_p99_ms",
-        "intake_api_to_bare_throughput_ratio",
-        "e2e_0ms_scrapejobs_to_naive_ratio",
-        "e2e_500ms_scrapejobs_share_of_littles_law",
-        "e2e_500ms_scrapejobs_cpu_ms_per_job_worker",
-        "writer_batched_to_one_tx_ratio",
-    ):
-        assert re.search(rf"{name}: [\d.,]+", BENCHMARKS_DOC), name
 
 
 def test_the_code_map_matches_the_tree() -> None:

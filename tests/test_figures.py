@@ -1,0 +1,54 @@
+"""The documents' figures are generated (docs/benchmarks.md, "How the figures get here"): README.md's
+figures table and docs/benchmarks.md's tables are what `make figures` renders from
+bench/results/*.json, which `make bench` writes; none is typed in by hand."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from bench import figures
+from bench.__main__ import results_write
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_documents_hold_what_make_figures_renders_from_the_results():
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.figures", "--check"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_figure_is_rendered_from_its_result_file_and_a_missing_one_says_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("BENCH_RESULTS_DIR", str(tmp_path))
+    monkeypatch.setenv("BENCH_E2E_JOBS", "40")
+    results_write(
+        "read",
+        figures={"read_cache_ratio": 4.256, "read_with_cache_requests_per_s": 900.0},
+        took_s=3.2,
+        load_at_start=(0.5, 0.4, 0.3),
+    )
+    written = json.loads((tmp_path / "read.json").read_text())
+    assert written["figures"]["read_cache_ratio"] == 4.256
+    assert written["settings"] == {"BENCH_E2E_JOBS": "40"}  # a smaller run says so
+    assert written["machine"]["cores"] >= 1 and written["commit"]
+    results = figures.results_load(tmp_path)
+    table = figures.readme_table(results)
+    assert "| `GET /jobs/{id}`, read cache on / off | 4.26× | ≥ 3× |" in table
+    assert (
+        "| the seed's peak, 28 jobs/s at 20 s: started within 60 s, succeeded | not measured yet |" in table
+    )
+    assert "BENCH_E2E_JOBS=40" in table
+    assert "| `read_with_cache_requests_per_s` | 900 |" in figures.all_tables(results)
+
+
+def test_check_fails_when_a_document_differs(tmp_path, monkeypatch):
+    readme = tmp_path / "README.md"
+    readme.write_text(figures.README.read_text().replace("| figure | now |", "| figure | then |", 1))
+    monkeypatch.setattr(figures, "README", readme)
+    monkeypatch.setattr(figures, "BENCHMARKS", figures.BENCHMARKS)
+    assert figures.main(["--check"]) == 1
+    assert readme.read_text() != figures.rendered()[readme]
