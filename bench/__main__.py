@@ -74,11 +74,11 @@ def main(argv: list[str]) -> int:
         started = time.monotonic()
         print(f"# {name}", flush=True)
         common.RESULTS.clear()
-        load = os.getloadavg()
+        load, commit = os.getloadavg(), _commit()  # what ran: taken before it runs
         importlib.import_module(f"bench.{name}").run()
         took = time.monotonic() - started
         print(f"# {name} took {took:.0f}s", flush=True)
-        results_write(name, figures=dict(common.RESULTS), took_s=took, load_at_start=load)
+        results_write(name, figures=dict(common.RESULTS), took_s=took, load_at_start=load, commit=commit)
     return 0
 
 
@@ -114,7 +114,12 @@ def _commit() -> str:
 
 
 def results_write(
-    name: str, *, figures: dict[str, object], took_s: float, load_at_start: tuple[float, float, float]
+    name: str,
+    *,
+    figures: dict[str, object],
+    took_s: float,
+    load_at_start: tuple[float, float, float],
+    commit: str | None = None,
 ) -> Path | None:
     """``bench/results/<name>.json`` (or ``BENCH_RESULTS_DIR``; empty: nothing written): the run's
     figures, what it ran on and with which ``BENCH_*`` settings. `make figures` renders the
@@ -130,7 +135,7 @@ def results_write(
         "settings": {
             k: v for k, v in sorted(os.environ.items()) if k.startswith("BENCH_") and k != "BENCH_RESULTS_DIR"
         },
-        "commit": _commit(),
+        "commit": commit or _commit(),
         "finished_at": datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z"),
         "took_s": round(took_s),
         "machine": {**_machine(), "load_average_at_start": [round(x, 2) for x in load_at_start]},

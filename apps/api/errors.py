@@ -45,7 +45,7 @@ def backlog_refused(*, code: str, detail: str, retry_after_s: int) -> ApiError:
 
 
 def not_found(detail: str = "No such job.") -> ApiError:
-    # Another tenant's job is indistinguishable from a missing one (contract: tenants isolated).
+    # Another tenant's job is indistinguishable from a missing one (NFR-6: tenants isolated).
     return ApiError(status_code=404, type="not_found", code="not_found", detail=detail)
 
 

@@ -359,7 +359,7 @@ def callback_url_validate(raw: str | None) -> str | None:
 # the serializer accepts, with the same validated data, and returns None for anything else so
 # that the caller runs the serializer for its answer: a lean path can only ever be too strict,
 # never let through what the serializer refuses (tests/intake/test_lean_validation.py checks both
-# on every case of the contract's bounds).
+# on every case of FR-1's bounds).
 
 _LEAN_FIELDS = frozenset(
     ("url", "method", "headers", "body", "priority", "callback_url", "max_attempts", "timeout_s", "max_age_s")

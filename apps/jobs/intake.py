@@ -1,5 +1,5 @@
-"""Intake's write: a new job is one INSERT with an empty ``published_at`` (the outbox, contract
-3.2), idempotent per tenant, and a nudge to the publisher once it commits."""
+"""Intake's write: a new job is one INSERT with an empty ``published_at`` (the outbox that
+NFR-3 rests on: a job is published after it commits), idempotent per tenant (NFR-7), and a nudge to the publisher once it commits."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from apps.jobs.models import Job
 from apps.results.links import link_token_make
 from apps.results.storage import results_storage, screenshot_key
 
-# Contract: result links expire, by default after 1 h, at most after 7 days.
+# FR-5: result links expire, by default after 1 h, at most after 7 days.
 MAX_LINK_TTL_S = 7 * 86400
 
 

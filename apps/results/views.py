@@ -1,5 +1,5 @@
 """``GET /results/<token>``: the body behind a signed local link. No API token: the signature is
-the permission (contract: result links work without the API token and expire)."""
+the permission (FR-5: result links work without the API token and expire)."""
 
 from __future__ import annotations
 

@@ -92,7 +92,7 @@ def job_run_attempt(
     ``max_age_s``: the job's, sent by the publisher when it is 0 (it never changes after
     intake). Such a job takes no stored result and never waits for another's fetch, so there is
     nothing to decide: it is claimed without the single-flight read, the claim returns what its
-    fetch key is made of, and the key goes to the fold with the stored body (contract §6: a later
+    fetch key is made of, and the key goes to the fold with the stored body (FR-15: a later
     job with ``max_age_s`` > 0 can still be served it). None (an older publisher's message): the
     decision reads the job as for any other.
 

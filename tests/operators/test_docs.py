@@ -128,3 +128,22 @@ def test_the_clients_variables_are_documented_with_the_client_and_are_no_service
     for name in CLIENT_VARS:
         assert f"`{name}`" in client_doc and name in client_readme
         assert f"`{name}`" not in SETTINGS_DOC
+
+
+def test_code_and_docs_cite_the_requirements_not_documents_outside_the_repository() -> None:
+    """A comment or page says what it means or cites REQUIREMENTS.md's numbers: "contract §6" or
+    "seed 004" names a text a reader of the repository does not have."""
+    outside = re.compile(r"\bcontract\b|\bseed 00\d", re.I)
+    cited = []
+    for top in ("apps", "scrapejobs", "docs", "templates"):
+        for path in sorted((ROOT / top).rglob("*")):
+            if (
+                path.suffix not in (".py", ".md", ".html")
+                or "migrations" in path.parts
+                or "static" in path.parts
+            ):
+                continue
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                if outside.search(line):
+                    cited.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()[:80]}")
+    assert not cited, "\n".join(cited)
