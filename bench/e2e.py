@@ -18,7 +18,9 @@ reached: a pool of C threads can finish at most C / L jobs per second.
 
 The three run in ``BENCH_E2E_ROUNDS`` (3) alternating rounds, the order rotated each round (A B C,
 B C A, C A B), against the same target at the same concurrency; each figure is the median of the
-rounds, with its spread (largest minus smallest) beside it. CPU is counted per process kind
+rounds, with its spread (largest minus smallest) beside it. ``…_idle_slot_share``: the share of
+the worker's thread time spent idle while jobs were queued (0: the pool was full whenever work
+waited; sampled every 50 ms on the held connection). CPU is counted per process kind
 (bench/cpu.py): PostgreSQL's WAL writer, checkpointer and background writer count for scrapejobs.
 """
 
@@ -32,6 +34,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from bench.common import (
     Proc,
@@ -149,7 +152,9 @@ def _baseline(kind: str, target: str, latency_ms: int) -> tuple[float, dict[str,
         shutil.rmtree(out, ignore_errors=True)
 
 
-def _scrapejobs(target: str, latency_ms: int, *, jobs: int = JOBS) -> tuple[float, dict[str, int], CpuMeter]:
+def _scrapejobs(
+    target: str, latency_ms: int, *, jobs: int = JOBS
+) -> tuple[float, dict[str, float], CpuMeter]:
     """Throughput (jobs/s), jobs per final status, and the meter of the run (CPU, memory)."""
     results = Path(tempfile.mkdtemp(prefix="bench-results-"))
     with throwaway_database("e2e") as db:
@@ -168,7 +173,7 @@ def _scrapejobs(target: str, latency_ms: int, *, jobs: int = JOBS) -> tuple[floa
         with _pg_connect(db) as poll:
             poll.execute("ANALYZE")  # the planner's statistics, as a live database has them
             poll_pid = poll.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
-            final = "SELECT count(*) FROM jobs_job WHERE status IN ('succeeded', 'failed', 'cancelled')"
+            idle = _IdleSlots(poll)
             try:
                 with running(*procs) as (writer, _beat, worker):
                     wait_until(lambda: celery_ready(writer) and celery_ready(worker), 60, "writer and worker")
@@ -187,23 +192,51 @@ def _scrapejobs(target: str, latency_ms: int, *, jobs: int = JOBS) -> tuple[floa
                         ],
                         env,
                     )
-                    wait_until(lambda: submit.p.poll() is not None, TIMEOUT_S, "the submissions")
+                    wait_until(
+                        lambda: idle.sample() >= 0 and submit.p.poll() is not None,
+                        TIMEOUT_S,
+                        "the submissions",
+                    )
                     if submit.p.returncode != 0:
                         raise RuntimeError(submit.output())
                     started = float(submit.output().split()[0])
                     submit.stop()
-                    wait_until(
-                        lambda: poll.execute(final).fetchone()[0] >= jobs,  # type: ignore[index]
-                        TIMEOUT_S,
-                        "every job to be final",
-                        0.05,
-                    )
+                    wait_until(lambda: idle.sample() >= jobs, TIMEOUT_S, "every job to be final", 0.05)
                     elapsed = time.time() - started
                     meter.__exit__()
             finally:
                 shutil.rmtree(results, ignore_errors=True)
             counts = dict(poll.execute("SELECT status, count(*) FROM jobs_job GROUP BY status").fetchall())
+    counts["idle_slot_share"] = idle.share(elapsed)
     return jobs / elapsed, counts, meter
+
+
+class _IdleSlots:
+    """How long the worker's threads sat idle while jobs were queued (issue of the dispatcher, not
+    of the target): sampled on the held connection, the time-weighted sum of min(idle threads,
+    queued jobs), as a share of all thread time. 0 means the pool was full whenever work waited."""
+
+    QUERY = (
+        "SELECT count(*) FILTER (WHERE status IN ('succeeded', 'failed', 'cancelled')),"
+        " count(*) FILTER (WHERE status = 'running'), count(*) FILTER (WHERE status = 'queued')"
+        " FROM jobs_job"
+    )
+
+    def __init__(self, conn: Any):
+        self.conn = conn
+        self.idle_slot_s = 0.0
+        self.last: tuple[float, float] | None = None  # (monotonic time, idle-with-work slots)
+
+    def sample(self) -> int:
+        final, running, queued = self.conn.execute(self.QUERY).fetchone()
+        now, waiting = time.monotonic(), float(min(max(CONCURRENCY - running, 0), queued))
+        if self.last is not None:
+            self.idle_slot_s += (now - self.last[0]) * (self.last[1] + waiting) / 2
+        self.last = (now, waiting)
+        return int(final)
+
+    def share(self, elapsed_s: float) -> float:
+        return self.idle_slot_s / (CONCURRENCY * elapsed_s) if elapsed_s > 0 else float("nan")
 
 
 SIDES = ("naive", "tuned", "scrapejobs")
@@ -222,7 +255,7 @@ def _round(side: str, target: str, latency_ms: int) -> dict[str, float]:
     if side == "scrapejobs":
         rate, counts, meter = _scrapejobs(target, latency_ms)
         cpu = meter.totals()
-        out = {"succeeded": float(counts.get("succeeded", 0))}
+        out = {"succeeded": float(counts.get("succeeded", 0)), "idle_slot_share": counts["idle_slot_share"]}
     else:
         rate, cpu = _baseline(side, target, latency_ms)
         out = {}
