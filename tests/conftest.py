@@ -104,6 +104,12 @@ def api(make_tenant: Callable[..., tuple[object, str, APIClient]]) -> APIClient:
 
 
 @pytest.fixture
+def tenant(make_tenant: Callable[..., tuple[object, str, APIClient]]) -> object:
+    """A tenant of its own for the test (its token and client: ``make_tenant``)."""
+    return make_tenant()[0]
+
+
+@pytest.fixture
 def target() -> Iterator[TargetServer]:
     server = TargetServer().start()
     yield server

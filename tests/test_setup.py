@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from scrapejobs import processes
+from tests.support.net import free_port
 from tests.support.procs import ROOT, service_env, wait_for
 from tests.support.target import TargetServer, body_for
 
@@ -28,12 +29,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 CHILDREN = ("web", "worker", "control", "beat", "flower") + (
     ("browser",) if processes.chromium_executable(dict(os.environ)) is not None else ()
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def descendants(pid: int) -> set[int]:

@@ -3,19 +3,13 @@ started the way every e2e test starts them (tests/support/procs.py)."""
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
 
+from tests.support.net import free_port
 from tests.support.procs import wait_for_web
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import time
 from collections import Counter
@@ -25,6 +24,7 @@ import requests
 from apps.jobs.models import Job, JobStatus
 from apps.query.waiting import listen_conninfo
 from tests.e2e.fault_support import fast_env, final_count, stored_body, submit
+from tests.support.net import free_port
 from tests.support.procs import wait_for, wait_for_web
 from tests.support.target import body_for
 
@@ -33,18 +33,12 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 JOBS = "/api/v1/jobs"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class PrivateRedis:
     """A redis-server without persistence: a restart comes back empty (broker messages lost too),
     the harder case for "published once Redis is back"."""
 
     def __init__(self) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
 
     def url(self, db: int = 0) -> str:
@@ -103,7 +97,7 @@ def test_intake_accepts_jobs_while_redis_is_down_and_they_are_published_once_it_
         SCRAPEJOBS_RATE_LIMIT_PER_SECOND="1000",
         SCRAPEJOBS_PUBLISH_INTERVAL_S="0.5",
     )
-    port = _free_port()
+    port = free_port()
     web = svc.start("web", port=port, workers=1)
     svc.start("control")  # runs the publisher
     svc.start("beat")
@@ -235,7 +229,7 @@ def test_thirty_seconds_without_redis_cost_clients_nothing_and_every_job_ends_su
         CELERY_BROKER_URL=private_redis.url(1),
         SCRAPEJOBS_RATE_LIMIT_PER_SECOND="1000",  # every call goes through the Redis token bucket
     )
-    port = _free_port()
+    port = free_port()
     slots = {
         "web": lambda: svc.start("web", port=port, workers=1),
         "control": lambda: svc.start("control"),

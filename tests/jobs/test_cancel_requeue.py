@@ -23,11 +23,6 @@ from tests.support.procs import wait_for
 FINAL = ("succeeded", "failed", "cancelled")
 
 
-@pytest.fixture
-def tenant(make_tenant):
-    return make_tenant()[0]
-
-
 def _temporary_failure(job_id: object, attempt: int) -> AttemptFinished:
     return AttemptFinished(
         job_id=str(job_id),

@@ -24,11 +24,6 @@ from tests.support.factories import job_make
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture
-def tenant(make_tenant):
-    return make_tenant()[0]
-
-
 BACKLOG = 2000
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import io
 import logging
 import logging.config
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -20,6 +19,7 @@ from django.test import Client
 
 from apps.jobs.intake import job_create
 from apps.tenants.services import tenant_create
+from tests.support.net import free_port
 from tests.support.procs import wait_for
 
 SECRETS = ("Bearer-s3cr3t-value", "sid-c00kie-value", "k3y-value", "t0ken-value", "pr0xy-value", "hunter2")
@@ -80,12 +80,6 @@ def test_credential_values_are_masked_in_log_lines(configured_log: io.StringIO) 
     for secret in SECRETS[:5]:
         assert secret not in text
     assert "'Accept': 'text/html'" in text and "page=2" in text and "X-Api-Key" in text
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.mark.e2e

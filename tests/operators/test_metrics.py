@@ -4,7 +4,6 @@ request metrics from every web process, and a guard for production."""
 
 from __future__ import annotations
 
-import socket
 import time
 from datetime import timedelta
 
@@ -25,6 +24,7 @@ from apps.operators.models import GaugeMinute
 from apps.operators.rollup_runner import BATCH_ATTEMPTS, rollup_run
 from scrapejobs.celery import _beat_schedule
 from tests.query import helpers
+from tests.support.net import free_port
 from tests.support.procs import wait_for
 
 
@@ -317,12 +317,6 @@ def test_requests_served_by_two_web_servers_all_reach_metrics_on_either(services
         lambda: _healthz_count(one) == before + 25, timeout=10, what="25 more healthz requests in /metrics"
     )
     assert _healthz_count(other) == before + 25
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _answers(url: str) -> bool:

@@ -7,7 +7,6 @@ process imports OpenTelemetry."""
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +16,8 @@ import requests
 from apps.jobs.models import Job, JobStatus
 from apps.jobs.receipts import AttemptFinished, receipt_decode, receipt_encode
 from tests.e2e.fault_support import wait_all_final
+from tests.support.net import free_port
 from tests.support.procs import wait_for, wait_for_web
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _spans(path: Path) -> list[dict[str, Any]]:
@@ -48,7 +42,7 @@ def _ancestors(span: dict[str, Any], by_id: dict[str, dict[str, Any]]) -> list[s
 
 def _start(services: Any, env: dict[str, str]) -> tuple[Any, int]:
     svc = services(**env)
-    port = _free_port()
+    port = free_port()
     web = svc.start("web", port=port, workers=1)
     svc.start("control")
     svc.start("beat")  # the publisher's tick: a retry is published when its backoff has passed

@@ -37,11 +37,6 @@ def proxy() -> Iterator[ConnectProxy]:
     p.stop()
 
 
-@pytest.fixture
-def tenant(make_tenant):
-    return make_tenant()[0]
-
-
 def _run(tenant, url: str) -> tuple[Job, Attempt]:
     job = job_create(tenant_id=tenant.id, url=url, domain="localhost")[0]
     receipt = job_run_attempt(job_id=job.id, worker="w:1:1")

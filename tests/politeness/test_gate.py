@@ -30,11 +30,6 @@ pytestmark = pytest.mark.django_db
 DOMAIN = "127.0.0.1"
 
 
-@pytest.fixture
-def tenant(make_tenant):
-    return make_tenant()[0]
-
-
 def published_job(tenant, url: str, **kw) -> Job:
     """A job as a worker receives it: queued, its message sent (``published_at`` stamped)."""
     job = job_create(tenant_id=tenant.id, url=url, domain=DOMAIN, **kw)[0]

@@ -108,10 +108,10 @@ def test_the_web_process_drops_a_finished_jobs_copy_before_any_wait(services, ma
     job is seen final at once when it ends, not after the cache's TTL (30 s here)."""
     import requests
 
-    from tests.query.test_wait import _free_port
+    from tests.support.net import free_port
     from tests.support.procs import wait_for, wait_for_web
 
-    port = _free_port()
+    port = free_port()
     web = services().start("web", port=port, workers=1, env={"SCRAPEJOBS_READ_CACHE_TTL_S": "30"})
     tenant, token, _ = make_tenant()
     wait_for_web(web, port)

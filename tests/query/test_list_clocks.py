@@ -14,7 +14,7 @@ import pytest
 import requests
 
 from apps.jobs.models import Job
-from tests.query.test_wait import _free_port
+from tests.support.net import free_port
 from tests.support.procs import wait_for_web
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -29,7 +29,7 @@ def _minted_at_ms(job_id: str) -> int:
 
 def test_a_walk_returns_every_job_committed_before_it_whatever_each_hosts_clock(services, make_tenant):
     svc = services()
-    ports = [_free_port(), _free_port()]
+    ports = [free_port(), free_port()]
     on_time = svc.start("web", port=ports[0], workers=1)
     behind = svc.start(
         "web",

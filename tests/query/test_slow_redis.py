@@ -6,7 +6,6 @@ every reply 90 ms (under the fail-open client's 100 ms timeout, so Redis is slow
 
 from __future__ import annotations
 
-import socket
 import statistics
 import threading
 import time
@@ -20,18 +19,13 @@ from django.db import connection
 
 from apps.jobs.final_notices import JOB_FINAL_CHANNEL
 from tests.query import helpers
+from tests.support.net import free_port
 from tests.support.procs import wait_for_web
 from tests.support.tcp_proxy import TcpProxy
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 REPLY_DELAY_S = 0.09
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
@@ -48,7 +42,7 @@ def slow_redis_web(services, make_tenant) -> Iterator[Callable[[float], tuple[st
             reply_delay_s=delay,
         ).start()
         proxies.append(proxy)
-        port = _free_port()
+        port = free_port()
         slow = redis_url._replace(netloc=f"127.0.0.1:{proxy.port}").geturl()
         proc = services().start("web", port=port, workers=1, env={"REDIS_URL": slow})
         tenant, token, _ = make_tenant()

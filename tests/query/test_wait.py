@@ -5,7 +5,6 @@ no database connection, a timer covers a lost notification. Real PostgreSQL, rea
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from collections.abc import Callable, Iterator
 
@@ -19,17 +18,12 @@ from apps.jobs.models import Job
 from apps.query.cache import job_read
 from apps.query.waiting import final_hub
 from tests.query import helpers
+from tests.support.net import free_port
 from tests.support.procs import wait_for_web
 from tests.support.threads import CheckedThread
 
 # Most of these start a web process: the module belongs to the whole suite, not the fast loop.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Web:
@@ -54,7 +48,7 @@ def start_web(services, make_tenant) -> Iterator[Callable[..., Web]]:
     """Start the web process (scrapejobs.processes.web, one worker) with extra environment."""
 
     def start(**env: str) -> Web:
-        port = _free_port()
+        port = free_port()
         proc = services().start("web", port=port, workers=1, env=env)
         tenant, token, _ = make_tenant()
 
@@ -225,7 +219,7 @@ def _finish_closing(job: Job) -> None:
 def test_a_wait_admitted_at_the_rate_limit_ends_with_its_answer_not_a_429(services, make_tenant):
     """Burst 1 at 1 request/s: the wait spends the one token; the wake-up's re-read when the job
     ends is the same request's, not another charge (FR-16)."""
-    port = _free_port()
+    port = free_port()
     proc = services().start("web", port=port, workers=1, env={"SCRAPEJOBS_RATE_LIMIT_BURST": "1"})
     tenant, token, _ = make_tenant(rate_limit_per_second=1)
     wait_for_web(proc, port)

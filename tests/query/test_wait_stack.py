@@ -12,7 +12,8 @@ import requests
 from django.db import connection
 
 from apps.jobs.models import Job
-from tests.query.test_wait import _connections, _free_port
+from tests.query.test_wait import _connections
+from tests.support.net import free_port
 from tests.support.procs import wait_for_web
 from tests.support.threads import CheckedThread
 
@@ -24,7 +25,7 @@ TARGET_DELAY_S = 5
 
 def test_500_waiters_are_answered_within_1s_of_their_job_and_intake_stays_fast(services, make_tenant, target):
     svc = services().start_all(worker_concurrency=250)
-    port = _free_port()
+    port = free_port()
     web = svc.start("web", port=port, workers=2)
     _, token, _ = make_tenant()
     base = f"http://127.0.0.1:{port}/api/v1/jobs"

@@ -35,11 +35,6 @@ def _job(tenant, url, **kw) -> Job:
     return job_make(tenant, url, **kw)
 
 
-@pytest.fixture
-def tenant(make_tenant):
-    return make_tenant()[0]
-
-
 @pytest.mark.django_db
 def test_a_successful_attempt_stores_the_body_before_the_job_succeeds(tenant, target):
     job = _job(tenant, target.url("/bytes/123456"))

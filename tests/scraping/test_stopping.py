@@ -21,11 +21,6 @@ from tests.support.procs import wait_for
 FINAL = ("succeeded", "failed", "cancelled")
 
 
-@pytest.fixture
-def tenant(make_tenant):
-    return make_tenant()[0]
-
-
 def _job(tenant, url, **kw) -> Job:
     return job_make(tenant, url, **kw)
 

@@ -29,11 +29,6 @@ SAVE_STALLS = "tests.support.stalling_storage.SaveStallsStorage"
 OPEN_STALLS = "tests.support.stalling_storage.OpenStallsStorage"
 
 
-@pytest.fixture
-def tenant(make_tenant):
-    return make_tenant()[0]
-
-
 def _job(tenant, url: str, **kw) -> Job:
     return job_make(tenant, url, **kw)
 

@@ -49,11 +49,6 @@ def _state(job: Job) -> tuple[str, int, bool]:
     return job.status, job.attempts, job.fetch_parked_at is not None
 
 
-@pytest.fixture
-def tenant(make_tenant):
-    return make_tenant()[0]
-
-
 def test_the_fingerprint_normalises_what_never_reaches_the_target():
     same = [
         "HTTP://Shop.Example:80/a?b=1&a=2#top",

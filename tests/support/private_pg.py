@@ -21,7 +21,6 @@ import importlib.util
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,6 +31,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from tests.support.net import free_port
 from tests.support.procs import ROOT
 
 # Found without importing pgserver (its import sets up a lock file and a user runtime directory).
@@ -39,12 +39,6 @@ _SPEC = importlib.util.find_spec("pgserver")
 assert _SPEC is not None and _SPEC.submodule_search_locations, "the pgserver wheel is not installed"
 BIN = Path(next(iter(_SPEC.submodule_search_locations))) / "pginstall" / "bin"
 RUN_AS = "pgserver"  # the wheel's own system user when running as root
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _system_user(name: str) -> pwd.struct_passwd:
@@ -65,7 +59,7 @@ class PrivatePostgres:
         self.dir = Path(tempfile.mkdtemp(prefix="sj-pg-"))
         self.data = self.dir / "data"
         self.log = self.dir / "postgres.log"
-        self.port = _free_port()
+        self.port = free_port()
         self.user = RUN_AS if os.geteuid() == 0 else None
         if self.user:
             entry = _system_user(self.user)

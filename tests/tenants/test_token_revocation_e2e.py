@@ -4,7 +4,6 @@ the other one through the LISTEN connection its ``?wait=`` listener holds (apps/
 
 from __future__ import annotations
 
-import socket
 from typing import Any
 
 import pytest
@@ -12,15 +11,10 @@ import requests
 from django.db import connection
 
 from apps.tenants.services import TOKEN_REVOKED_CHANNEL
+from tests.support.net import free_port
 from tests.support.procs import wait_for, wait_for_web
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _listeners() -> int:
@@ -38,7 +32,7 @@ def test_a_token_revoked_on_one_web_process_is_refused_at_once_by_another(servic
     running = services()
     bases = []
     for _ in range(2):
-        port = _free_port()
+        port = free_port()
         wait_for_web(running.start("web", port=port, workers=1, env=env), port)
         bases.append(f"http://127.0.0.1:{port}/api/v1")
     wait_for(lambda: _listeners() >= 2, timeout=30, what="both web processes listening")
