@@ -36,7 +36,7 @@ Figures = dict[str, Any]
 def _num(value: Any, digits: int = 2) -> str:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return str(value)
-    if isinstance(value, int) or float(value).is_integer() and abs(value) >= 100:
+    if isinstance(value, int) or float(value).is_integer():
         return f"{int(value):,}"
     return f"{value:,.{digits}f}" if abs(value) < 100 else f"{value:,.0f}"
 
@@ -73,7 +73,8 @@ def _e2e_ratio(latency_ms: int) -> Callable[[Figures], str]:
 def _e2e_littles_law(f: Figures) -> str:
     ours = _get(f, "e2e_500ms_scrapejobs_share_of_littles_law")
     tuned = _get(f, "e2e_500ms_tuned_share_of_littles_law")
-    return f"{_num(ours)} (tuned task: {_num(tuned)})"
+    idle = _get(f, "e2e_500ms_scrapejobs_idle_slot_share")
+    return f"{_num(ours)} (tuned task: {_num(tuned)}; threads idle with work queued: {_num(idle * 100, 0)} %)"
 
 
 def _e2e_cpu(f: Figures) -> str:
