@@ -10,7 +10,7 @@ import os
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping
-from datetime import datetime
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from scrapejobs_client._models import (
     Result,
     Token,
     TokenCreated,
+    Usage,
     WebhookDelivery,
     WebhookSecretRotated,
     WebhookSecrets,
@@ -38,6 +39,7 @@ from scrapejobs_client.client import (
     JobRef,
     TransportFailed,
     _content_type,
+    _day,
     _delivery_id,
     _token_body,
     _token_id,
@@ -284,6 +286,14 @@ class AsyncClient:
         signs beside it until ``.previous_expires_at``. Not retried on a dropped connection."""
         r = await self._request("POST", "/webhook-secrets/rotate", retry_dropped=False)
         return WebhookSecretRotated.from_dict(r.json())
+
+    # --- usage (any token, docs/usage.md) -------------------------------------------------------
+
+    async def usage(self, from_: str | date, to: str | date) -> Usage:
+        """GET /usage: per UTC day from ``from_`` to ``to`` (both included, at most 366 days), jobs
+        submitted, attempts by outcome, bytes stored, rendered pages, batches and crawls, with totals."""
+        params = {"from": _day(from_), "to": _day(to)}
+        return Usage.from_dict((await self._request("GET", "/usage", params=params)).json())
 
     # --- webhook deliveries (docs/webhooks.md) ------------------------------------------------
 

@@ -8,7 +8,7 @@ import os
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from datetime import datetime
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from scrapejobs_client._models import (
     Result,
     Token,
     TokenCreated,
+    Usage,
     WebhookDelivery,
     WebhookSecretRotated,
     WebhookSecrets,
@@ -281,6 +282,14 @@ class Client:
         r = self._request("POST", "/webhook-secrets/rotate", retry_dropped=False)
         return WebhookSecretRotated.from_dict(r.json())
 
+    # --- usage (any token, docs/usage.md) -------------------------------------------------------
+
+    def usage(self, from_: str | date, to: str | date) -> Usage:
+        """GET /usage: per UTC day from ``from_`` to ``to`` (both included, at most 366 days), jobs
+        submitted, attempts by outcome, bytes stored, rendered pages, batches and crawls, with totals."""
+        params = {"from": _day(from_), "to": _day(to)}
+        return Usage.from_dict(self._request("GET", "/usage", params=params).json())
+
     # --- webhook deliveries (docs/webhooks.md) ------------------------------------------------
 
     def webhook_deliveries(
@@ -402,3 +411,7 @@ def _token_id(token: int | Token | TokenCreated) -> int:
 
 def _delivery_id(item: int | WebhookDelivery | DisabledCallback) -> int:
     return item.id if isinstance(item, WebhookDelivery | DisabledCallback) else int(item)
+
+
+def _day(value: str | date) -> str:
+    return value.isoformat() if isinstance(value, date) else value
