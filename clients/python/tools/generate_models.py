@@ -47,6 +47,7 @@ MODELS = {
     "UsageTotalsOutput": "UsageTotals",
     "UsageDayOutput": "UsageDay",
     "UsageOutput": "Usage",
+    "CrawlOutput": "Crawl",
 }
 ENUMS = {
     "JobOutputStatusEnum": "JOB_STATUSES",

@@ -125,6 +125,12 @@ def job_body(url: str, fields: Mapping[str, Any]) -> dict[str, Any]:
     return body
 
 
+def crawl_body(url: str, max_pages: int, fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON of POST /crawls (docs/crawls.md): the one place its shape is written, for the
+    clients and the MCP server alike. Checked by the API (400 naming the field)."""
+    return {"url": url, "max_pages": max_pages, **fields}
+
+
 def retry_after_s(response: httpx.Response) -> float | None:
     value = response.headers.get("Retry-After")
     if not value:

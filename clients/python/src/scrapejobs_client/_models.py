@@ -343,6 +343,28 @@ class Usage(Model):
     _wire: ClassVar[dict[str, str]] = {"from_": "from"}
 
 
+@dataclass(frozen=True)
+class Crawl(Model):
+    id: str
+    status: str
+    url: str
+    scope: str
+    include: list[Any]
+    exclude: list[Any]
+    max_pages: int
+    max_depth: int
+    job: dict[str, Any]
+    callback_url: str | None
+    created_at: str
+    finished_at: str | None
+    links: Any
+    pages: Any | None = None
+    discovery: Any | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _nested: ClassVar[dict[str, str]] = {}
+    _wire: ClassVar[dict[str, str]] = {}
+
+
 # POST /jobs's fields and the constraints the API enforces on them.
 JOB_FIELDS: dict[str, dict[str, Any]] = {
     "body": {

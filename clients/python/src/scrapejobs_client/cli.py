@@ -456,6 +456,20 @@ def usage(
     return EXIT_OK
 
 
+@main.command(name="mcp")
+@click.pass_context
+def mcp_serve(ctx: click.Context) -> None:
+    """Run an MCP server over stdio (tools: submit a job or a crawl, wait, read a result's text),
+    for an AI assistant to fetch through this service (docs/client.md). Needs the [mcp] extra."""
+    c = _ctx(ctx, None)
+    from scrapejobs_client.mcp_server import serve
+
+    try:
+        serve(url=c.url, token=c.token)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+
+
 @main.group(name="webhook-secret")
 def webhook_secret() -> None:
     """The tenant's webhook secret (an admin token's calls, docs/webhooks.md)."""
