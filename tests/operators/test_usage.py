@@ -88,6 +88,10 @@ def test_usage_counts_the_jobs_run_attempts_by_outcome_bytes_and_renders_per_ten
     _submit(api, "http://a.example/never-claimed")
     r = api.post("/api/v1/crawls", {"url": "http://a.example/", "max_pages": 1}, format="json")
     assert r.status_code in (201, 202), r.content
+    r = api.post(
+        "/api/v1/batches", data=json.dumps([{"url": "http://a.example/b"}]), content_type="application/json"
+    )
+    assert r.status_code == 202, r.content
     # Tenant B: one success of 1,000 bytes.
     helpers.finish(_claimed(_submit(other_api, "http://b.example/1")), result=_stored(1000))
 
@@ -109,13 +113,13 @@ def test_usage_counts_the_jobs_run_attempts_by_outcome_bytes_and_renders_per_ten
     }
     assert day["bytes_stored"] == 157
     assert day["rendered_pages"] == 1
-    assert (day["batches"], day["crawls"]) == (0, 1)
+    assert (day["batches"], day["crawls"]) == (1, 1)
     assert mine["totals"] == {k: v for k, v in day.items() if k != "date"}
     assert (mine["from"], mine["to"]) == ((today - timedelta(days=1)).isoformat(), today.isoformat())
 
     theirs = _usage(other_api, today, today)["days"][0]
     assert (theirs["jobs_submitted"], theirs["attempts"]["succeeded"], theirs["bytes_stored"]) == (1, 1, 1000)
-    assert (theirs["attempts"]["failed_permanent"], theirs["crawls"], theirs["rendered_pages"]) == (0, 0, 0)
+    assert (theirs["attempts"]["failed_permanent"], theirs["crawls"], theirs["batches"]) == (0, 0, 0)
 
 
 def test_a_job_submitted_one_day_and_tried_the_next_counts_its_submission_on_the_first(make_tenant):
