@@ -16,7 +16,8 @@ at a 10 s target), scaling (a day of the seed's load through the worker autoscal
 worker's measured capacity), browser (a page a script fills, rendered at 1, 2 and 4 pages per
 process, against a plain fetch of it), revalidate (1,000 unchanged pages re-fetched plain and with
 ``revalidate``: bytes received, target CPU, service CPU per job), hostile (log masking of one
-long word, against the quadratic pattern it replaced), each ``bench/<name>.py:run()``.
+long word, against the quadratic pattern it replaced), usage (GET /usage for 31 days and a year at
+1,000,000 jobs, from the per-tenant daily rollup), each ``bench/<name>.py:run()``.
 
 Each benchmark's figures are also written to ``bench/results/<name>.json`` with the machine, the
 commit and the ``BENCH_*`` settings of the run (``BENCH_RESULTS_DIR`` elsewhere; empty: not
@@ -55,6 +56,7 @@ ORDER = (
     "browser",
     "revalidate",
     "hostile",
+    "usage",
 )
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from rest_framework import serializers
 
+from apps.jobs.models import AttemptOutcome
 from apps.tenants.models import ApiToken, TokenScope
 
 
@@ -83,3 +84,67 @@ class WebhookSecretRotatedOutput(serializers.Serializer):
     previous_expires_at = serializers.DateTimeField(
         help_text="Until when the replaced secret keeps signing beside the new one."
     )
+
+
+# GET /usage (FR-49, docs/usage.md). ``from`` is a Python keyword: the fields are built, not declared.
+USAGE_MAX_DAYS = 366
+
+
+class UsageParams(serializers.Serializer):
+    def get_fields(self) -> dict[str, serializers.Field]:
+        return {
+            "from": serializers.DateField(
+                format="%Y-%m-%d", input_formats=["%Y-%m-%d"], help_text="First day (UTC), YYYY-MM-DD."
+            ),
+            "to": serializers.DateField(
+                format="%Y-%m-%d",
+                input_formats=["%Y-%m-%d"],
+                help_text=f"Last day (UTC), YYYY-MM-DD, included; at most {USAGE_MAX_DAYS} days from `from`.",
+            ),
+        }
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        first, last = attrs["from"], attrs["to"]
+        if last < first:
+            raise serializers.ValidationError({"to": ["Must be on or after `from`."]})
+        if (last - first).days + 1 > USAGE_MAX_DAYS:
+            raise serializers.ValidationError(
+                {"to": [f"The range may span at most {USAGE_MAX_DAYS} days (one call per year)."]}
+            )
+        return attrs
+
+
+# One count per attempt outcome, every outcome present.
+UsageAttemptsOutput = type(
+    "UsageAttemptsOutput",
+    (serializers.Serializer,),
+    {outcome: serializers.IntegerField() for outcome in AttemptOutcome.values},
+)
+
+
+class UsageTotalsOutput(serializers.Serializer):
+    jobs_submitted = serializers.IntegerField(
+        help_text="Jobs submitted that day that have had an attempt (a job cancelled before its "
+        "first attempt is not counted)."
+    )
+    attempts = UsageAttemptsOutput(help_text="Attempts that ended that day, by outcome.")
+    bytes_stored = serializers.IntegerField(help_text="Body bytes stored by the attempts that fetched.")
+    rendered_pages = serializers.IntegerField(
+        help_text="Pages a browser rendered (render: browser) that succeeded."
+    )
+    batches = serializers.IntegerField(help_text="Batches created that day.")
+    crawls = serializers.IntegerField(help_text="Crawls created that day.")
+
+
+class UsageDayOutput(UsageTotalsOutput):
+    date = serializers.DateField(source="day")
+
+
+class UsageOutput(serializers.Serializer):
+    def get_fields(self) -> dict[str, serializers.Field]:
+        return {
+            "from": serializers.DateField(),
+            "to": serializers.DateField(),
+            "days": UsageDayOutput(many=True, help_text="Every day of the range, oldest first."),
+            "totals": UsageTotalsOutput(help_text="The sums over the range."),
+        }

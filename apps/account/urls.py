@@ -3,6 +3,7 @@ from django.urls import path
 from apps.account.views import (
     TokenCollectionView,
     TokenDetailView,
+    UsageView,
     WebhookSecretRotateView,
     WebhookSecretsView,
 )
@@ -13,4 +14,6 @@ urlpatterns = [
     path("tokens/<str:token_id>", TokenDetailView.as_view(), name="token-detail"),
     path("webhook-secrets", WebhookSecretsView.as_view(), name="webhook-secrets"),
     path("webhook-secrets/rotate", WebhookSecretRotateView.as_view(), name="webhook-secrets-rotate"),
+    # Any token of the tenant (FR-49, docs/usage.md).
+    path("usage", UsageView.as_view(), name="usage"),
 ]

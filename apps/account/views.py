@@ -9,6 +9,7 @@ from typing import Any
 
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -17,12 +18,15 @@ from apps.account.serializers import (
     TokenCreatedOutput,
     TokenCreateInput,
     TokenListOutput,
+    UsageOutput,
+    UsageParams,
     WebhookSecretRotatedOutput,
     WebhookSecretsOutput,
     token_representation,
 )
 from apps.api.errors import ApiError, not_found
 from apps.api.serializers import ErrorOutput
+from apps.operators.selectors import UsageDay, usage_days
 from apps.tenants import selectors, services
 from apps.tenants.models import TokenScope
 
@@ -127,3 +131,30 @@ class WebhookSecretRotateView(APIView):
             "previous_expires_at": rotated.previous_signs_until,
         }
         return Response(WebhookSecretRotatedOutput(body).data, status=201)
+
+
+class UsageView(APIView):
+    # Any scope reads it (FR-49): a ``read`` token is enough.
+
+    @extend_schema(
+        operation_id="usage_get",
+        summary="The tenant's usage per day",
+        description="Per UTC day from `from` to `to` (both included, at most 366 days): jobs "
+        "submitted, attempts by outcome, bytes stored, pages rendered, batches and crawls, with their "
+        "totals. Read from daily rollups kept 13 months, up to a rollup interval behind; usage from "
+        "before this endpoint was deployed does not exist (zeros). See docs/usage.md.",
+        parameters=[UsageParams],
+        responses={200: UsageOutput, 400: _ERR, 401: _ERR, 429: _ERR},
+    )
+    def get(self, request: Request) -> Response:
+        unknown = sorted(set(request.query_params) - {"from", "to"})
+        if unknown:
+            raise serializers.ValidationError({name: ["Unknown query parameter."] for name in unknown})
+        params = UsageParams(data=request.query_params.dict())
+        params.is_valid(raise_exception=True)
+        first, last = params.validated_data["from"], params.validated_data["to"]
+        days = usage_days(tenant_id=_token(request).tenant_id, first=first, last=last)
+        totals = UsageDay(first)
+        for day in days:
+            totals.add(day)
+        return Response(UsageOutput({"from": first, "to": last, "days": days, "totals": totals}).data)

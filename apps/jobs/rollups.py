@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import date, datetime
 
 from django.db import connection
 
@@ -152,6 +152,55 @@ def attempt_groups(*, after_id: int, upto_id: int) -> list[AttemptGroup]:
     with connection.cursor() as cur:
         cur.execute(_GROUPS_SQL, {"after": after_id, "upto": upto_id})
         return [AttemptGroup(*row) for row in cur.fetchall()]
+
+
+@dataclass(frozen=True)
+class TenantUsageGroup:
+    """One tenant's attempts of one UTC day and outcome (FR-49, docs/usage.md). ``jobs_submitted``
+    counts first attempts under the day their job was submitted; the other figures count attempts
+    under the day they ended."""
+
+    day: date
+    tenant_id: uuid.UUID
+    outcome: str
+    jobs_submitted: int
+    attempts: int
+    bytes_stored: int
+    rendered_pages: int
+
+
+# The same range and per-job probe as _GROUPS_SQL. Each attempt contributes twice (the VALUES
+# pair): once as an attempt, under the day it ended, and, when it is its job's first, once as a
+# submitted job, under the day the job was created. A body is stored by a success that fetched:
+# not one served another job's fetch (single-flight) nor a 304 that kept the previous body.
+_TENANT_USAGE_SQL = """
+SELECT v.day, j.tenant_id, a.outcome, sum(v.jobs), sum(v.attempts), sum(v.bytes), sum(v.rendered)
+  FROM jobs_attempt AS a
+ CROSS JOIN LATERAL (SELECT tenant_id, created_at, render, result_size
+                       FROM jobs_job WHERE id = a.job_id OFFSET 0) AS j
+ CROSS JOIN LATERAL (
+       SELECT a.outcome = 'succeeded' AND a.served_from_job IS NULL AND a.revalidated_from IS NULL AS fetched
+       ) AS s
+ CROSS JOIN LATERAL (VALUES
+       ((a.finished_at AT TIME ZONE 'UTC')::date, 0, 1,
+        CASE WHEN s.fetched THEN COALESCE(j.result_size, 0) ELSE 0 END,
+        CASE WHEN s.fetched AND j.render = 'browser' THEN 1 ELSE 0 END),
+       ((j.created_at AT TIME ZONE 'UTC')::date, 1, 0, 0, 0)
+       ) AS v(day, jobs, attempts, bytes, rendered)
+ WHERE a.id > %(after)s AND a.id <= %(upto)s AND a.finished_at IS NOT NULL
+   AND (v.jobs = 0 OR a.number = 1)
+ GROUP BY 1, 2, 3
+"""
+
+
+def tenant_usage_groups(*, after_id: int, upto_id: int) -> list[TenantUsageGroup]:
+    """The ended attempts with ids in (after_id, upto_id], grouped by UTC day, tenant and outcome."""
+    with connection.cursor() as cur:
+        cur.execute(_TENANT_USAGE_SQL, {"after": after_id, "upto": upto_id})
+        return [
+            TenantUsageGroup(day, tenant, outcome, int(jobs), int(attempts), int(size), int(rendered))
+            for day, tenant, outcome, jobs, attempts, size, rendered in cur.fetchall()
+        ]
 
 
 _FIRST_WAITS_SQL = """

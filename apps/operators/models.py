@@ -124,3 +124,37 @@ class RollupState(models.Model):
 
     attempt_id = models.BigIntegerField(default=0)
     updated_at = models.DateTimeField(auto_now=True)
+
+
+class TenantUsageDay(models.Model):
+    """One tenant's use of the service on one UTC day, by attempt outcome (FR-50, docs/usage.md):
+    what GET /api/v1/usage reads. Written by the same fold as the minute rows, on the same attempt
+    watermark; kept USAGE_RETENTION_DAYS (13 months), not the minute rows' week.
+
+    ``attempts``, ``bytes_stored`` and ``rendered_pages`` count under the day the attempt ended;
+    ``jobs_submitted`` counts each job once, at its first attempt, under the day it was submitted
+    and the outcome of that first attempt (the sum over outcomes is the day's jobs)."""
+
+    day = models.DateField()
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="+", db_index=False)
+    outcome = models.CharField(max_length=20)
+    jobs_submitted = models.BigIntegerField(default=0)
+    attempts = models.BigIntegerField(default=0)
+    # Body bytes written to the result storage: succeeded attempts that fetched (not served
+    # another job's fetch, not a 304 that kept the previous body).
+    bytes_stored = models.BigIntegerField(default=0)
+    # Succeeded attempts that fetched and rendered the page in a browser (FR-30).
+    rendered_pages = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            # The fold's ON CONFLICT key; it also serves usage_days (apps/operators/usage.py): one
+            # tenant's days in a range (tenant first).
+            models.UniqueConstraint(
+                fields=["tenant", "day", "outcome"], name="operators_tenant_usage_day_key"
+            )
+        ]
+        indexes = [
+            # rollups_prune (apps/operators/rollup_runner.py): days past the retention, all tenants.
+            models.Index(fields=["day"], name="operators_usage_day"),
+        ]

@@ -21,10 +21,12 @@ from apps.jobs.rollups import (
     AttemptGroup,
     FirstAttemptWait,
     QueueSnapshot,
+    TenantUsageGroup,
     attempt_groups,
     attempts_settled_upto,
     first_attempt_waits,
     queue_snapshot,
+    tenant_usage_groups,
 )
 from apps.operators.models import (
     AttemptMinute,
@@ -33,6 +35,7 @@ from apps.operators.models import (
     GaugeMinute,
     QueueDepthMinute,
     RollupState,
+    TenantUsageDay,
 )
 from apps.writer.selectors import writer_status
 
@@ -47,6 +50,9 @@ BATCH_ATTEMPTS = 10_000
 MAX_BATCHES_PER_RUN = 50
 # An attempt id handed out this long ago belongs to a committed claim (apps/jobs/rollups.py).
 SETTLE_S = 30.0
+# A tenant's daily usage rows are kept 13 months (FR-49, docs/usage.md): a year back from any day
+# of the current month.
+USAGE_RETENTION_DAYS = 397
 
 
 def rollup_run(
@@ -80,6 +86,7 @@ def _fold_batch(batch: int, settle_s: float) -> tuple[int, int]:
         groups = attempt_groups(after_id=after, upto_id=upto)
         _add_attempt_groups(groups)
         _add_first_attempt_waits(first_attempt_waits(after_id=after, upto_id=upto))
+        _add_tenant_usage(tenant_usage_groups(after_id=after, upto_id=upto))
         state.attempt_id = upto
         state.save(update_fields=["attempt_id", "updated_at"])
     return upto - after, sum(g.attempts for g in groups)
@@ -153,6 +160,18 @@ def _add_attempt_groups(groups: list[AttemptGroup]) -> None:
     )
 
 
+def _add_tenant_usage(groups: list[TenantUsageGroup]) -> None:
+    _upsert_adding(
+        "operators_tenantusageday",
+        ("tenant_id", "day", "outcome"),
+        ("jobs_submitted", "attempts", "bytes_stored", "rendered_pages"),
+        (
+            (g.tenant_id, g.day, g.outcome, g.jobs_submitted, g.attempts, g.bytes_stored, g.rendered_pages)
+            for g in groups
+        ),
+    )
+
+
 def first_attempt_bucket(wait_s: float) -> float:
     """The histogram bucket (its upper bound) a wait falls in: the first bound >= the wait."""
     return FIRST_ATTEMPT_BUCKETS[bisect.bisect_left(FIRST_ATTEMPT_BUCKETS, wait_s)]
@@ -222,8 +241,10 @@ def gauges_record(*, now: datetime | None = None) -> QueueSnapshot:
 
 
 def rollups_prune(*, now: datetime | None = None) -> int:
-    """Delete minute and hour rows older than the retention (the totals stay)."""
-    cutoff = (now or timezone.now()) - timedelta(days=settings.SCRAPEJOBS_ROLLUP_RETENTION_DAYS)
+    """Delete minute and hour rows older than the retention, and tenants' usage days older than
+    USAGE_RETENTION_DAYS (the totals stay)."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(days=settings.SCRAPEJOBS_ROLLUP_RETENTION_DAYS)
     deleted = 0
     for model, column in (
         (AttemptMinute, "minute"),
@@ -233,4 +254,6 @@ def rollups_prune(*, now: datetime | None = None) -> int:
         (DomainHour, "hour"),
     ):
         deleted += model.objects.filter(**{f"{column}__lt": cutoff}).delete()[0]
+    usage_cutoff = (now - timedelta(days=USAGE_RETENTION_DAYS)).date()
+    deleted += TenantUsageDay.objects.filter(day__lt=usage_cutoff).delete()[0]
     return deleted

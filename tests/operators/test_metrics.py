@@ -364,6 +364,7 @@ def test_the_rollup_and_scrape_statements_read_the_ledger_through_indexes_only()
         for statement in (
             rollups._SETTLED_UPTO_SQL,
             rollups._GROUPS_SQL,
+            rollups._TENANT_USAGE_SQL,
             rollups._FIRST_WAITS_SQL,
             rollups._QUEUED_SQL,
             rollups._RUNNING_SQL,
@@ -373,7 +374,7 @@ def test_the_rollup_and_scrape_statements_read_the_ledger_through_indexes_only()
     for plan in plans:
         assert "Seq Scan on jobs_job" not in plan, plan
         assert "Seq Scan on jobs_attempt" not in plan, plan
-    assert "jobs_queued_backlog" in plans[3], plans[3]
+    assert "jobs_queued_backlog" in plans[4], plans[4]
 
 
 @pytest.mark.django_db

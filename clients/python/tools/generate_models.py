@@ -43,6 +43,11 @@ MODELS = {
     "WebhookSecretRotatedOutput": "WebhookSecretRotated",
     "DeliveryOutput": "WebhookDelivery",
     "DisabledCallbackOutput": "DisabledCallback",
+    "UsageAttemptsOutput": "UsageAttempts",
+    "UsageTotalsOutput": "UsageTotals",
+    "UsageDayOutput": "UsageDay",
+    "UsageOutput": "Usage",
+    "CrawlOutput": "Crawl",
 }
 ENUMS = {
     "JobOutputStatusEnum": "JOB_STATUSES",
@@ -51,7 +56,7 @@ ENUMS = {
     "BatchOutputStatusEnum": "BATCH_STATUSES",
     "TokenScopeEnum": "TOKEN_SCOPES",
 }
-KEYWORDS = {"class": "class_"}
+KEYWORDS = {"class": "class_", "from": "from_"}
 PY_TYPES = {"string": "str", "integer": "int", "number": "float", "boolean": "bool"}
 
 

@@ -9,7 +9,7 @@ import random
 import re
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -123,6 +123,13 @@ def job_body(url: str, fields: Mapping[str, Any]) -> dict[str, Any]:
     if errors:
         raise InvalidRequest(errors)
     return body
+
+
+def crawl_body(seeds: str | Sequence[str], max_pages: int, fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON of POST /crawls (docs/crawls.md): the one place its shape is written, for the
+    clients and the MCP server alike; one seed URL or several. Checked by the API (400 naming the
+    field)."""
+    return {"seeds": [seeds] if isinstance(seeds, str) else list(seeds), "max_pages": max_pages, **fields}
 
 
 def retry_after_s(response: httpx.Response) -> float | None:

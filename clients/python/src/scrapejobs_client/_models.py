@@ -292,6 +292,79 @@ class DisabledCallback(Model):
     _wire: ClassVar[dict[str, str]] = {}
 
 
+@dataclass(frozen=True)
+class UsageAttempts(Model):
+    succeeded: int
+    failed_temporary: int
+    failed_permanent: int
+    cancelled: int
+    lost: int
+    deferred: int
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _nested: ClassVar[dict[str, str]] = {}
+    _wire: ClassVar[dict[str, str]] = {}
+
+
+@dataclass(frozen=True)
+class UsageTotals(Model):
+    jobs_submitted: int
+    attempts: UsageAttempts
+    bytes_stored: int
+    rendered_pages: int
+    batches: int
+    crawls: int
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _nested: ClassVar[dict[str, str]] = {"attempts": "UsageAttempts"}
+    _wire: ClassVar[dict[str, str]] = {}
+
+
+@dataclass(frozen=True)
+class UsageDay(Model):
+    jobs_submitted: int
+    attempts: UsageAttempts
+    bytes_stored: int
+    rendered_pages: int
+    batches: int
+    crawls: int
+    date: str
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _nested: ClassVar[dict[str, str]] = {"attempts": "UsageAttempts"}
+    _wire: ClassVar[dict[str, str]] = {}
+
+
+@dataclass(frozen=True)
+class Usage(Model):
+    from_: str
+    to: str
+    days: list[UsageDay]
+    totals: UsageTotals
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _nested: ClassVar[dict[str, str]] = {"days": "UsageDay", "totals": "UsageTotals"}
+    _wire: ClassVar[dict[str, str]] = {"from_": "from"}
+
+
+@dataclass(frozen=True)
+class Crawl(Model):
+    id: str
+    status: str
+    url: str
+    scope: str
+    include: list[Any]
+    exclude: list[Any]
+    max_pages: int
+    max_depth: int
+    job: dict[str, Any]
+    callback_url: str | None
+    created_at: str
+    finished_at: str | None
+    links: Any
+    pages: Any | None = None
+    discovery: Any | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _nested: ClassVar[dict[str, str]] = {}
+    _wire: ClassVar[dict[str, str]] = {}
+
+
 # POST /jobs's fields and the constraints the API enforces on them.
 JOB_FIELDS: dict[str, dict[str, Any]] = {
     "body": {

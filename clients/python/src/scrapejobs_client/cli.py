@@ -18,6 +18,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -25,6 +26,7 @@ try:
     import click
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.table import Table
 except ImportError as exc:  # pragma: no cover - the [cli] extra is missing
     sys.stderr.write(
         f"scrapejobs: the command line needs its extra: pip install 'scrapejobs-client[cli]' ({exc})\n"
@@ -33,6 +35,7 @@ except ImportError as exc:  # pragma: no cover - the [cli] extra is missing
 
 from scrapejobs_client import _core
 from scrapejobs_client._base import Model
+from scrapejobs_client._models import UsageDay, UsageTotals
 from scrapejobs_client.client import Client, TransportFailed
 from scrapejobs_client.errors import ApiError, InvalidRequest, WaitTimeout
 
@@ -377,6 +380,94 @@ def tokens_revoke(ctx: click.Context, token_id: int) -> int:
     with _ctx(ctx, None).client() as client:
         client.revoke_token(token_id)
     return EXIT_OK
+
+
+# Column headings of `scrapejobs usage`, by attempt outcome.
+_OUTCOME_HEADINGS = {
+    "succeeded": "ok",
+    "failed_temporary": "temp fail",
+    "failed_permanent": "perm fail",
+    "cancelled": "cancelled",
+    "lost": "lost",
+    "deferred": "deferred",
+}
+
+
+def _month_range(month: str) -> tuple[date, date]:
+    try:
+        first = datetime.strptime(month, "%Y-%m").date()
+    except ValueError:
+        raise click.BadParameter("YYYY-MM, e.g. 2026-12.", param_hint="--month") from None
+    following = date(first.year + first.month // 12, first.month % 12 + 1, 1)
+    return first, following - timedelta(days=1)
+
+
+@main.command()
+@click.option("--month", default=None, help="A calendar month, YYYY-MM (UTC days); default: this month.")
+@click.option("--from", "from_", default=None, help="First day, YYYY-MM-DD (with --to, instead of --month).")
+@click.option("--to", default=None, help="Last day, YYYY-MM-DD, included.")
+@json_option
+@click.pass_context
+@_api_errors
+def usage(
+    ctx: click.Context, month: str | None, from_: str | None, to: str | None, as_json: bool | None
+) -> int:
+    """The tenant's usage per day, as a table (docs/usage.md); usage before the service recorded
+    it (its deployment) shows as zeros."""
+    if month is not None and (from_ or to):
+        raise click.UsageError("--month or --from/--to, not both.")
+    if (from_ is None) != (to is None):
+        raise click.UsageError("--from and --to go together.")
+    if from_ is None or to is None:
+        first, last = _month_range(month or datetime.now(UTC).strftime("%Y-%m"))
+        from_, to = first.isoformat(), last.isoformat()
+    c = _ctx(ctx, as_json)
+    with c.client() as client:
+        report = client.usage(from_, to)
+    if c.as_json:
+        c.emit(report, "")
+        return EXIT_OK
+    table = Table(title=f"usage {report.from_} to {report.to} (UTC days)")
+    for heading in (
+        "day",
+        "jobs",
+        *_OUTCOME_HEADINGS.values(),
+        "bytes stored",
+        "rendered",
+        "batches",
+        "crawls",
+    ):
+        table.add_column(heading, justify="left" if heading == "day" else "right")
+    rows: list[tuple[str, UsageDay | UsageTotals]] = [(d.date, d) for d in report.days]
+    rows.append(("total", report.totals))
+    for n, (label, row) in enumerate(rows):
+        attempts = row.attempts.raw
+        table.add_row(
+            label,
+            str(row.jobs_submitted),
+            *(str(attempts.get(outcome, 0)) for outcome in _OUTCOME_HEADINGS),
+            str(row.bytes_stored),
+            str(row.rendered_pages),
+            str(row.batches),
+            str(row.crawls),
+            end_section=n == len(rows) - 2,
+        )
+    Console(width=200).print(table)
+    return EXIT_OK
+
+
+@main.command(name="mcp")
+@click.pass_context
+def mcp_serve(ctx: click.Context) -> None:
+    """Run an MCP server over stdio (tools: submit a job or a crawl, wait, read a result's text),
+    for an AI assistant to fetch through this service (docs/client.md). Needs the [mcp] extra."""
+    c = _ctx(ctx, None)
+    from scrapejobs_client.mcp_server import serve
+
+    try:
+        serve(url=c.url, token=c.token)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
 
 
 @main.group(name="webhook-secret")

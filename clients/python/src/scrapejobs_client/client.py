@@ -8,7 +8,7 @@ import os
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from datetime import datetime
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from scrapejobs_client._models import (
     Attempt,
     Batch,
     BatchCancelled,
+    Crawl,
     DisabledCallback,
     Job,
     JobCancelled,
@@ -28,6 +29,7 @@ from scrapejobs_client._models import (
     Result,
     Token,
     TokenCreated,
+    Usage,
     WebhookDelivery,
     WebhookSecretRotated,
     WebhookSecrets,
@@ -161,11 +163,17 @@ class Client:
         status: str | None = None,
         priority: str | None = None,
         batch: str | None = None,
+        crawl: str | None = None,
         limit: int = 500,
     ) -> Iterator[Job]:
         """Every job of the tenant (newest first), filtered; walks the cursor one page at a time."""
         params: dict[str, Any] = {"limit": limit}
-        for name, value in (("status", status), ("priority", priority), ("batch", batch)):
+        for name, value in (
+            ("status", status),
+            ("priority", priority),
+            ("batch", batch),
+            ("crawl", crawl),
+        ):
             if value is not None:
                 params[name] = value
         while True:
@@ -280,6 +288,31 @@ class Client:
         signs beside it until ``.previous_expires_at``. Not retried on a dropped connection."""
         r = self._request("POST", "/webhook-secrets/rotate", retry_dropped=False)
         return WebhookSecretRotated.from_dict(r.json())
+
+    # --- crawls (docs/crawls.md) ---------------------------------------------------------------
+
+    def submit_crawl(
+        self, url: str, *, max_pages: int, idempotency_key: str | None = None, **fields: Any
+    ) -> Crawl:
+        """POST /crawls: follow links from ``url``, at most ``max_pages`` pages (the start page
+        included); ``fields`` are the crawl's other fields (max_depth, scope, include, exclude, job,
+        callback_url). An Idempotency-Key is made when none is given, as for ``submit``."""
+        body = _core.crawl_body(url, max_pages, fields)
+        key = idempotency_key or _core.new_idempotency_key()
+        r = self._request("POST", "/crawls", json=body, headers={"Idempotency-Key": key})
+        return Crawl.from_dict(r.json())
+
+    def crawl(self, crawl_id: str) -> Crawl:
+        """GET /crawls/{id}: its status and its pages' counts."""
+        return Crawl.from_dict(self._request("GET", f"/crawls/{crawl_id}").json())
+
+    # --- usage (any token, docs/usage.md) -------------------------------------------------------
+
+    def usage(self, from_: str | date, to: str | date) -> Usage:
+        """GET /usage: per UTC day from ``from_`` to ``to`` (both included, at most 366 days), jobs
+        submitted, attempts by outcome, bytes stored, rendered pages, batches and crawls, with totals."""
+        params = {"from": _day(from_), "to": _day(to)}
+        return Usage.from_dict(self._request("GET", "/usage", params=params).json())
 
     # --- webhook deliveries (docs/webhooks.md) ------------------------------------------------
 
@@ -402,3 +435,7 @@ def _token_id(token: int | Token | TokenCreated) -> int:
 
 def _delivery_id(item: int | WebhookDelivery | DisabledCallback) -> int:
     return item.id if isinstance(item, WebhookDelivery | DisabledCallback) else int(item)
+
+
+def _day(value: str | date) -> str:
+    return value.isoformat() if isinstance(value, date) else value
