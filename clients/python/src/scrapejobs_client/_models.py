@@ -347,7 +347,7 @@ class Usage(Model):
 class Crawl(Model):
     id: str
     status: str
-    url: str
+    seeds: list[Any]
     scope: str
     include: list[Any]
     exclude: list[Any]
