@@ -86,7 +86,7 @@ def test_usage_counts_the_jobs_run_attempts_by_outcome_bytes_and_renders_per_ten
     )
     helpers.finish(_claimed(rendered), result=_stored(7))
     _submit(api, "http://a.example/never-claimed")
-    r = api.post("/api/v1/crawls", {"url": "http://a.example/", "max_pages": 1}, format="json")
+    r = api.post("/api/v1/crawls", {"seeds": ["http://a.example/"], "max_pages": 1}, format="json")
     assert r.status_code in (201, 202), r.content
     r = api.post(
         "/api/v1/batches", data=json.dumps([{"url": "http://a.example/b"}]), content_type="application/json"

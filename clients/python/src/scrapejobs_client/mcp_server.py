@@ -95,7 +95,7 @@ def build_server(client_factory: Callable[[], AsyncClient]) -> MCPServer:
 
     @server.tool()
     async def submit_crawl(url: str, max_pages: int, max_depth: int | None = None) -> dict[str, Any]:
-        """Crawl a site from a start URL: follow its links on the same host, at most max_pages pages
+        """Crawl a site from a start URL: follow its links on the same origin, at most max_pages pages
         (the start page included), up to max_depth links deep (the service's default when not
         given). Every page becomes a job: crawl_pages lists them. Returns the crawl's id and status."""
         fields: dict[str, Any] = {} if max_depth is None else {"max_depth": max_depth}
