@@ -13,6 +13,8 @@ PRIORITIES = ('high', 'normal', 'low')
 METHODS = ('GET', 'HEAD', 'POST')
 BATCH_STATUSES = ('receiving', 'accepted', 'loading', 'loaded', 'failed')
 TOKEN_SCOPES = ('admin', 'full', 'read')
+CRAWL_STATUSES = ('running', 'completed', 'cancelled')
+CRAWL_SCOPES = ('same_origin', 'same_site', 'prefix')
 
 
 @dataclass(frozen=True)
@@ -292,6 +294,76 @@ class DisabledCallback(Model):
     _wire: ClassVar[dict[str, str]] = {}
 
 
+@dataclass(frozen=True)
+class CrawlLinks(Model):
+    self: str
+    pages: str
+    jobs: str
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _nested: ClassVar[dict[str, str]] = {}
+    _wire: ClassVar[dict[str, str]] = {}
+
+
+@dataclass(frozen=True)
+class CrawlPageCounts(Model):
+    total: int
+    queued: int
+    running: int
+    succeeded: int
+    failed: int
+    cancelled: int
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _nested: ClassVar[dict[str, str]] = {}
+    _wire: ClassVar[dict[str, str]] = {}
+
+
+@dataclass(frozen=True)
+class CrawlDiscovery(Model):
+    discovered: int
+    duplicate: int
+    out_of_scope: int
+    over_limit: int
+    disallowed: int
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _nested: ClassVar[dict[str, str]] = {}
+    _wire: ClassVar[dict[str, str]] = {}
+
+
+@dataclass(frozen=True)
+class Crawl(Model):
+    id: str
+    status: str
+    seeds: list[Any]
+    scope: str
+    include: list[Any]
+    exclude: list[Any]
+    max_pages: int
+    max_depth: int
+    job: dict[str, Any]
+    callback_url: str | None
+    created_at: str
+    finished_at: str | None
+    links: CrawlLinks
+    pages: CrawlPageCounts | None = None
+    discovery: CrawlDiscovery | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _nested: ClassVar[dict[str, str]] = {"links": "CrawlLinks", "pages": "CrawlPageCounts", "discovery": "CrawlDiscovery"}
+    _wire: ClassVar[dict[str, str]] = {}
+
+
+@dataclass(frozen=True)
+class CrawlPage(Model):
+    seq: int
+    url: str
+    depth: int
+    found_on: int | None
+    job: str
+    status: str
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _nested: ClassVar[dict[str, str]] = {}
+    _wire: ClassVar[dict[str, str]] = {}
+
+
 # POST /jobs's fields and the constraints the API enforces on them.
 JOB_FIELDS: dict[str, dict[str, Any]] = {
     "body": {
@@ -392,3 +464,5 @@ JOB_FIELDS: dict[str, dict[str, Any]] = {
     }
 }
 JOB_REQUIRED: tuple[str, ...] = ('url',)
+# POST /crawls's fields (crawl() refuses any other before sending).
+CRAWL_FIELDS: tuple[str, ...] = ('seeds', 'max_pages', 'max_depth', 'scope', 'include', 'exclude', 'job', 'callback_url')

@@ -9,7 +9,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,8 @@ from scrapejobs_client._models import (
     Attempt,
     Batch,
     BatchCancelled,
+    Crawl,
+    CrawlPage,
     DisabledCallback,
     Job,
     JobCancelled,
@@ -35,6 +37,7 @@ from scrapejobs_client._models import (
 )
 from scrapejobs_client.client import (
     BATCH_THRESHOLD,
+    CrawlRef,
     JobRef,
     TransportFailed,
     _content_type,
@@ -253,6 +256,76 @@ class AsyncClient:
     async def cancel_batch(self, batch_id: str) -> BatchCancelled:
         """POST /batches/{id}/cancel: its queued jobs at once, its running ones as a job cancel."""
         return BatchCancelled.from_dict((await self._request("POST", f"/batches/{batch_id}/cancel")).json())
+
+    # --- crawls (docs/crawls.md) --------------------------------------------------------------
+
+    async def crawl(
+        self,
+        seeds: str | Iterable[str],
+        *,
+        max_pages: int,
+        idempotency_key: str | None = None,
+        **fields: Any,
+    ) -> Crawl:
+        body = _core.crawl_body(seeds, max_pages, fields)
+        key = idempotency_key or _core.new_idempotency_key()
+        r = await self._request("POST", "/crawls", json=body, headers={"Idempotency-Key": key})
+        return Crawl.from_dict(r.json())
+
+    async def get_crawl(self, crawl: CrawlRef) -> Crawl:
+        return Crawl.from_dict((await self._request("GET", f"/crawls/{_core.crawl_id_of(crawl)}")).json())
+
+    async def crawls(self, *, limit: int = 500) -> AsyncIterator[Crawl]:
+        params: dict[str, Any] = {"limit": limit}
+        while True:
+            page = (await self._request("GET", "/crawls", params=params)).json()
+            for item in page["items"]:
+                yield Crawl.from_dict(item)
+            if not page.get("next_cursor"):
+                return
+            params["cursor"] = page["next_cursor"]
+
+    async def crawl_pages(self, crawl: CrawlRef, *, limit: int = 500) -> AsyncIterator[CrawlPage]:
+        params: dict[str, Any] = {"limit": limit}
+        path = f"/crawls/{_core.crawl_id_of(crawl)}/pages"
+        while True:
+            page = (await self._request("GET", path, params=params)).json()
+            for item in page["items"]:
+                yield CrawlPage.from_dict(item)
+            if page.get("next_cursor") is None:
+                return
+            params["cursor"] = page["next_cursor"]
+
+    async def cancel_crawl(self, crawl: CrawlRef) -> Crawl:
+        r = await self._request("POST", f"/crawls/{_core.crawl_id_of(crawl)}/cancel")
+        return Crawl.from_dict(r.json())
+
+    async def follow_crawl(self, crawl: CrawlRef, timeout: float | None = None) -> AsyncIterator[Crawl]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pause = 0.5
+        while True:
+            current = await self.get_crawl(crawl)
+            yield current
+            if _core.crawl_ended(current):
+                return
+            if deadline is not None and time.monotonic() >= deadline:
+                raise WaitTimeout(current)
+            await asyncio.sleep(pause)
+            pause = min(pause * 1.25, 2.0)
+
+    async def wait_crawl(
+        self,
+        crawl: CrawlRef,
+        timeout: float | None = None,
+        *,
+        on_progress: Callable[[Crawl], None] | None = None,
+    ) -> Crawl:
+        last = None
+        async for last in self.follow_crawl(crawl, timeout):
+            if on_progress is not None:
+                on_progress(last)
+        assert last is not None
+        return last
 
     # --- tokens and webhook secrets (an admin token's, docs/tokens.md) ------------------------
 
