@@ -13,6 +13,7 @@ import sys
 
 import pytest
 from scrapejobs_client import AsyncClient, BadRequest, Client, Conflict, InvalidRequest, NotFound
+from warcio.archiveiterator import ArchiveIterator
 
 from apps.crawls.models import Crawl
 from apps.jobs.models import Job
@@ -24,7 +25,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 FAST_EXPAND = {"SCRAPEJOBS_CRAWL_EXPAND_INTERVAL_S": "0.3"}
 
 
-def test_a_crawl_is_started_followed_walked_and_cancelled_through_the_client(stack, target):
+def test_a_crawl_is_started_followed_walked_and_cancelled_through_the_client(stack, target, tmp_path):
     s = stack(worker_concurrency=8, **FAST_EXPAND)
     with Client(s.base_url, s.token) as sj:
         started = sj.crawl(target.url("/site/0"), max_pages=100, max_depth=2, exclude=["/private*"])
@@ -48,6 +49,16 @@ def test_a_crawl_is_started_followed_walked_and_cancelled_through_the_client(sta
             str(i) for i in Job.objects.filter(batch_id=done.id).values_list("id", flat=True)
         )
         assert done.id in [c.id for c in sj.crawls(limit=1)]
+        # The crawl's WARC (docs/crawls.md): a warcinfo record, then a response per page.
+        written = sj.crawl_warc(done, tmp_path / "crawl.warc.gz")
+        with (tmp_path / "crawl.warc.gz").open("rb") as f:
+            records = [(r.rec_type, r.rec_headers.get_header("WARC-Target-URI")) for r in ArchiveIterator(f)]
+        assert written == (tmp_path / "crawl.warc.gz").stat().st_size
+        assert [kind for kind, _ in records] == ["warcinfo"] + ["response"] * 7
+        assert sorted(uri for _, uri in records[1:]) == sorted(p.url for p in pages)
+        with pytest.raises(NotFound):
+            sj.crawl_warc("00000000-0000-0000-0000-000000000000", tmp_path / "none.warc.gz")
+        assert not (tmp_path / "none.warc.gz").exists()
         with pytest.raises(Conflict):
             sj.cancel_crawl(done)
 
@@ -69,7 +80,7 @@ def test_a_crawl_is_started_followed_walked_and_cancelled_through_the_client(sta
     assert Crawl.objects.filter(tenant=s.tenant).count() == 2  # the refused ones created nothing
 
 
-def test_the_async_client_crawls_and_walks_the_pages(stack, target):
+def test_the_async_client_crawls_and_walks_the_pages(stack, target, tmp_path):
     s = stack(worker_concurrency=4, **FAST_EXPAND)
 
     async def run() -> None:
@@ -82,6 +93,9 @@ def test_the_async_client_crawls_and_walks_the_pages(stack, target):
             pages = [p async for p in sj.crawl_pages(started.id, limit=1)]
             assert [p.seq for p in pages] == [1, 2, 3]
             assert (await sj.get_crawl(started)).pages == done.pages
+            assert await sj.crawl_warc(started, tmp_path / "a.warc.gz") > 0
+            with (tmp_path / "a.warc.gz").open("rb") as f:
+                assert [r.rec_type for r in ArchiveIterator(f)] == ["warcinfo"] + ["response"] * 3
 
     asyncio.run(run())
 
@@ -117,7 +131,7 @@ def test_the_crawl_command_exits_as_the_batch_command_does(stack, target):
 
     started = scrapejobs(env, "--json", "crawl", target.url("/site/0?delay=2"), "--max-pages", "31")
     assert started.returncode == 0, started.stderr
-    crawl_id = json.loads(started.stdout)["id"]
+    assert json.loads(started.stdout)["status"] == "running"  # without --wait: answered at once
     timed_out = scrapejobs(
         env, "crawl", target.url("/site/0?delay=2&n=7"), "--max-pages", "7", "--wait", "--timeout", "1"
     )
@@ -148,7 +162,6 @@ def test_the_crawl_command_exits_as_the_batch_command_does(stack, target):
     waited = Crawl.objects.get(seeds__contains=[target.url("/site/0?delay=3&n=9")])
     with Client(s.base_url, s.token) as sj:
         assert sj.cancel_crawl(str(waited.id)).status == "cancelled"
-        sj.cancel_crawl(crawl_id)
     assert waiting.wait(60) == 3, waiting.stderr.read()
 
     assert scrapejobs(env, "crawl", "ftp://example.com/", "--max-pages", "5").returncode == 2

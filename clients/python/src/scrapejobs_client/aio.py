@@ -300,6 +300,25 @@ class AsyncClient:
         r = await self._request("POST", f"/crawls/{_core.crawl_id_of(crawl)}/cancel")
         return Crawl.from_dict(r.json())
 
+    async def crawl_warc(self, crawl: CrawlRef, path: str | os.PathLike[str]) -> int:
+        target = Path(path)
+        fd, tmp = tempfile.mkstemp(dir=target.parent or ".", prefix=f".{target.name}.")
+        size = 0
+        try:
+            with os.fdopen(fd, "wb") as out:
+                async with self._http.stream("GET", f"/crawls/{_core.crawl_id_of(crawl)}/warc") as r:
+                    if r.status_code >= 400:
+                        await r.aread()
+                    _core.raise_for(r)
+                    async for chunk in r.aiter_raw(1 << 16):
+                        size += len(chunk)
+                        out.write(chunk)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return size
+
     async def follow_crawl(self, crawl: CrawlRef, timeout: float | None = None) -> AsyncIterator[Crawl]:
         deadline = None if timeout is None else time.monotonic() + timeout
         pause = 0.5

@@ -304,6 +304,29 @@ class Client:
         to stop. A crawl already ended is Conflict (409)."""
         return Crawl.from_dict(self._request("POST", f"/crawls/{_core.crawl_id_of(crawl)}/cancel").json())
 
+    def crawl_warc(self, crawl: CrawlRef, path: str | os.PathLike[str]) -> int:
+        """GET /crawls/{id}/warc streamed to ``path`` (written whole or not at all): the crawl's
+        stored pages as a gzipped WARC file (docs/crawls.md). Returns the bytes written."""
+        target = Path(path)
+        fd, tmp = tempfile.mkstemp(dir=target.parent or ".", prefix=f".{target.name}.")
+        size = 0
+        try:
+            with (
+                os.fdopen(fd, "wb") as out,
+                self._http.stream("GET", f"/crawls/{_core.crawl_id_of(crawl)}/warc") as r,
+            ):
+                if r.status_code >= 400:
+                    r.read()
+                    _core.raise_for(r)
+                for chunk in r.iter_raw(1 << 16):
+                    size += len(chunk)
+                    out.write(chunk)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return size
+
     def follow_crawl(self, crawl: CrawlRef, timeout: float | None = None) -> Iterator[Crawl]:
         """The crawl's state every 0.5 to 2 s, the last one ended (completed or cancelled): its
         ``pages`` counts say how many were found and how many are final. Raises WaitTimeout
