@@ -35,6 +35,7 @@ USED_AS = {
     "httptools": "uvicorn.protocols.http.httptools_impl",
     "publicsuffixlist": "publicsuffixlist",
     "pyarrow": "pyarrow",
+    "warcio": "warcio",  # apps/crawls/warc.py (FR-47)
     "prometheus-client": "prometheus_client",
     "playwright": "playwright",
     "opentelemetry-api": "opentelemetry.trace",

@@ -70,6 +70,10 @@ class Crawl(models.Model):
             models.Index(fields=["tenant", "-id"], name="crawls_tenant_newest"),
             # crawls_expand (apps/crawls/services.py): the crawls still running.
             models.Index(fields=["id"], condition=Q(status="running"), name="crawls_running"),
+            # crawls_ended_between (apps/crawls/rollups.py): the rollup's window of ended crawls.
+            models.Index(
+                fields=["finished_at"], condition=Q(finished_at__isnull=False), name="crawls_finished"
+            ),
         ]
 
     def __str__(self) -> str:

@@ -3,8 +3,11 @@ parse, call one service or selector, answer (FR-39, FR-41, docs/crawls.md)."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+from asgiref.sync import sync_to_async
+from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
@@ -24,6 +27,7 @@ from apps.crawls.serializers import (
     crawl_representation,
 )
 from apps.crawls.services import CrawlIdempotencyConflict, crawl_cancel, crawl_counts, crawl_create
+from apps.crawls.warc import crawl_warc_chunks
 from apps.intake.parsers import BoundedJSONParser
 from apps.intake.serializers import idempotency_key_validate, request_fingerprint
 from apps.tenants.backlog import BacklogFull
@@ -219,3 +223,43 @@ class CrawlCancelView(APIView):
         crawl_cancel(crawl=crawl)
         crawl.refresh_from_db()
         return Response(crawl_representation(crawl, base=base_url(request), counts=crawl_counts(crawl)))
+
+
+def _next_chunk(chunks: Iterator[bytes]) -> bytes | None:
+    return next(chunks, None)
+
+
+async def _async_chunks(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
+    """Each chunk made in a thread (it reads the database and storage), handed on as made: under
+    ASGI a plain iterator would be read whole into memory first."""
+    while (chunk := await sync_to_async(_next_chunk, thread_sensitive=True)(chunks)) is not None:
+        yield chunk
+
+
+class CrawlWarcView(APIView):
+    @extend_schema(
+        operation_id="crawls_warc",
+        summary="The crawl's pages as a WARC file",
+        description="A gzipped WARC 1.1 file, streamed: a warcinfo record, then one `response` "
+        "record per page with a stored body (in the order found), rebuilt from what is stored: "
+        "the status, the kept headers with Content-Encoding and Transfer-Encoding dropped and "
+        "Content-Length set to the stored, decoded body. A page served by another job's fetch "
+        "(single-flight) is a `revisit` record. Pages without a stored body have none. A "
+        "`read` token may ask for it (FR-47, docs/crawls.md).",
+        responses={
+            (200, "application/warc"): OpenApiResponse(OpenApiTypes.BINARY),
+            401: _ERR,
+            404: _ERR,
+            429: _ERR,
+        },
+    )
+    def get(self, request: Request, crawl_id: str) -> StreamingHttpResponse:
+        crawl = selectors.crawl_get(tenant_id=_tenant_id(request), crawl_id=crawl_id)
+        if crawl is None:
+            raise not_found("No such crawl.")
+        response = StreamingHttpResponse(
+            _async_chunks(crawl_warc_chunks(crawl=crawl)), content_type="application/warc"
+        )
+        response["Content-Disposition"] = f'attachment; filename="crawl-{crawl.id}.warc.gz"'
+        response["Cache-Control"] = "private, no-store"
+        return response

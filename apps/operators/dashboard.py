@@ -16,8 +16,10 @@ from django.conf import settings
 from django.db import DatabaseError, connection
 from django.utils import timezone
 
+from apps.crawls.models import Crawl
+from apps.crawls.rollups import crawls_running_count, crawls_running_newest
 from apps.jobs.rollups import queue_snapshot
-from apps.operators.models import RollupState
+from apps.operators.models import CrawlTotal, RollupState
 from apps.operators.rollup_runner import FAILED_OUTCOMES, FIRST_ATTEMPT_BUCKETS, writer_reading
 from apps.tenants.models import Tenant
 
@@ -382,6 +384,11 @@ class Now:
 
     figures: list[tuple[str, str]]
     problems: list[str]
+    # The newest running crawls (FR-46), each linked to its admin page.
+    crawls: list[Crawl] = field(default_factory=list)
+
+
+RUNNING_CRAWLS_SHOWN = 10
 
 
 def dashboard_now() -> Now:
@@ -399,6 +406,17 @@ def dashboard_now() -> Now:
         ]
     except DatabaseError as exc:
         problems.append(f"The queue could not be read: {exc.__class__.__name__}: {exc}")
+    crawls: list[Crawl] = []
+    try:
+        ended = dict(CrawlTotal.objects.values_list("status", "crawls"))
+        figures += [
+            ("crawls running", str(crawls_running_count())),
+            ("crawls completed", str(ended.get("completed", 0))),
+            ("crawls cancelled", str(ended.get("cancelled", 0))),
+        ]
+        crawls = crawls_running_newest(limit=RUNNING_CRAWLS_SHOWN)
+    except DatabaseError as exc:
+        problems.append(f"The crawls could not be read: {exc.__class__.__name__}: {exc}")
     lag_s, dead = writer_reading()
     if lag_s is None:
         problems.append("The writer's state could not be read: Redis did not answer.")
@@ -410,4 +428,4 @@ def dashboard_now() -> Now:
         problems.append("The rollup task has never run: the charts stay empty until beat runs it.")
     elif timezone.now() - last > stale_after:
         problems.append(f"The rollup task last ran at {last:%Y-%m-%d %H:%M:%S} UTC: is beat running?")
-    return Now(figures=figures, problems=problems)
+    return Now(figures=figures, problems=problems, crawls=crawls)

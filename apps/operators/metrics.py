@@ -14,9 +14,10 @@ from django.conf import settings
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from apps.crawls.rollups import crawls_running_count
 from apps.jobs.models import Priority
 from apps.jobs.rollups import queue_snapshot
-from apps.operators.models import AttemptTotal, DomainTotal, FirstAttemptTotal, RollupState
+from apps.operators.models import AttemptTotal, CrawlTotal, DomainTotal, FirstAttemptTotal, RollupState
 from apps.operators.request_metrics import LATENCY_BUCKETS, request_totals
 from apps.operators.rollup_runner import FIRST_ATTEMPT_BUCKETS, writer_reading
 from apps.tenants.models import Tenant
@@ -44,7 +45,21 @@ class ScrapejobsCollector(Collector):
         yield from self._writer()
         yield from self._attempts()
         yield from self._first_attempt()
+        yield from self._crawls()
         yield from self._requests()
+
+    def _crawls(self) -> Iterator[Metric]:
+        # FR-46: ended crawls from the rollup (as of its last run); running ones read now.
+        ended = CounterMetricFamily("scrapejobs_crawls", "Crawls that ended, by status.", labels=["status"])
+        totals = dict(CrawlTotal.objects.values_list("status", "crawls"))
+        for status in ("completed", "cancelled"):
+            ended.add_metric([status], totals.pop(status, 0))
+        for status, n in sorted(totals.items()):
+            ended.add_metric([status], n)
+        yield ended
+        yield GaugeMetricFamily(
+            "scrapejobs_crawls_running", "Crawls running now.", value=crawls_running_count()
+        )
 
     def _queue(self) -> Iterator[Metric]:
         snap = queue_snapshot()

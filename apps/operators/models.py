@@ -119,10 +119,20 @@ class FirstAttemptTotal(models.Model):
     sum_s = models.FloatField(default=0.0)
 
 
+class CrawlTotal(models.Model):
+    """Every crawl that ended, by how it ended (completed, cancelled): ``/metrics`` counters
+    (FR-46), folded in by the rollup task from the crawls' ``finished_at``."""
+
+    status = models.CharField(max_length=16, unique=True)
+    crawls = models.BigIntegerField(default=0)
+
+
 class RollupState(models.Model):
-    """One row: the id of the last attempt rolled up (every attempt up to it is counted)."""
+    """One row: the id of the last attempt rolled up (every attempt up to it is counted), and
+    the ``finished_at`` up to which ended crawls are counted."""
 
     attempt_id = models.BigIntegerField(default=0)
+    crawls_upto = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
 

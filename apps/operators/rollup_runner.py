@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from apps.crawls.rollups import crawls_ended_between
 from apps.jobs.models import AttemptOutcome
 from apps.jobs.rollups import (
     AttemptGroup,
@@ -65,6 +66,7 @@ def rollup_run(
         folded += attempts
         if moved < batch:
             break
+    crawls_fold(settle_s=settle_s)
     gauges_record()
     rollups_prune()
     # The dashboard tells a stalled rollup by this stamp, so it moves even when nothing ended.
@@ -170,6 +172,24 @@ def _add_tenant_usage(groups: list[TenantUsageGroup]) -> None:
             for g in groups
         ),
     )
+
+
+def crawls_fold(*, settle_s: float = SETTLE_S, now: datetime | None = None) -> int:
+    """Count the crawls that ended since the last run into CrawlTotal (FR-46) and move the
+    watermark, in one transaction under the state row's lock (two runs take turns, never count
+    twice). A crawl's ``finished_at`` is stamped in the transaction that ends it; only those older
+    than ``settle_s`` are taken, so one whose transaction commits late is counted at a later run."""
+    upto = (now or timezone.now()) - timedelta(seconds=settle_s)
+    RollupState.objects.get_or_create(pk=1)
+    with transaction.atomic():
+        state = RollupState.objects.select_for_update().get(pk=1)
+        if state.crawls_upto is not None and state.crawls_upto >= upto:
+            return 0
+        ended = crawls_ended_between(after=state.crawls_upto, upto=upto)
+        _upsert_adding("operators_crawltotal", ("status",), ("crawls",), ended.items())
+        state.crawls_upto = upto
+        state.save(update_fields=["crawls_upto", "updated_at"])
+    return sum(ended.values())
 
 
 def first_attempt_bucket(wait_s: float) -> float:

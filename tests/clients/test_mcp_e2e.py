@@ -99,7 +99,11 @@ def test_tools_list_and_a_submit_wait_result_round_trip_return_the_target_body(s
     assert body_for(300).decode("latin-1") not in found["binary"]
     assert found["missing"].is_error and "404" in "".join(b.text for b in found["missing"].content)
     crawl = Crawl.objects.get(id=found["crawl"]["id"])
-    assert crawl.tenant_id == s.tenant.pk and (crawl.seeds, crawl.max_pages, crawl.max_depth) == ([page], 2, 1)
+    assert crawl.tenant_id == s.tenant.pk and (crawl.seeds, crawl.max_pages, crawl.max_depth) == (
+        [page],
+        2,
+        1,
+    )
     assert found["crawl_pages"]["id"] == str(crawl.id)
     assert page in [p["url"] for p in found["crawl_pages"]["pages"]]
 

@@ -21,6 +21,7 @@ from django.urls import URLPattern
 from django.utils import timezone
 
 from apps.batches.models import Batch
+from apps.crawls.models import Crawl
 from apps.jobs.claims import job_claim
 from apps.jobs.intake import job_create
 from apps.jobs.models import Attempt, Job, JobStatus
@@ -58,6 +59,7 @@ def rows_for_every_admin() -> None:
     Group.objects.create(name="operators")
     User.objects.create_user("someone", password="x")
     Batch.objects.create(tenant=tenant, format="json", total=1)
+    Crawl.objects.create(tenant=tenant, seeds=["https://shop.example/"], max_pages=5, max_depth=1)
 
 
 def viewer(client: Client) -> Client:

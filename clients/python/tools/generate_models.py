@@ -47,7 +47,11 @@ MODELS = {
     "UsageTotalsOutput": "UsageTotals",
     "UsageDayOutput": "UsageDay",
     "UsageOutput": "Usage",
+    "CrawlLinksOutput": "CrawlLinks",
+    "CrawlPagesCountOutput": "CrawlPageCounts",
+    "CrawlLinksCountOutput": "CrawlDiscovery",
     "CrawlOutput": "Crawl",
+    "CrawlPageOutput": "CrawlPage",
 }
 ENUMS = {
     "JobOutputStatusEnum": "JOB_STATUSES",
@@ -55,6 +59,8 @@ ENUMS = {
     "MethodEnum": "METHODS",
     "BatchOutputStatusEnum": "BATCH_STATUSES",
     "TokenScopeEnum": "TOKEN_SCOPES",
+    "CrawlStatusEnum": "CRAWL_STATUSES",
+    "CrawlScopeEnum": "CRAWL_SCOPES",
 }
 KEYWORDS = {"class": "class_", "from": "from_"}
 PY_TYPES = {"string": "str", "integer": "int", "number": "float", "boolean": "bool"}
@@ -155,6 +161,9 @@ def generate(doc: dict[str, Any]) -> str:
     out.append("# POST /jobs's fields and the constraints the API enforces on them.")
     out.append(f"JOB_FIELDS: dict[str, dict[str, Any]] = {json.dumps(fields, indent=4, sort_keys=True)}")
     out.append(f"JOB_REQUIRED: tuple[str, ...] = {tuple(job_in.get('required', []))!r}")
+    crawl_in = schemas["CrawlCreateInput"]
+    out.append("# POST /crawls's fields (crawl() refuses any other before sending).")
+    out.append(f"CRAWL_FIELDS: tuple[str, ...] = {tuple(crawl_in['properties'])!r}")
     out.append("")
     text = "\n".join(out)
     return text.replace(": true", ": True").replace(": false", ": False").replace(": null", ": None")

@@ -9,15 +9,25 @@ import random
 import re
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import httpx
 
-from scrapejobs_client._models import JOB_FIELDS, JOB_REQUIRED, Job, JobCreated
+from scrapejobs_client._models import (
+    CRAWL_FIELDS,
+    CRAWL_SCOPES,
+    JOB_FIELDS,
+    JOB_REQUIRED,
+    Crawl,
+    Job,
+    JobCreated,
+)
 from scrapejobs_client.errors import ApiError, InvalidRequest, error_for
 
 FINAL_STATUSES = frozenset(("succeeded", "failed", "cancelled"))
+# A crawl is running until every page is final and read (docs/crawls.md).
+CRAWL_ENDED = frozenset(("completed", "cancelled"))
 # Answers worth asking again, after their Retry-After (FR-24): the per-token limit, a restart.
 RETRY_STATUSES = frozenset((429, 503))
 # The longest ?wait= the API holds an answer for.
@@ -125,11 +135,44 @@ def job_body(url: str, fields: Mapping[str, Any]) -> dict[str, Any]:
     return body
 
 
-def crawl_body(seeds: str | Sequence[str], max_pages: int, fields: Mapping[str, Any]) -> dict[str, Any]:
-    """The JSON of POST /crawls (docs/crawls.md): the one place its shape is written, for the
-    clients and the MCP server alike; one seed URL or several. Checked by the API (400 naming the
-    field)."""
-    return {"seeds": [seeds] if isinstance(seeds, str) else list(seeds), "max_pages": max_pages, **fields}
+def crawl_body(seeds: str | Iterable[str], max_pages: int, fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON of POST /crawls. Unknown fields, a seed that is not an http(s) URL and a
+    max_pages below 1 are refused here, before sending; the API checks the rest (its 400 names
+    the field)."""
+    seed_list = [seeds] if isinstance(seeds, str) else list(seeds)
+    body: dict[str, Any] = {"seeds": seed_list, "max_pages": max_pages, **fields}
+    errors: dict[str, list[str]] = {}
+    for name in body:
+        if name not in CRAWL_FIELDS:
+            errors[name] = ["unknown field"]
+    if not seed_list:
+        errors["seeds"] = ["at least one seed"]
+    bad = [
+        s
+        for s in seed_list
+        if not isinstance(s, str) or not re.match(r"^[hH][tT][tT][pP][sS]?://[^\s/?#]", s)
+    ]
+    if bad:
+        errors["seeds"] = [f"{s!r} must be an http or https URL" for s in bad]
+    if not isinstance(max_pages, int) or isinstance(max_pages, bool) or max_pages < 1:
+        errors["max_pages"] = ["must be an integer of at least 1"]
+    if "scope" in body and body["scope"] not in CRAWL_SCOPES:
+        errors["scope"] = [f"must be one of {', '.join(CRAWL_SCOPES)}"]
+    if errors:
+        raise InvalidRequest(errors)
+    return body
+
+
+def crawl_id_of(crawl: str | Crawl | Mapping[str, Any]) -> str:
+    if isinstance(crawl, str):
+        return crawl
+    if isinstance(crawl, Mapping):
+        return str(crawl["id"])
+    return crawl.id
+
+
+def crawl_ended(crawl: Crawl) -> bool:
+    return crawl.status in CRAWL_ENDED
 
 
 def retry_after_s(response: httpx.Response) -> float | None:

@@ -13,6 +13,8 @@ PRIORITIES = ('high', 'normal', 'low')
 METHODS = ('GET', 'HEAD', 'POST')
 BATCH_STATUSES = ('receiving', 'accepted', 'loading', 'loaded', 'failed')
 TOKEN_SCOPES = ('admin', 'full', 'read')
+CRAWL_STATUSES = ('running', 'completed', 'cancelled')
+CRAWL_SCOPES = ('same_origin', 'same_site', 'prefix')
 
 
 @dataclass(frozen=True)
@@ -344,6 +346,41 @@ class Usage(Model):
 
 
 @dataclass(frozen=True)
+class CrawlLinks(Model):
+    self: str
+    pages: str
+    jobs: str
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _nested: ClassVar[dict[str, str]] = {}
+    _wire: ClassVar[dict[str, str]] = {}
+
+
+@dataclass(frozen=True)
+class CrawlPageCounts(Model):
+    total: int
+    queued: int
+    running: int
+    succeeded: int
+    failed: int
+    cancelled: int
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _nested: ClassVar[dict[str, str]] = {}
+    _wire: ClassVar[dict[str, str]] = {}
+
+
+@dataclass(frozen=True)
+class CrawlDiscovery(Model):
+    discovered: int
+    duplicate: int
+    out_of_scope: int
+    over_limit: int
+    disallowed: int
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _nested: ClassVar[dict[str, str]] = {}
+    _wire: ClassVar[dict[str, str]] = {}
+
+
+@dataclass(frozen=True)
 class Crawl(Model):
     id: str
     status: str
@@ -357,9 +394,22 @@ class Crawl(Model):
     callback_url: str | None
     created_at: str
     finished_at: str | None
-    links: Any
-    pages: Any | None = None
-    discovery: Any | None = None
+    links: CrawlLinks
+    pages: CrawlPageCounts | None = None
+    discovery: CrawlDiscovery | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _nested: ClassVar[dict[str, str]] = {"links": "CrawlLinks", "pages": "CrawlPageCounts", "discovery": "CrawlDiscovery"}
+    _wire: ClassVar[dict[str, str]] = {}
+
+
+@dataclass(frozen=True)
+class CrawlPage(Model):
+    seq: int
+    url: str
+    depth: int
+    found_on: int | None
+    job: str
+    status: str
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     _nested: ClassVar[dict[str, str]] = {}
     _wire: ClassVar[dict[str, str]] = {}
@@ -465,3 +515,5 @@ JOB_FIELDS: dict[str, dict[str, Any]] = {
     }
 }
 JOB_REQUIRED: tuple[str, ...] = ('url',)
+# POST /crawls's fields (crawl() refuses any other before sending).
+CRAWL_FIELDS: tuple[str, ...] = ('seeds', 'max_pages', 'max_depth', 'scope', 'include', 'exclude', 'job', 'callback_url')

@@ -9,7 +9,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from scrapejobs_client._models import (
     Batch,
     BatchCancelled,
     Crawl,
+    CrawlPage,
     DisabledCallback,
     Job,
     JobCancelled,
@@ -37,6 +38,7 @@ from scrapejobs_client._models import (
 )
 from scrapejobs_client.client import (
     BATCH_THRESHOLD,
+    CrawlRef,
     JobRef,
     TransportFailed,
     _content_type,
@@ -263,6 +265,95 @@ class AsyncClient:
         """POST /batches/{id}/cancel: its queued jobs at once, its running ones as a job cancel."""
         return BatchCancelled.from_dict((await self._request("POST", f"/batches/{batch_id}/cancel")).json())
 
+    # --- crawls (docs/crawls.md) --------------------------------------------------------------
+
+    async def crawl(
+        self,
+        seeds: str | Iterable[str],
+        *,
+        max_pages: int,
+        idempotency_key: str | None = None,
+        **fields: Any,
+    ) -> Crawl:
+        body = _core.crawl_body(seeds, max_pages, fields)
+        key = idempotency_key or _core.new_idempotency_key()
+        r = await self._request("POST", "/crawls", json=body, headers={"Idempotency-Key": key})
+        return Crawl.from_dict(r.json())
+
+    async def get_crawl(self, crawl: CrawlRef) -> Crawl:
+        return Crawl.from_dict((await self._request("GET", f"/crawls/{_core.crawl_id_of(crawl)}")).json())
+
+    async def crawls(self, *, limit: int = 500) -> AsyncIterator[Crawl]:
+        params: dict[str, Any] = {"limit": limit}
+        while True:
+            page = (await self._request("GET", "/crawls", params=params)).json()
+            for item in page["items"]:
+                yield Crawl.from_dict(item)
+            if not page.get("next_cursor"):
+                return
+            params["cursor"] = page["next_cursor"]
+
+    async def crawl_pages(self, crawl: CrawlRef, *, limit: int = 500) -> AsyncIterator[CrawlPage]:
+        params: dict[str, Any] = {"limit": limit}
+        path = f"/crawls/{_core.crawl_id_of(crawl)}/pages"
+        while True:
+            page = (await self._request("GET", path, params=params)).json()
+            for item in page["items"]:
+                yield CrawlPage.from_dict(item)
+            if page.get("next_cursor") is None:
+                return
+            params["cursor"] = page["next_cursor"]
+
+    async def cancel_crawl(self, crawl: CrawlRef) -> Crawl:
+        r = await self._request("POST", f"/crawls/{_core.crawl_id_of(crawl)}/cancel")
+        return Crawl.from_dict(r.json())
+
+    async def crawl_warc(self, crawl: CrawlRef, path: str | os.PathLike[str]) -> int:
+        target = Path(path)
+        fd, tmp = tempfile.mkstemp(dir=target.parent or ".", prefix=f".{target.name}.")
+        size = 0
+        try:
+            with os.fdopen(fd, "wb") as out:
+                async with self._http.stream("GET", f"/crawls/{_core.crawl_id_of(crawl)}/warc") as r:
+                    if r.status_code >= 400:
+                        await r.aread()
+                    _core.raise_for(r)
+                    async for chunk in r.aiter_raw(1 << 16):
+                        size += len(chunk)
+                        out.write(chunk)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return size
+
+    async def follow_crawl(self, crawl: CrawlRef, timeout: float | None = None) -> AsyncIterator[Crawl]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pause = 0.5
+        while True:
+            current = await self.get_crawl(crawl)
+            yield current
+            if _core.crawl_ended(current):
+                return
+            if deadline is not None and time.monotonic() >= deadline:
+                raise WaitTimeout(current)
+            await asyncio.sleep(pause)
+            pause = min(pause * 1.25, 2.0)
+
+    async def wait_crawl(
+        self,
+        crawl: CrawlRef,
+        timeout: float | None = None,
+        *,
+        on_progress: Callable[[Crawl], None] | None = None,
+    ) -> Crawl:
+        last = None
+        async for last in self.follow_crawl(crawl, timeout):
+            if on_progress is not None:
+                on_progress(last)
+        assert last is not None
+        return last
+
     # --- tokens and webhook secrets (an admin token's, docs/tokens.md) ------------------------
 
     async def tokens(self) -> list[Token]:
@@ -293,23 +384,6 @@ class AsyncClient:
         signs beside it until ``.previous_expires_at``. Not retried on a dropped connection."""
         r = await self._request("POST", "/webhook-secrets/rotate", retry_dropped=False)
         return WebhookSecretRotated.from_dict(r.json())
-
-    # --- crawls (docs/crawls.md) ---------------------------------------------------------------
-
-    async def submit_crawl(
-        self, url: str, *, max_pages: int, idempotency_key: str | None = None, **fields: Any
-    ) -> Crawl:
-        """POST /crawls: follow links from ``url``, at most ``max_pages`` pages (the start page
-        included); ``fields`` are the crawl's other fields (max_depth, scope, include, exclude, job,
-        callback_url). An Idempotency-Key is made when none is given, as for ``submit``."""
-        body = _core.crawl_body(url, max_pages, fields)
-        key = idempotency_key or _core.new_idempotency_key()
-        r = await self._request("POST", "/crawls", json=body, headers={"Idempotency-Key": key})
-        return Crawl.from_dict(r.json())
-
-    async def crawl(self, crawl_id: str) -> Crawl:
-        """GET /crawls/{id}: its status and its pages' counts."""
-        return Crawl.from_dict((await self._request("GET", f"/crawls/{crawl_id}")).json())
 
     # --- usage (any token, docs/usage.md) -------------------------------------------------------
 

@@ -3,10 +3,11 @@
 Configured by SCRAPEJOBS_URL and SCRAPEJOBS_TOKEN (or --url / --token). ``--json`` prints the
 API's objects as JSON, one per line, for scripts. Exit codes (docs/client.md):
 
-    0  done; with --wait: the job (every job of the batch) succeeded
-    1  the job failed (a batch: some job failed)
+    0  done; with --wait: the job (every job of the batch, every page of the crawl) succeeded
+    1  the job failed (a batch: some job failed; a crawl: some page failed)
     2  usage error (a bad option or argument)
-    3  the job was cancelled (a batch: some job was cancelled, none failed)
+    3  the job was cancelled (a batch: some job was cancelled, none failed; a crawl: it was
+       cancelled, or some page was, none failed)
     4  timed out waiting (--timeout)
     5  the API refused the request or failed (4xx/5xx, after retries); also a refused row
     6  the service could not be reached
@@ -112,7 +113,7 @@ def _ctx(ctx: click.Context, as_json: bool | None) -> Context:
 )
 @click.pass_context
 def main(ctx: click.Context, url: str | None, token: str | None, as_json: bool, retries: int) -> None:
-    """scrapejobs: submit scrape jobs and batches, follow them, fetch their results."""
+    """scrapejobs: submit scrape jobs, batches and crawls, follow them, fetch their results."""
     ctx.obj = Context(url, token, as_json, retries)
 
 
@@ -329,6 +330,85 @@ def _follow(client: Client, batch_id: str, accepted: int, deadline: float | None
                 raise WaitTimeout(state)
             time.sleep(pause)
             pause = min(pause * 1.25, 2.0)
+
+
+@main.command()
+@click.argument("seeds", nargs=-1, required=True)
+@click.option(
+    "--max-pages", type=click.IntRange(min=1), required=True, help="Exactly the most pages fetched."
+)
+@click.option(
+    "--max-depth", type=click.IntRange(min=0), default=None, help="Links followed from a seed [10]."
+)
+@click.option("--scope", type=click.Choice(["same_origin", "same_site", "prefix"]), default=None)
+@click.option("--include", multiple=True, help="Keep only links whose path matches (repeatable).")
+@click.option("--exclude", multiple=True, help="Drop links whose path matches (repeatable).")
+@click.option("--max-attempts", type=int, default=None, help="Each page's job's attempts.")
+@click.option("--callback-url", default=None, help="Called (signed) once when the crawl ends.")
+@click.option(
+    "--wait", is_flag=True, help="Wait until the crawl ends, with a progress bar of pages done / found."
+)
+@click.option(
+    "--timeout", type=float, default=None, help="With --wait: give up after this many seconds (exit 4)."
+)
+@json_option
+@click.pass_context
+@_api_errors
+def crawl(
+    ctx: click.Context,
+    seeds: tuple[str, ...],
+    max_pages: int,
+    max_depth: int | None,
+    scope: str | None,
+    include: tuple[str, ...],
+    exclude: tuple[str, ...],
+    max_attempts: int | None,
+    callback_url: str | None,
+    wait: bool,
+    timeout: float | None,
+    as_json: bool | None,
+) -> int:
+    """Crawl from SEEDS (one or more URLs): the pages found by following links within the scope
+    become jobs, never more than --max-pages (docs/crawls.md)."""
+    c = _ctx(ctx, as_json)
+    options: dict[str, Any] = {}
+    for name, value in (("max_depth", max_depth), ("scope", scope), ("callback_url", callback_url)):
+        if value is not None:
+            options[name] = value
+    if include:
+        options["include"] = list(include)
+    if exclude:
+        options["exclude"] = list(exclude)
+    if max_attempts is not None:
+        options["job"] = {"max_attempts": max_attempts}
+    with c.client() as client:
+        started = client.crawl(list(seeds), max_pages=max_pages, **options)
+        if not wait:
+            c.emit(started, f"{started.id}  {started.status}  max_pages {started.max_pages}")
+            return EXIT_OK
+        state = _follow_crawl(client, started.id, timeout, quiet=c.as_json)
+    counts = state.pages.raw if state.pages else {}
+    summary = "  ".join(f"{k} {counts.get(k, 0)}" for k in ("total", "succeeded", "failed", "cancelled"))
+    c.emit(state, f"{state.id}  {state.status}  pages: {summary}")
+    if counts.get("failed"):
+        return EXIT_FAILED
+    if state.status == "cancelled" or counts.get("cancelled"):
+        return EXIT_CANCELLED
+    return EXIT_OK
+
+
+def _follow_crawl(client: Client, crawl_id: str, timeout: float | None, *, quiet: bool) -> Any:
+    """Follow the crawl to its end: the bar's total is the pages found so far (it grows as
+    links are read), its progress the pages final."""
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=err, disable=quiet, transient=False) as progress:
+        bar = progress.add_task("pages done / found", total=None)
+        state = None
+        for state in client.follow_crawl(crawl_id, timeout):
+            counts = state.pages.raw if state.pages else {}
+            done = sum(int(counts.get(s, 0)) for s in _core.FINAL_STATUSES)
+            progress.update(bar, completed=done, total=max(int(counts.get("total", 0)), 1))
+        return state
 
 
 @main.group()

@@ -7,7 +7,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from scrapejobs_client._models import (
     Batch,
     BatchCancelled,
     Crawl,
+    CrawlPage,
     DisabledCallback,
     Job,
     JobCancelled,
@@ -45,6 +46,7 @@ from scrapejobs_client.errors import (
 )
 
 JobRef = str | Job | JobCreated | Mapping[str, Any]
+CrawlRef = str | Crawl | Mapping[str, Any]
 # submit_many sends at least this many rows as one batch (POST /batches) rather than job by job.
 BATCH_THRESHOLD = 100
 
@@ -260,6 +262,109 @@ class Client:
         """POST /batches/{id}/cancel: its queued jobs at once, its running ones as a job cancel."""
         return BatchCancelled.from_dict(self._request("POST", f"/batches/{batch_id}/cancel").json())
 
+    # --- crawls (docs/crawls.md) --------------------------------------------------------------
+
+    def crawl(
+        self,
+        seeds: str | Iterable[str],
+        *,
+        max_pages: int,
+        idempotency_key: str | None = None,
+        **fields: Any,
+    ) -> Crawl:
+        """POST /crawls from one seed URL or several. ``fields``: max_depth, scope (same_origin,
+        same_site, prefix), include, exclude, job (each page's job options), callback_url. An
+        Idempotency-Key is made when none is given, so a retried call starts one crawl."""
+        body = _core.crawl_body(seeds, max_pages, fields)
+        key = idempotency_key or _core.new_idempotency_key()
+        return Crawl.from_dict(
+            self._request("POST", "/crawls", json=body, headers={"Idempotency-Key": key}).json()
+        )
+
+    def get_crawl(self, crawl: CrawlRef) -> Crawl:
+        """GET /crawls/{id}: its status and its pages' and links' counts."""
+        return Crawl.from_dict(self._request("GET", f"/crawls/{_core.crawl_id_of(crawl)}").json())
+
+    def crawls(self, *, limit: int = 500) -> Iterator[Crawl]:
+        """Every crawl of the tenant, newest first; walks the cursor one page at a time."""
+        params: dict[str, Any] = {"limit": limit}
+        while True:
+            page = self._request("GET", "/crawls", params=params).json()
+            yield from (Crawl.from_dict(item) for item in page["items"])
+            if not page.get("next_cursor"):
+                return
+            params["cursor"] = page["next_cursor"]
+
+    def crawl_pages(self, crawl: CrawlRef, *, limit: int = 500) -> Iterator[CrawlPage]:
+        """Every page of the crawl in the order it was found (seq), its job's status with it."""
+        params: dict[str, Any] = {"limit": limit}
+        path = f"/crawls/{_core.crawl_id_of(crawl)}/pages"
+        while True:
+            page = self._request("GET", path, params=params).json()
+            yield from (CrawlPage.from_dict(item) for item in page["items"])
+            if page.get("next_cursor") is None:
+                return
+            params["cursor"] = page["next_cursor"]
+
+    def cancel_crawl(self, crawl: CrawlRef) -> Crawl:
+        """POST /crawls/{id}/cancel: no more pages; its queued jobs cancelled, running ones asked
+        to stop. A crawl already ended is Conflict (409)."""
+        return Crawl.from_dict(self._request("POST", f"/crawls/{_core.crawl_id_of(crawl)}/cancel").json())
+
+    def crawl_warc(self, crawl: CrawlRef, path: str | os.PathLike[str]) -> int:
+        """GET /crawls/{id}/warc streamed to ``path`` (written whole or not at all): the crawl's
+        stored pages as a gzipped WARC file (docs/crawls.md). Returns the bytes written."""
+        target = Path(path)
+        fd, tmp = tempfile.mkstemp(dir=target.parent or ".", prefix=f".{target.name}.")
+        size = 0
+        try:
+            with (
+                os.fdopen(fd, "wb") as out,
+                self._http.stream("GET", f"/crawls/{_core.crawl_id_of(crawl)}/warc") as r,
+            ):
+                if r.status_code >= 400:
+                    r.read()
+                    _core.raise_for(r)
+                for chunk in r.iter_raw(1 << 16):
+                    size += len(chunk)
+                    out.write(chunk)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return size
+
+    def follow_crawl(self, crawl: CrawlRef, timeout: float | None = None) -> Iterator[Crawl]:
+        """The crawl's state every 0.5 to 2 s, the last one ended (completed or cancelled): its
+        ``pages`` counts say how many were found and how many are final. Raises WaitTimeout
+        (with the last state) after ``timeout`` seconds (None: forever)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pause = 0.5
+        while True:
+            current = self.get_crawl(crawl)
+            yield current
+            if _core.crawl_ended(current):
+                return
+            if deadline is not None and time.monotonic() >= deadline:
+                raise WaitTimeout(current)
+            time.sleep(pause)
+            pause = min(pause * 1.25, 2.0)
+
+    def wait_crawl(
+        self,
+        crawl: CrawlRef,
+        timeout: float | None = None,
+        *,
+        on_progress: Callable[[Crawl], None] | None = None,
+    ) -> Crawl:
+        """The crawl once ended; ``on_progress`` is called with each state seen on the way."""
+        last = None
+        for last in self.follow_crawl(crawl, timeout):
+            if on_progress is not None:
+                on_progress(last)
+        assert last is not None
+        return last
+
     # --- tokens and webhook secrets (an admin token's, docs/tokens.md) ------------------------
 
     def tokens(self) -> list[Token]:
@@ -288,23 +393,6 @@ class Client:
         signs beside it until ``.previous_expires_at``. Not retried on a dropped connection."""
         r = self._request("POST", "/webhook-secrets/rotate", retry_dropped=False)
         return WebhookSecretRotated.from_dict(r.json())
-
-    # --- crawls (docs/crawls.md) ---------------------------------------------------------------
-
-    def submit_crawl(
-        self, url: str, *, max_pages: int, idempotency_key: str | None = None, **fields: Any
-    ) -> Crawl:
-        """POST /crawls: follow links from ``url``, at most ``max_pages`` pages (the start page
-        included); ``fields`` are the crawl's other fields (max_depth, scope, include, exclude, job,
-        callback_url). An Idempotency-Key is made when none is given, as for ``submit``."""
-        body = _core.crawl_body(url, max_pages, fields)
-        key = idempotency_key or _core.new_idempotency_key()
-        r = self._request("POST", "/crawls", json=body, headers={"Idempotency-Key": key})
-        return Crawl.from_dict(r.json())
-
-    def crawl(self, crawl_id: str) -> Crawl:
-        """GET /crawls/{id}: its status and its pages' counts."""
-        return Crawl.from_dict(self._request("GET", f"/crawls/{crawl_id}").json())
 
     # --- usage (any token, docs/usage.md) -------------------------------------------------------
 

@@ -99,7 +99,7 @@ def build_server(client_factory: Callable[[], AsyncClient]) -> MCPServer:
         (the start page included), up to max_depth links deep (the service's default when not
         given). Every page becomes a job: crawl_pages lists them. Returns the crawl's id and status."""
         fields: dict[str, Any] = {} if max_depth is None else {"max_depth": max_depth}
-        crawl = await call(lambda c: c.submit_crawl(url, max_pages=max_pages, **fields))
+        crawl = await call(lambda c: c.crawl(url, max_pages=max_pages, **fields))
         return {"id": crawl.id, "status": crawl.status, "max_pages": crawl.max_pages}
 
     @server.tool()
@@ -109,7 +109,7 @@ def build_server(client_factory: Callable[[], AsyncClient]) -> MCPServer:
         limit = max(1, min(limit, 500))
 
         async def read(client: AsyncClient) -> dict[str, Any]:
-            crawl = await client.crawl(crawl_id)
+            crawl = await client.get_crawl(crawl_id)
             pages = []
             async for job in client.jobs(crawl=crawl_id, limit=limit):
                 pages.append({"job_id": job.id, "url": job.url, "status": job.status})
