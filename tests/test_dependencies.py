@@ -34,6 +34,7 @@ USED_AS = {
     "uvicorn-worker": "uvicorn_worker",
     "httptools": "uvicorn.protocols.http.httptools_impl",
     "publicsuffixlist": "publicsuffixlist",
+    "lxml": "lxml",
     "pyarrow": "pyarrow",
     "prometheus-client": "prometheus_client",
     "playwright": "playwright",

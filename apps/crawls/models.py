@@ -47,6 +47,8 @@ class Crawl(models.Model):
     skipped_over_limit = models.PositiveIntegerField(default=0)
     # Disallowed by the origin's robots.txt as the workers had it cached (no job made for them).
     skipped_robots = models.PositiveIntegerField(default=0)
+    # Not followed: rel="nofollow" on the link, or the page's meta robots / X-Robots-Tag (FR-42).
+    skipped_nofollow = models.PositiveIntegerField(default=0)
     callback_url = models.TextField(null=True, blank=True)
     callback_enqueued_at = models.DateTimeField(null=True, blank=True)
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)

@@ -30,13 +30,14 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.db.models.functions import Now
 
-from apps.crawls.links import RobotsJudge, Scope, link_domain, links_of
+from apps.crawls.links import PageLinks, RobotsJudge, Scope, link_domain, links_read, robots_header_nofollow
 from apps.crawls.models import Crawl, CrawlPage, CrawlStatus
 from apps.jobs.cancel_requeue import jobs_cancel_batch
 from apps.jobs.intake import jobs_create_grouped
 from apps.jobs.selectors import tenant_queued_count
 from apps.jobs.singleflight import normalised_url
-from apps.results.storage import result_read_head
+from apps.politeness.robots import product_token
+from apps.results.storage import result_read_chunks
 from apps.tenants.backlog import backlog_full, tenant_queued_cap
 from apps.tenants.models import Tenant
 from apps.webhooks.services import webhook_delivery_create_for_batch
@@ -192,6 +193,7 @@ class _EndedPage:
     content_type: str | None
     final_url: str | None
     url: str
+    headers: dict[str, str] | None
 
 
 def _ended_pages(crawl_id: uuid.UUID, *, limit: int) -> list[_EndedPage]:
@@ -201,7 +203,7 @@ def _ended_pages(crawl_id: uuid.UUID, *, limit: int) -> list[_EndedPage]:
         cur.execute(
             """
             SELECT p.id, p.seq, p.depth, j.status, j.result_key, j.result_content_type,
-                   j.result_final_url, j.url
+                   j.result_final_url, j.url, j.result_headers
               FROM crawls_crawlpage p JOIN jobs_job j ON j.id = p.job_id
              WHERE p.crawl_id = %s AND p.expanded_at IS NULL
                AND j.status IN ('succeeded', 'failed', 'cancelled')
@@ -210,37 +212,66 @@ def _ended_pages(crawl_id: uuid.UUID, *, limit: int) -> list[_EndedPage]:
             """,
             [crawl_id, limit],
         )
-        return [_EndedPage(*row) for row in cur.fetchall()]
+        return [
+            _EndedPage(
+                id=row[0],
+                seq=row[1],
+                depth=row[2],
+                status=row[3],
+                result_key=row[4],
+                content_type=row[5],
+                final_url=row[6],
+                url=row[7],
+                headers=_json_of(row[8]),
+            )
+            for row in cur.fetchall()
+        ]
+
+
+def _json_of(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
 
 
 def _is_html(content_type: str | None) -> bool:
     return (content_type or "").split(";")[0].strip().lower() in _HTML_TYPES
 
 
-def _charset(content_type: str | None) -> str:
+def _charset(content_type: str | None) -> str | None:
     for param in (content_type or "").split(";")[1:]:
         name, _, value = param.partition("=")
         if name.strip().lower() == "charset" and value.strip():
             return value.strip().strip('"')
-    return "utf-8"
+    return None
 
 
-def page_links(page: _EndedPage) -> list[str]:
-    """The links of a page that succeeded with HTML, read from its stored body; [] otherwise."""
+def page_links(page: _EndedPage) -> PageLinks:
+    """The links of a page that succeeded with HTML, read from its stored body by a streaming
+    parser fed it in chunks (the body is never held whole; its first
+    SCRAPEJOBS_CRAWL_PAGE_MAX_BYTES are read); none otherwise. Whatever way the page arrived,
+    its stored body is the page: a plain fetch's, a rendered page's HTML after its scripts ran,
+    a single-flight copy's shared body (its result_key). ``X-Robots-Tag: nofollow`` on the
+    stored response headers makes all its links ``nofollow`` (FR-42)."""
     if page.status != "succeeded" or not page.result_key or not _is_html(page.content_type):
-        return []
+        return PageLinks()
     try:
-        raw = result_read_head(key=page.result_key, max_bytes=settings.SCRAPEJOBS_CRAWL_PAGE_MAX_BYTES)
+        found = links_read(
+            result_read_chunks(key=page.result_key, max_bytes=settings.SCRAPEJOBS_CRAWL_PAGE_MAX_BYTES),
+            page_url=page.final_url or page.url,
+            charset=_charset(page.content_type),
+            product=_product(),
+        )
     except FileNotFoundError:  # gone (retention): there is nothing to read, ever
         logger.warning("crawl page %s: its stored body is gone", page.id)
-        return []
+        return PageLinks()
     except Exception as e:  # noqa: BLE001 - any backend's failure: read again at the next expansion
         raise _Unreadable() from e
-    try:
-        text = raw.decode(_charset(page.content_type), errors="replace")
-    except LookupError:  # a charset Python does not know
-        text = raw.decode("utf-8", errors="replace")
-    return links_of(text, page_url=page.final_url or page.url)
+    if robots_header_nofollow((page.headers or {}).get("x-robots-tag"), product=_product()):
+        return PageLinks(links=[], nofollow=len(found.links) + found.nofollow)
+    return found
+
+
+def _product() -> str:
+    return product_token(settings.SCRAPEJOBS_FETCH_USER_AGENT).lower()
 
 
 def crawl_expand(crawl_id: uuid.UUID, *, limit: int = 100) -> int:
@@ -255,10 +286,11 @@ def crawl_expand(crawl_id: uuid.UUID, *, limit: int = 100) -> int:
     for page in _ended_pages(crawl_id, limit=limit):
         # Links of the last layer would all be too deep: their body is not read at all.
         try:
-            links = page_links(page) if page.depth < crawl.max_depth else []
+            found = page_links(page) if page.depth < crawl.max_depth else PageLinks()
         except _Unreadable:
             logger.warning("crawl page %s: its stored body cannot be read now", page.id, exc_info=True)
             continue
+        links = found.links
         in_scope = [link for link in links if scope.in_scope(link)]
         kept = [link for link in in_scope if not robots.disallows(link)]
         try:
@@ -271,12 +303,13 @@ def crawl_expand(crawl_id: uuid.UUID, *, limit: int = 100) -> int:
                 _pages_take(
                     crawl_id,
                     [Candidate(url=link, depth=page.depth + 1, found_on=page.seq) for link in kept],
-                    discovered=len(links),
+                    discovered=len(links) + found.nofollow,
                     backlog=True,
                 )
                 Crawl.objects.filter(id=crawl_id).update(
                     skipped_out_of_scope=F("skipped_out_of_scope") + (len(links) - len(in_scope)),
                     skipped_robots=F("skipped_robots") + (len(in_scope) - len(kept)),
+                    skipped_nofollow=F("skipped_nofollow") + found.nofollow,
                 )
         except _BacklogPause:
             return expanded  # the tenant's backlog is full: this crawl waits, and does not end
@@ -355,6 +388,7 @@ def crawl_counts(crawl: Crawl) -> dict[str, Any]:
             "out_of_scope": crawl.skipped_out_of_scope,
             "over_limit": crawl.skipped_over_limit,
             "disallowed": crawl.skipped_robots,
+            "nofollow": crawl.skipped_nofollow,
         },
     }
 
