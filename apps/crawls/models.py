@@ -49,6 +49,9 @@ class Crawl(models.Model):
     skipped_robots = models.PositiveIntegerField(default=0)
     # Not followed: rel="nofollow" on the link, or the page's meta robots / X-Robots-Tag (FR-42).
     skipped_nofollow = models.PositiveIntegerField(default=0)
+    # Pages redirected out of the scope: fetched (the worker follows redirects as for any job),
+    # their links not read (FR-42).
+    skipped_redirect = models.PositiveIntegerField(default=0)
     callback_url = models.TextField(null=True, blank=True)
     callback_enqueued_at = models.DateTimeField(null=True, blank=True)
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)

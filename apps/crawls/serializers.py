@@ -187,6 +187,9 @@ class CrawlLinksCountOutput(serializers.Serializer):
     disallowed = serializers.IntegerField(
         help_text="Disallowed by the origin's robots.txt as cached: never made a job."
     )
+    out_of_scope_redirect = serializers.IntegerField(
+        help_text="Pages redirected out of the scope: fetched, their links not read."
+    )
     nofollow = serializers.IntegerField(
         help_text='Not followed: rel="nofollow", or the page\'s meta robots or X-Robots-Tag says nofollow.'
     )

@@ -274,6 +274,19 @@ def _product() -> str:
     return product_token(settings.SCRAPEJOBS_FETCH_USER_AGENT).lower()
 
 
+def _redirected_out_of_scope(page: _EndedPage, scope: Scope) -> bool:
+    """Whether a page that succeeded was redirected to a URL outside the crawl's scope. The
+    worker follows redirects as for every job (it knows nothing of crawls: a plain job's path is
+    unchanged), so the page was fetched; its links are not read (docs/crawls.md)."""
+    if page.status != "succeeded" or not page.final_url:
+        return False
+    try:
+        final = normalised_url(page.final_url)
+    except ValueError:
+        return True
+    return final != page.url and not scope.in_scope(final)
+
+
 def crawl_expand(crawl_id: uuid.UUID, *, limit: int = 100) -> int:
     """Read the links of up to ``limit`` ended pages of a running crawl and take the new ones;
     then end the crawl if nothing is left to expand. Returns how many pages were expanded."""
@@ -284,9 +297,11 @@ def crawl_expand(crawl_id: uuid.UUID, *, limit: int = 100) -> int:
     robots = RobotsJudge()
     expanded = 0
     for page in _ended_pages(crawl_id, limit=limit):
-        # Links of the last layer would all be too deep: their body is not read at all.
+        # Links of the last layer would all be too deep: their body is not read at all. Nor
+        # those of a page redirected out of the scope: they are another site's (FR-42).
+        left_scope = _redirected_out_of_scope(page, scope)
         try:
-            found = page_links(page) if page.depth < crawl.max_depth else PageLinks()
+            found = page_links(page) if page.depth < crawl.max_depth and not left_scope else PageLinks()
         except _Unreadable:
             logger.warning("crawl page %s: its stored body cannot be read now", page.id, exc_info=True)
             continue
@@ -310,6 +325,7 @@ def crawl_expand(crawl_id: uuid.UUID, *, limit: int = 100) -> int:
                     skipped_out_of_scope=F("skipped_out_of_scope") + (len(links) - len(in_scope)),
                     skipped_robots=F("skipped_robots") + (len(in_scope) - len(kept)),
                     skipped_nofollow=F("skipped_nofollow") + found.nofollow,
+                    skipped_redirect=F("skipped_redirect") + int(left_scope),
                 )
         except _BacklogPause:
             return expanded  # the tenant's backlog is full: this crawl waits, and does not end
@@ -389,6 +405,7 @@ def crawl_counts(crawl: Crawl) -> dict[str, Any]:
             "over_limit": crawl.skipped_over_limit,
             "disallowed": crawl.skipped_robots,
             "nofollow": crawl.skipped_nofollow,
+            "out_of_scope_redirect": crawl.skipped_redirect,
         },
     }
 

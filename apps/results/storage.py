@@ -266,13 +266,6 @@ def storage_files_under(prefix: str) -> list[str]:
     return keys
 
 
-def result_read_head(*, key: str, max_bytes: int) -> bytes:
-    """At most the first ``max_bytes`` of a stored body (a crawl page's links, docs/crawls.md):
-    read through the storage API, whatever the backend."""
-    with results_storage().open(key, "rb") as fh:
-        return fh.read(max_bytes)
-
-
 def result_read_chunks(*, key: str, max_bytes: int, chunk_size: int = 64 * 1024) -> Iterator[bytes]:
     """The first ``max_bytes`` of a stored body, ``chunk_size`` at a time (a crawl page's links
     and a sitemap's URLs are read by streaming parsers fed these: docs/crawls.md). The body is

@@ -391,3 +391,29 @@ def test_a_body_is_read_in_bounded_chunks_up_to_the_page_limit(api, settings):
     services.crawl_expand(crawl_id)
     urls = set(CrawlPage.objects.filter(crawl_id=crawl_id).values_list("url_key", flat=True))
     assert urls == {START, "http://127.0.0.1:9/early"}
+
+
+@pytest.mark.django_db
+def test_a_page_redirected_out_of_the_scope_has_its_links_unread_and_is_counted(api):
+    crawl_id = _crawl(api, max_pages=20, max_depth=3)
+    _succeed(_job(crawl_id, START), _page(["/away", "/inside"]))
+    services.crawl_expand(crawl_id)
+    # /away ended on another host, /inside on another page of the same origin.
+    _succeed(
+        _job(crawl_id, "http://127.0.0.1:9/away"),
+        _page(["http://127.0.0.1:9/a1", "http://127.0.0.1:9/a2"]),
+        final_url="http://other.example/x",
+    )
+    _succeed(_job(crawl_id, "http://127.0.0.1:9/inside"), _page(["/i1"]), final_url="http://127.0.0.1:9/in/x")
+    services.crawl_expand(crawl_id)
+    urls = set(CrawlPage.objects.filter(crawl_id=crawl_id).values_list("url_key", flat=True))
+    assert urls == {START, "http://127.0.0.1:9/away", "http://127.0.0.1:9/inside", "http://127.0.0.1:9/i1"}
+    discovery = api.get(f"/api/v1/crawls/{crawl_id}").json()["discovery"]
+    assert discovery["out_of_scope_redirect"] == 1
+    assert discovery["discovered"] == 2 + 1  # the redirected page's links were never read
+    # Its page is still a page of the crawl that succeeded (it was fetched), and the crawl ends.
+    for url in ("http://127.0.0.1:9/i1",):
+        _succeed(_job(crawl_id, url), _page([]))
+    services.crawl_expand(crawl_id)
+    state = api.get(f"/api/v1/crawls/{crawl_id}").json()
+    assert (state["status"], state["pages"]["succeeded"]) == ("completed", 4)
