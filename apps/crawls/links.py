@@ -124,11 +124,11 @@ def links_read(
             base = urljoin(page_url, target.base)
         except ValueError:
             pass
-    links = _resolved(target.hrefs, base=base)
+    links = urls_normalised(target.hrefs, base=base)
     # A URL the page links both with and without rel="nofollow" is followed (another link to it
     # vouches for it), and counted once.
     followed = set(links)
-    unfollowed = [url for url in _resolved(target.nofollow_hrefs, base=base) if url not in followed]
+    unfollowed = [url for url in urls_normalised(target.nofollow_hrefs, base=base) if url not in followed]
     if target.nofollow_page:
         return PageLinks(links=[], nofollow=len(links) + len(unfollowed))
     return PageLinks(links=links, nofollow=len(unfollowed))
@@ -139,7 +139,7 @@ def links_of(html: str, *, page_url: str) -> list[str]:
     return links_read([html.encode("utf-8")], page_url=page_url, charset="utf-8").links
 
 
-def _resolved(hrefs: Iterable[str], *, base: str) -> list[str]:
+def urls_normalised(hrefs: Iterable[str], *, base: str) -> list[str]:
     """Resolved against ``base``, fragment dropped, normalised, http(s) only, each once."""
     seen: dict[str, None] = {}
     for href in hrefs:
@@ -297,3 +297,10 @@ class RobotsJudge:
             return False
         parts = urlsplit(url)
         return not rules.allows((parts.path or "/") + (f"?{parts.query}" if parts.query else ""))
+
+    def sitemaps(self, url: str) -> tuple[str, ...]:
+        """The ``Sitemap:`` lines of ``url``'s origin's robots.txt as cached (FR-43): none when no
+        copy is held (or the policy ignores robots.txt)."""
+        self.disallows(url)
+        rules = self._rules.get(_robots_origin(url)[0])
+        return rules.sitemaps if rules is not None else ()

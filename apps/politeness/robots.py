@@ -24,6 +24,7 @@ module only decides when it happens.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import secrets
@@ -52,6 +53,9 @@ ROBOTS_FETCH_TIMEOUT_S = 10.0
 LOCAL_CACHE_S = 30.0
 _POLL_S = 0.05
 _LOCAL_MAX = 10_000
+
+# The most ``Sitemap:`` lines of a file kept.
+MAX_SITEMAP_LINES = 50
 
 _ALLOW_ALL = "all"
 _UNAVAILABLE = "none"
@@ -120,6 +124,9 @@ class RobotsRules:
     # Longest first, allow before disallow on a tie: the first rule that matches decides.
     rules: tuple[RobotsRule, ...] = ()
     crawl_delay_s: float | None = None
+    # The file's ``Sitemap:`` lines (not part of any group), at most MAX_SITEMAP_LINES: a crawl's
+    # sitemaps (docs/crawls.md).
+    sitemaps: tuple[str, ...] = ()
 
     def allows(self, path: str) -> bool:
         """Whether ``path`` (path and query, percent-encoded as sent) may be fetched."""
@@ -141,13 +148,17 @@ def robots_parse(text: str, *, product: str) -> RobotsRules:
     agents: list[str] = []
     lines: list[tuple[str, str]] = []
     in_rules = False
+    sitemaps: list[str] = []
     for raw in text.splitlines():
         line = raw.split("#", 1)[0].strip()
         if ":" not in line:
             continue
         field, value = (part.strip() for part in line.split(":", 1))
         field = field.lower()
-        if field == "user-agent":
+        if field == "sitemap":
+            if value and len(sitemaps) < MAX_SITEMAP_LINES:  # the URL's own ":" is in ``value``
+                sitemaps.append(value)
+        elif field == "user-agent":
             if in_rules:  # a user-agent line after rules starts a new group
                 groups.append((agents, lines))
                 agents, lines, in_rules = [], [], False
@@ -161,7 +172,8 @@ def robots_parse(text: str, *, product: str) -> RobotsRules:
     chosen = [rules for names, rules in groups if product in names]
     if not chosen:
         chosen = [rules for names, rules in groups if "*" in names]
-    return _rules_of([line for rules in chosen for line in rules])
+    parsed = _rules_of([line for rules in chosen for line in rules])
+    return dataclasses.replace(parsed, sitemaps=tuple(dict.fromkeys(sitemaps)))
 
 
 def _rules_of(lines: list[tuple[str, str]]) -> RobotsRules:
