@@ -2,7 +2,8 @@
 
 **Parsing** follows the RFC, not ``urllib.robotparser`` (which takes the first matching rule, not
 the longest, and knows no ``*`` or ``$``): the group whose user-agent line names our product token
-(case-insensitively), else the ``*`` group, groups of the same agent merged; the longest matching
+(case-insensitively; a line's token is its leading letters, ``-`` and ``_``, so
+``scrapejobs/1.0`` names us, as Google's parser reads it: FR-44), else the ``*`` group, groups of the same agent merged; the longest matching
 ``allow``/``disallow`` path wins, ``allow`` on a tie; ``*`` matches any run of characters, ``$``
 anchors the end; ``/robots.txt`` itself is always allowed. Matching is linear in the path's length
 (``RobotsRule.matches``: no regular expression), and a file of a hostile target is bounded: at
@@ -162,7 +163,7 @@ def robots_parse(text: str, *, product: str) -> RobotsRules:
             if in_rules:  # a user-agent line after rules starts a new group
                 groups.append((agents, lines))
                 agents, lines, in_rules = [], [], False
-            agents.append(value.lower())
+            agents.append(_agent_token(value))
         elif field in ("allow", "disallow", "crawl-delay") and agents:
             in_rules = True
             lines.append((field, value))
@@ -174,6 +175,19 @@ def robots_parse(text: str, *, product: str) -> RobotsRules:
         chosen = [rules for names, rules in groups if "*" in names]
     parsed = _rules_of([line for rules in chosen for line in rules])
     return dataclasses.replace(parsed, sitemaps=tuple(dict.fromkeys(sitemaps)))
+
+
+def _agent_token(value: str) -> str:
+    """The product token a ``User-agent`` line names, as Google's parser reads it (FR-44): its
+    leading letters, ``-`` and ``_``, lower-cased, so ``ScrapeJobs/1.0 (+https://…)`` names
+    ``scrapejobs``; ``*`` is every crawler."""
+    value = value.strip()
+    if value.startswith("*"):
+        return "*"
+    end = 0
+    while end < len(value) and value[end].isascii() and (value[end].isalpha() or value[end] in "-_"):
+        end += 1
+    return value[:end].lower()
 
 
 def _rules_of(lines: list[tuple[str, str]]) -> RobotsRules:
