@@ -539,6 +539,8 @@ SCRAPEJOBS_CRAWL_EXPAND_INTERVAL_S = _positive_float("SCRAPEJOBS_CRAWL_EXPAND_IN
 SCRAPEJOBS_CRAWL_PAGE_MAX_BYTES = _bounded_int(
     "SCRAPEJOBS_CRAWL_PAGE_MAX_BYTES", 5 * 1024 * 1024, 1024, 1 << 30
 )
+# The most sitemap documents (robots.txt's, /sitemap.xml, those of an index) one crawl fetches (FR-43).
+SCRAPEJOBS_CRAWL_MAX_SITEMAPS = _bounded_int("SCRAPEJOBS_CRAWL_MAX_SITEMAPS", 50, 0, 1000)
 # Parts and manifests live under <prefix>/<batch id>/ in the result storage.
 SCRAPEJOBS_BATCH_KEY_PREFIX = (
     env.str("SCRAPEJOBS_BATCH_KEY_PREFIX", default="batches").strip("/") or "batches"

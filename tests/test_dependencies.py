@@ -34,6 +34,7 @@ USED_AS = {
     "uvicorn-worker": "uvicorn_worker",
     "httptools": "uvicorn.protocols.http.httptools_impl",
     "publicsuffixlist": "publicsuffixlist",
+    "lxml": "lxml",
     "pyarrow": "pyarrow",
     "warcio": "warcio",  # apps/crawls/warc.py (FR-47)
     "prometheus-client": "prometheus_client",

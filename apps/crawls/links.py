@@ -18,9 +18,11 @@ given, at least one of them.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
-from html.parser import HTMLParser
+from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import SplitResult, urljoin, urlsplit
+
+from lxml import etree
 
 from apps.jobs.singleflight import normalised_url
 from apps.politeness.domains import registrable_domain
@@ -37,34 +39,110 @@ MAX_URL_LENGTH = 8192
 MAX_HOSTNAME = 253
 
 
-class _LinkParser(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
+@dataclass
+class PageLinks:
+    """What a page gives a crawl: its links (resolved, normalised, each once, in page order), and
+    how many it names that are not followed because the page or the link says ``nofollow``."""
+
+    links: list[str] = field(default_factory=list)
+    nofollow: int = 0
+
+
+class _LinkTarget:
+    """lxml's parser target: sees each start tag as the parser streams through the page and keeps
+    only ``<base href>``, ``<a href>``, ``<area href>`` (and their ``rel``) and ``<meta name=robots>``."""
+
+    def __init__(self, product: str) -> None:
+        self.meta_names = ("robots", product)
         self.base: str | None = None
         self.hrefs: list[str] = []
+        self.nofollow_hrefs: list[str] = []
+        self.nofollow_page = False
 
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag not in ("a", "area", "base"):
-            return
-        href = next((v for k, v in attrs if k == "href" and v), None)
-        if href is None:
-            return
-        if tag == "base":
-            if self.base is None:
-                self.base = href.strip()
-        elif len(self.hrefs) < MAX_LINKS_PER_PAGE:
-            self.hrefs.append(href.strip())
+    def start(self, tag: str, attrib: Any) -> None:
+        if tag in ("a", "area"):
+            href = (attrib.get("href") or "").strip()
+            if not href:
+                return
+            if len(self.hrefs) + len(self.nofollow_hrefs) >= MAX_LINKS_PER_PAGE:
+                return
+            if "nofollow" in (attrib.get("rel") or "").lower().split():
+                self.nofollow_hrefs.append(href)
+            else:
+                self.hrefs.append(href)
+        elif tag == "base":
+            href = (attrib.get("href") or "").strip()
+            if self.base is None and href:
+                self.base = href
+        elif tag == "meta" and (attrib.get("name") or "").strip().lower() in self.meta_names:
+            if robots_directives_nofollow(attrib.get("content") or ""):
+                self.nofollow_page = True
+
+    def end(self, tag: str) -> None:
+        pass
+
+    def data(self, data: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _html_parser(target: _LinkTarget, charset: str | None) -> etree.HTMLParser:
+    """libxml2's HTML parser, fed bytes: the charset of the Content-Type when it names one Python
+    and libxml2 know, else libxml2's own sniffing (a ``<meta charset>``, a BOM, then Latin-1).
+    No network, no DTD: an HTML page can make the parser fetch nothing."""
+    options = {"target": target, "no_network": True, "remove_comments": True, "remove_pis": True}
+    if charset:
+        try:
+            return etree.HTMLParser(encoding=charset, **options)
+        except LookupError:
+            pass
+    return etree.HTMLParser(**options)
+
+
+def links_read(
+    chunks: Iterable[bytes], *, page_url: str, charset: str | None = None, product: str = "scrapejobs"
+) -> PageLinks:
+    """The links of an HTML page given as a stream of byte chunks (a stored body read back piece
+    by piece: never held whole), by libxml2's streaming HTML parser; no regular expressions.
+    A ``<meta name="robots">`` (or ``name`` our product token, ``product``) saying ``nofollow``
+    or ``none`` makes every link of the page ``nofollow``, as ``rel="nofollow"`` does one link
+    (FR-42)."""
+    target = _LinkTarget(product.lower())
+    parser = _html_parser(target, charset)
+    for chunk in chunks:
+        if chunk:
+            parser.feed(chunk)
+    try:
+        parser.close()
+    except etree.XMLSyntaxError:  # an empty document: nothing to read
+        pass
+    base = page_url
+    if target.base:
+        try:
+            base = urljoin(page_url, target.base)
+        except ValueError:
+            pass
+    links = urls_normalised(target.hrefs, base=base)
+    # A URL the page links both with and without rel="nofollow" is followed (another link to it
+    # vouches for it), and counted once.
+    followed = set(links)
+    unfollowed = [url for url in urls_normalised(target.nofollow_hrefs, base=base) if url not in followed]
+    if target.nofollow_page:
+        return PageLinks(links=[], nofollow=len(links) + len(unfollowed))
+    return PageLinks(links=links, nofollow=len(unfollowed))
 
 
 def links_of(html: str, *, page_url: str) -> list[str]:
-    """The page's links, resolved, without fragments, normalised, http(s) only, in page order,
-    each once."""
-    parser = _LinkParser()
-    parser.feed(html)
-    parser.close()
-    base = urljoin(page_url, parser.base) if parser.base else page_url
+    """The followed links of ``html`` (a page already in memory: tests and small callers)."""
+    return links_read([html.encode("utf-8")], page_url=page_url, charset="utf-8").links
+
+
+def urls_normalised(hrefs: Iterable[str], *, base: str) -> list[str]:
+    """Resolved against ``base``, fragment dropped, normalised, http(s) only, each once."""
     seen: dict[str, None] = {}
-    for href in parser.hrefs:
+    for href in hrefs:
         try:
             absolute = urljoin(base, href)
             parts = urlsplit(absolute)
@@ -77,6 +155,33 @@ def links_of(html: str, *, page_url: str) -> list[str]:
         except (ValueError, UnicodeError):  # not a URL, or a host that is not valid IDNA
             continue
     return list(seen)
+
+
+# Directives of X-Robots-Tag written "name: value"; any other "word:" names a user agent.
+_VALUED_DIRECTIVES = ("unavailable_after", "max-snippet", "max-image-preview", "max-video-preview")
+
+
+def robots_directives_nofollow(content: str) -> bool:
+    """Whether a ``<meta name="robots">`` content says not to follow the page's links:
+    ``nofollow`` or ``none``, case-insensitively, among comma-separated directives."""
+    return any(token.strip().lower() in ("nofollow", "none") for token in content.split(","))
+
+
+def robots_header_nofollow(value: str | None, *, product: str = "scrapejobs") -> bool:
+    """Whether an ``X-Robots-Tag`` value (repeated headers joined with ", ", as results keep
+    them) says ``nofollow`` or ``none`` to every robot or to ``product``: ``nofollow``,
+    ``noindex, nofollow``, ``scrapejobs: none``; not ``otherbot: nofollow``."""
+    if not value:
+        return False
+    agent: str | None = None
+    for piece in value.split(","):
+        token = piece.strip()
+        name, colon, rest = token.partition(":")
+        if colon and name.strip().lower() not in _VALUED_DIRECTIVES:
+            agent, token = name.strip().lower(), rest.strip()
+        if token.lower() in ("nofollow", "none") and agent in (None, product):
+            return True
+    return False
 
 
 def link_domain(url: str) -> str:
@@ -192,3 +297,10 @@ class RobotsJudge:
             return False
         parts = urlsplit(url)
         return not rules.allows((parts.path or "/") + (f"?{parts.query}" if parts.query else ""))
+
+    def sitemaps(self, url: str) -> tuple[str, ...]:
+        """The ``Sitemap:`` lines of ``url``'s origin's robots.txt as cached (FR-43): none when no
+        copy is held (or the policy ignores robots.txt)."""
+        self.disallows(url)
+        rules = self._rules.get(_robots_origin(url)[0])
+        return rules.sitemaps if rules is not None else ()

@@ -24,6 +24,17 @@ class CrawlScope(models.TextChoices):
     PREFIX = "prefix"  # a seed's origin and the path up to its last "/"
 
 
+class CrawlSitemaps(models.TextChoices):
+    INCLUDE = "include"  # the seeds' origins' sitemaps add pages at depth 1; links followed too
+    ONLY = "only"  # the sitemaps' pages only: no page's links are read
+    SKIP = "skip"  # no sitemap fetched
+
+
+class CrawlPageKind(models.TextChoices):
+    PAGE = "page"
+    SITEMAP = "sitemap"  # a sitemap document: a job of the crawl, not one of its max_pages (FR-43)
+
+
 class Crawl(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.PROTECT, related_name="crawls")
@@ -35,6 +46,7 @@ class Crawl(models.Model):
     exclude = models.JSONField(default=list, blank=True)
     max_pages = models.PositiveIntegerField()
     max_depth = models.PositiveSmallIntegerField()
+    sitemaps = models.CharField(max_length=8, choices=CrawlSitemaps.choices, default=CrawlSitemaps.INCLUDE)
     # The per-page job options (validated as POST /jobs validates them).
     job_options = models.JSONField(default=dict, blank=True)
     # Pages that became jobs: taken under the crawl row's lock in the transaction that creates
@@ -47,6 +59,14 @@ class Crawl(models.Model):
     skipped_over_limit = models.PositiveIntegerField(default=0)
     # Disallowed by the origin's robots.txt as the workers had it cached (no job made for them).
     skipped_robots = models.PositiveIntegerField(default=0)
+    # Not followed: rel="nofollow" on the link, or the page's meta robots / X-Robots-Tag (FR-42).
+    skipped_nofollow = models.PositiveIntegerField(default=0)
+    # Pages redirected out of the scope: fetched (the worker follows redirects as for any job),
+    # their links not read (FR-42).
+    skipped_redirect = models.PositiveIntegerField(default=0)
+    # Sitemap documents that became jobs of the crawl: at most SCRAPEJOBS_CRAWL_MAX_SITEMAPS,
+    # apart from ``pages`` (FR-43).
+    sitemap_documents = models.PositiveIntegerField(default=0)
     callback_url = models.TextField(null=True, blank=True)
     callback_enqueued_at = models.DateTimeField(null=True, blank=True)
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
@@ -86,7 +106,9 @@ class CrawlPage(models.Model):
     seq = models.PositiveIntegerField()
     # The URL as single-flight's fetch key normalises it (apps/jobs/singleflight.py): the dedupe key.
     url_key = models.TextField()
+    # A page: links from a seed. A sitemap: its level (0 from robots.txt or /sitemap.xml, 1 from an index).
     depth = models.PositiveSmallIntegerField()
+    kind = models.CharField(max_length=8, choices=CrawlPageKind.choices, default=CrawlPageKind.PAGE)
     found_on = models.PositiveIntegerField(null=True, blank=True)  # the seq of the page linking here
     job_id = models.UUIDField()
     # When its links were read (or it ended without any to read): NULL while discovery is pending.

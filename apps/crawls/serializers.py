@@ -10,7 +10,7 @@ from rest_framework import serializers
 
 from apps.api.paths import API_V1_BASE
 from apps.crawls.links import MAX_PATTERNS, pattern_problem
-from apps.crawls.models import Crawl, CrawlScope, CrawlStatus
+from apps.crawls.models import Crawl, CrawlPageKind, CrawlScope, CrawlSitemaps, CrawlStatus
 from apps.intake.serializers import (
     MAX_URL_LENGTH,
     JobCreateInput,
@@ -81,6 +81,13 @@ class CrawlCreateInput(StrictObjectInput):
         default=CrawlScope.SAME_ORIGIN,
         help_text='"same_origin": a seed\'s scheme, host and port; "same_site": a seed host\'s registrable '
         'domain (the public suffix list); "prefix": a seed\'s origin, under its path up to the last "/".',
+    )
+    sitemaps = serializers.ChoiceField(
+        choices=CrawlSitemaps.choices,
+        default=CrawlSitemaps.INCLUDE,
+        help_text='"include": the robots.txt Sitemap: lines of each seed\'s origin and its /sitemap.xml add '
+        'their URLs at depth 1, and links are followed; "only": the sitemaps\' URLs, no link followed; '
+        '"skip": no sitemap.',
     )
     include = PatternsField(
         required=False,
@@ -159,6 +166,7 @@ def crawl_representation(crawl: Crawl, *, base: str, counts: dict[str, Any] | No
         "exclude": crawl.exclude,
         "max_pages": crawl.max_pages,
         "max_depth": crawl.max_depth,
+        "sitemaps": crawl.sitemaps,
         "job": crawl.job_options,
         "callback_url": crawl.callback_url,
         "created_at": _iso(crawl.created_at),
@@ -187,6 +195,15 @@ class CrawlLinksCountOutput(serializers.Serializer):
     disallowed = serializers.IntegerField(
         help_text="Disallowed by the origin's robots.txt as cached: never made a job."
     )
+    out_of_scope_redirect = serializers.IntegerField(
+        help_text="Pages redirected out of the scope: fetched, their links not read."
+    )
+    sitemaps = serializers.IntegerField(
+        help_text="Sitemap documents fetched as jobs of the crawl (not pages; not in max_pages)."
+    )
+    nofollow = serializers.IntegerField(
+        help_text='Not followed: rel="nofollow", or the page\'s meta robots or X-Robots-Tag says nofollow.'
+    )
 
 
 class CrawlLinksOutput(serializers.Serializer):
@@ -204,6 +221,7 @@ class CrawlOutput(serializers.Serializer):
     exclude = serializers.ListField(child=serializers.CharField())
     max_pages = serializers.IntegerField()
     max_depth = serializers.IntegerField()
+    sitemaps = serializers.ChoiceField(choices=CrawlSitemaps.choices)
     job = serializers.DictField()
     callback_url = serializers.CharField(allow_null=True)
     created_at = serializers.DateTimeField()
@@ -216,7 +234,8 @@ class CrawlOutput(serializers.Serializer):
 class CrawlPageOutput(serializers.Serializer):
     seq = serializers.IntegerField()
     url = serializers.CharField()
-    depth = serializers.IntegerField()
+    depth = serializers.IntegerField(help_text="A page's links from a seed; a sitemap's level.")
+    kind = serializers.ChoiceField(choices=CrawlPageKind.choices)
     found_on = serializers.IntegerField(allow_null=True, help_text="The seq of the page that linked here.")
     job = serializers.UUIDField()
     status = serializers.CharField()

@@ -24,19 +24,31 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.db.models.functions import Now
 
-from apps.crawls.links import RobotsJudge, Scope, link_domain, links_of
-from apps.crawls.models import Crawl, CrawlPage, CrawlStatus
+from apps.crawls.links import (
+    PageLinks,
+    RobotsJudge,
+    Scope,
+    link_domain,
+    links_read,
+    robots_header_nofollow,
+    urls_normalised,
+)
+from apps.crawls.models import Crawl, CrawlPage, CrawlPageKind, CrawlSitemaps, CrawlStatus
+from apps.crawls.sitemaps import MAX_BYTES as SITEMAP_MAX_BYTES
+from apps.crawls.sitemaps import SitemapEntries, SitemapRefused, sitemap_read
 from apps.jobs.cancel_requeue import jobs_cancel_batch
 from apps.jobs.intake import jobs_create_grouped
 from apps.jobs.selectors import tenant_queued_count
 from apps.jobs.singleflight import normalised_url
-from apps.results.storage import result_read_head
+from apps.politeness.robots import product_token
+from apps.results.storage import result_read_chunks
 from apps.tenants.backlog import backlog_full, tenant_queued_cap
 from apps.tenants.models import Tenant
 from apps.webhooks.services import webhook_delivery_create_for_batch
@@ -46,6 +58,8 @@ logger = logging.getLogger(__name__)
 EVENT_COMPLETED = "crawl.completed"
 EVENT_CANCELLED = "crawl.cancelled"
 _HTML_TYPES = ("text/html", "application/xhtml+xml")
+# A sitemap index's sitemaps are followed this many levels below the first ones (FR-43).
+SITEMAP_MAX_LEVEL = 2
 
 
 class CrawlIdempotencyConflict(Exception):
@@ -81,6 +95,7 @@ def crawl_create(
     callback_url: str | None,
     idempotency_key: str | None,
     fingerprint: str,
+    sitemaps: str = CrawlSitemaps.INCLUDE,
 ) -> tuple[Crawl, bool]:
     """A new crawl and its seeds' jobs (depth 0, up to ``max_pages``), in one transaction;
     ``(crawl, created)``. A replayed key returns its crawl; a key used with another body raises
@@ -106,6 +121,7 @@ def crawl_create(
                 exclude=exclude,
                 max_pages=max_pages,
                 max_depth=max_depth,
+                sitemaps=sitemaps,
                 job_options=job_options,
                 callback_url=callback_url,
                 idempotency_key=idempotency_key,
@@ -136,12 +152,19 @@ def _backlog_room(tenant_id: uuid.UUID) -> int | None:
 
 
 def _pages_take(
-    crawl_id: uuid.UUID, candidates: Sequence[Candidate], *, discovered: int = 0, backlog: bool = False
+    crawl_id: uuid.UUID,
+    candidates: Sequence[Candidate],
+    *,
+    discovered: int = 0,
+    backlog: bool = False,
+    kind: str = CrawlPageKind.PAGE,
 ) -> int:
     """Inside the caller's transaction: the new ones among ``candidates`` (distinct URLs) become
     pages and jobs, as many as the crawl's budget has room for (FR-40). Returns how many.
     ``backlog``: raise ``_BacklogPause`` when they do not fit in the tenant's backlog (FR-20),
-    unless it has no job queued at all (a page with more links than the whole cap still goes)."""
+    unless it has no job queued at all (a page with more links than the whole cap still goes).
+    ``kind`` sitemap: sitemap documents (FR-43), within SCRAPEJOBS_CRAWL_MAX_SITEMAPS and not
+    within ``max_pages``; their jobs take the crawl's options but are never rendered."""
     if not connection.in_atomic_block:
         raise RuntimeError("_pages_take needs the caller's transaction")
     crawl = Crawl.objects.select_for_update().get(id=crawl_id)
@@ -153,25 +176,42 @@ def _pages_take(
         )
     )
     new = [c for c in candidates if c.url not in known]
-    room = crawl.max_pages - crawl.pages
+    sitemap = kind == CrawlPageKind.SITEMAP
+    if sitemap:
+        room = settings.SCRAPEJOBS_CRAWL_MAX_SITEMAPS - crawl.sitemap_documents
+    else:
+        room = crawl.max_pages - crawl.pages
     taken = new[: max(room, 0)]
     if backlog and taken:
         left = _backlog_room(crawl.tenant_id)
         if left is not None and len(taken) > left and left < tenant_queued_cap(crawl.tenant):
             raise _BacklogPause()
-    first = crawl.pages + 1
+    # Pages and sitemaps share the crawl's sequence (the jobs' batch_row).
+    first = crawl.pages + crawl.sitemap_documents + 1
     rows = [(first + i, c.url, link_domain(c.url)) for i, c in enumerate(taken)]
-    job_ids = jobs_create_grouped(
-        tenant_id=crawl.tenant_id, group_id=crawl.id, rows=rows, options=crawl.job_options
-    )
+    options = crawl.job_options
+    if sitemap:
+        options = {k: v for k, v in options.items() if k not in ("render", "browser_options", "revalidate")}
+    job_ids = jobs_create_grouped(tenant_id=crawl.tenant_id, group_id=crawl.id, rows=rows, options=options)
     CrawlPage.objects.bulk_create(
         [
             CrawlPage(
-                crawl_id=crawl.id, seq=seq, url_key=c.url, depth=c.depth, found_on=c.found_on, job_id=job_id
+                crawl_id=crawl.id,
+                seq=seq,
+                url_key=c.url,
+                depth=c.depth,
+                kind=kind,
+                found_on=c.found_on,
+                job_id=job_id,
             )
             for (seq, _, _), c, job_id in zip(rows, taken, job_ids, strict=True)
         ]
     )
+    if sitemap:
+        Crawl.objects.filter(id=crawl.id).update(
+            sitemap_documents=F("sitemap_documents") + len(taken), updated_at=Now()
+        )
+        return len(taken)
     Crawl.objects.filter(id=crawl.id).update(
         pages=F("pages") + len(taken),
         discovered=F("discovered") + discovered,
@@ -192,6 +232,8 @@ class _EndedPage:
     content_type: str | None
     final_url: str | None
     url: str
+    headers: dict[str, str] | None
+    kind: str
 
 
 def _ended_pages(crawl_id: uuid.UUID, *, limit: int) -> list[_EndedPage]:
@@ -201,7 +243,7 @@ def _ended_pages(crawl_id: uuid.UUID, *, limit: int) -> list[_EndedPage]:
         cur.execute(
             """
             SELECT p.id, p.seq, p.depth, j.status, j.result_key, j.result_content_type,
-                   j.result_final_url, j.url
+                   j.result_final_url, j.url, j.result_headers, p.kind
               FROM crawls_crawlpage p JOIN jobs_job j ON j.id = p.job_id
              WHERE p.crawl_id = %s AND p.expanded_at IS NULL
                AND j.status IN ('succeeded', 'failed', 'cancelled')
@@ -210,37 +252,105 @@ def _ended_pages(crawl_id: uuid.UUID, *, limit: int) -> list[_EndedPage]:
             """,
             [crawl_id, limit],
         )
-        return [_EndedPage(*row) for row in cur.fetchall()]
+        return [
+            _EndedPage(
+                id=row[0],
+                seq=row[1],
+                depth=row[2],
+                status=row[3],
+                result_key=row[4],
+                content_type=row[5],
+                final_url=row[6],
+                url=row[7],
+                headers=_json_of(row[8]),
+                kind=row[9],
+            )
+            for row in cur.fetchall()
+        ]
+
+
+def _json_of(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
 
 
 def _is_html(content_type: str | None) -> bool:
     return (content_type or "").split(";")[0].strip().lower() in _HTML_TYPES
 
 
-def _charset(content_type: str | None) -> str:
+def _charset(content_type: str | None) -> str | None:
     for param in (content_type or "").split(";")[1:]:
         name, _, value = param.partition("=")
         if name.strip().lower() == "charset" and value.strip():
             return value.strip().strip('"')
-    return "utf-8"
+    return None
 
 
-def page_links(page: _EndedPage) -> list[str]:
-    """The links of a page that succeeded with HTML, read from its stored body; [] otherwise."""
+def page_links(page: _EndedPage) -> PageLinks:
+    """The links of a page that succeeded with HTML, read from its stored body by a streaming
+    parser fed it in chunks (the body is never held whole; its first
+    SCRAPEJOBS_CRAWL_PAGE_MAX_BYTES are read); none otherwise. Whatever way the page arrived,
+    its stored body is the page: a plain fetch's, a rendered page's HTML after its scripts ran,
+    a single-flight copy's shared body (its result_key). ``X-Robots-Tag: nofollow`` on the
+    stored response headers makes all its links ``nofollow`` (FR-42)."""
     if page.status != "succeeded" or not page.result_key or not _is_html(page.content_type):
-        return []
+        return PageLinks()
     try:
-        raw = result_read_head(key=page.result_key, max_bytes=settings.SCRAPEJOBS_CRAWL_PAGE_MAX_BYTES)
+        found = links_read(
+            result_read_chunks(key=page.result_key, max_bytes=settings.SCRAPEJOBS_CRAWL_PAGE_MAX_BYTES),
+            page_url=page.final_url or page.url,
+            charset=_charset(page.content_type),
+            product=_product(),
+        )
     except FileNotFoundError:  # gone (retention): there is nothing to read, ever
         logger.warning("crawl page %s: its stored body is gone", page.id)
-        return []
+        return PageLinks()
     except Exception as e:  # noqa: BLE001 - any backend's failure: read again at the next expansion
         raise _Unreadable() from e
+    if robots_header_nofollow((page.headers or {}).get("x-robots-tag"), product=_product()):
+        return PageLinks(links=[], nofollow=len(found.links) + found.nofollow)
+    return found
+
+
+def _product() -> str:
+    return product_token(settings.SCRAPEJOBS_FETCH_USER_AGENT).lower()
+
+
+def _seed_sitemaps(seed: str, robots: RobotsJudge) -> list[str]:
+    """A seed's origin's sitemaps (FR-43): its robots.txt's ``Sitemap:`` lines as the workers
+    have the file cached (the seed's own job has just read it; never fetched for this), then
+    ``/sitemap.xml``; normalised, each once."""
+    parts = urlsplit(seed)
+    default = f"{parts.scheme}://{parts.netloc}/sitemap.xml"
+    return urls_normalised([*robots.sitemaps(seed), default], base=seed)
+
+
+def sitemap_entries(page: _EndedPage) -> SitemapEntries:
+    """The entries of a sitemap document that succeeded, read from its stored body in chunks
+    (apps/crawls/sitemaps.py); none when it failed, is gone or is refused (a DTD, too big)."""
+    if page.status != "succeeded" or not page.result_key:
+        return SitemapEntries()
     try:
-        text = raw.decode(_charset(page.content_type), errors="replace")
-    except LookupError:  # a charset Python does not know
-        text = raw.decode("utf-8", errors="replace")
-    return links_of(text, page_url=page.final_url or page.url)
+        return sitemap_read(result_read_chunks(key=page.result_key, max_bytes=SITEMAP_MAX_BYTES + 1))
+    except FileNotFoundError:
+        logger.warning("crawl sitemap %s: its stored body is gone", page.id)
+    except SitemapRefused as e:
+        logger.warning("crawl sitemap %s refused: %s", page.id, e)
+    except Exception as e:  # noqa: BLE001 - any backend's failure: read again at the next expansion
+        raise _Unreadable() from e
+    return SitemapEntries()
+
+
+def _redirected_out_of_scope(page: _EndedPage, scope: Scope) -> bool:
+    """Whether a page that succeeded was redirected to a URL outside the crawl's scope. The
+    worker follows redirects as for every job (it knows nothing of crawls: a plain job's path is
+    unchanged), so the page was fetched; its links are not read (docs/crawls.md)."""
+    if page.status != "succeeded" or not page.final_url:
+        return False
+    try:
+        final = normalised_url(page.final_url)
+    except ValueError:
+        return True
+    return final != page.url and not scope.in_scope(final)
 
 
 def crawl_expand(crawl_id: uuid.UUID, *, limit: int = 100) -> int:
@@ -253,12 +363,34 @@ def crawl_expand(crawl_id: uuid.UUID, *, limit: int = 100) -> int:
     robots = RobotsJudge()
     expanded = 0
     for page in _ended_pages(crawl_id, limit=limit):
-        # Links of the last layer would all be too deep: their body is not read at all.
+        left_scope = False
+        sitemaps: list[str] = []
         try:
-            links = page_links(page) if page.depth < crawl.max_depth else []
+            if page.kind == CrawlPageKind.SITEMAP:
+                # A sitemap's pages are depth 1 (FR-43); an index's sitemaps one level down.
+                entries = sitemap_entries(page)
+                found = PageLinks(links=urls_normalised(entries.pages, base=page.final_url or page.url))
+                if crawl.max_depth < 1:
+                    found = PageLinks()
+                if page.depth < SITEMAP_MAX_LEVEL:
+                    sitemaps = urls_normalised(entries.sitemaps, base=page.final_url or page.url)
+                depth = 1
+            else:
+                # Links of the last layer would all be too deep: their body is not read at all.
+                # Nor those of a page redirected out of the scope: another site's (FR-42); nor
+                # any with sitemaps "only" (FR-43).
+                left_scope = _redirected_out_of_scope(page, scope)
+                reads = (
+                    page.depth < crawl.max_depth and not left_scope and crawl.sitemaps != CrawlSitemaps.ONLY
+                )
+                found = page_links(page) if reads else PageLinks()
+                depth = page.depth + 1
+                if page.depth == 0 and crawl.sitemaps != CrawlSitemaps.SKIP:
+                    sitemaps = _seed_sitemaps(page.url, robots)
         except _Unreadable:
             logger.warning("crawl page %s: its stored body cannot be read now", page.id, exc_info=True)
             continue
+        links = found.links
         in_scope = [link for link in links if scope.in_scope(link)]
         kept = [link for link in in_scope if not robots.disallows(link)]
         try:
@@ -270,13 +402,22 @@ def crawl_expand(crawl_id: uuid.UUID, *, limit: int = 100) -> int:
                     continue  # another expander read it first
                 _pages_take(
                     crawl_id,
-                    [Candidate(url=link, depth=page.depth + 1, found_on=page.seq) for link in kept],
-                    discovered=len(links),
+                    [Candidate(url=link, depth=depth, found_on=page.seq) for link in kept],
+                    discovered=len(links) + found.nofollow,
                     backlog=True,
                 )
+                if sitemaps:
+                    level = page.depth + 1 if page.kind == CrawlPageKind.SITEMAP else 0
+                    _pages_take(
+                        crawl_id,
+                        [Candidate(url=url, depth=level, found_on=page.seq) for url in sitemaps],
+                        kind=CrawlPageKind.SITEMAP,
+                    )
                 Crawl.objects.filter(id=crawl_id).update(
                     skipped_out_of_scope=F("skipped_out_of_scope") + (len(links) - len(in_scope)),
                     skipped_robots=F("skipped_robots") + (len(in_scope) - len(kept)),
+                    skipped_nofollow=F("skipped_nofollow") + found.nofollow,
+                    skipped_redirect=F("skipped_redirect") + int(left_scope),
                 )
         except _BacklogPause:
             return expanded  # the tenant's backlog is full: this crawl waits, and does not end
@@ -340,6 +481,17 @@ def crawl_counts(crawl: Crawl) -> dict[str, Any]:
     with connection.cursor() as cur:
         cur.execute("SELECT status, count(*) FROM jobs_job WHERE batch_id = %s GROUP BY status", [crawl.id])
         jobs = dict(cur.fetchall())
+        if crawl.sitemap_documents:
+            # Sitemap documents are jobs of the crawl but not pages (FR-43): counted apart.
+            cur.execute(
+                """
+                SELECT j.status, count(*) FROM crawls_crawlpage p JOIN jobs_job j ON j.id = p.job_id
+                 WHERE p.crawl_id = %s AND p.kind = 'sitemap' GROUP BY j.status
+                """,
+                [crawl.id],
+            )
+            for status, n in cur.fetchall():
+                jobs[status] -= n
     return {
         "pages": {
             "total": crawl.pages,
@@ -355,6 +507,9 @@ def crawl_counts(crawl: Crawl) -> dict[str, Any]:
             "out_of_scope": crawl.skipped_out_of_scope,
             "over_limit": crawl.skipped_over_limit,
             "disallowed": crawl.skipped_robots,
+            "nofollow": crawl.skipped_nofollow,
+            "sitemaps": crawl.sitemap_documents,
+            "out_of_scope_redirect": crawl.skipped_redirect,
         },
     }
 

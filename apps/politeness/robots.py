@@ -2,7 +2,8 @@
 
 **Parsing** follows the RFC, not ``urllib.robotparser`` (which takes the first matching rule, not
 the longest, and knows no ``*`` or ``$``): the group whose user-agent line names our product token
-(case-insensitively), else the ``*`` group, groups of the same agent merged; the longest matching
+(case-insensitively; a line's token is its leading letters, ``-`` and ``_``, so
+``scrapejobs/1.0`` names us, as Google's parser reads it: FR-44), else the ``*`` group, groups of the same agent merged; the longest matching
 ``allow``/``disallow`` path wins, ``allow`` on a tie; ``*`` matches any run of characters, ``$``
 anchors the end; ``/robots.txt`` itself is always allowed. Matching is linear in the path's length
 (``RobotsRule.matches``: no regular expression), and a file of a hostile target is bounded: at
@@ -24,6 +25,7 @@ module only decides when it happens.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import secrets
@@ -52,6 +54,9 @@ ROBOTS_FETCH_TIMEOUT_S = 10.0
 LOCAL_CACHE_S = 30.0
 _POLL_S = 0.05
 _LOCAL_MAX = 10_000
+
+# The most ``Sitemap:`` lines of a file kept.
+MAX_SITEMAP_LINES = 50
 
 _ALLOW_ALL = "all"
 _UNAVAILABLE = "none"
@@ -120,6 +125,9 @@ class RobotsRules:
     # Longest first, allow before disallow on a tie: the first rule that matches decides.
     rules: tuple[RobotsRule, ...] = ()
     crawl_delay_s: float | None = None
+    # The file's ``Sitemap:`` lines (not part of any group), at most MAX_SITEMAP_LINES: a crawl's
+    # sitemaps (docs/crawls.md).
+    sitemaps: tuple[str, ...] = ()
 
     def allows(self, path: str) -> bool:
         """Whether ``path`` (path and query, percent-encoded as sent) may be fetched."""
@@ -141,17 +149,21 @@ def robots_parse(text: str, *, product: str) -> RobotsRules:
     agents: list[str] = []
     lines: list[tuple[str, str]] = []
     in_rules = False
+    sitemaps: list[str] = []
     for raw in text.splitlines():
         line = raw.split("#", 1)[0].strip()
         if ":" not in line:
             continue
         field, value = (part.strip() for part in line.split(":", 1))
         field = field.lower()
-        if field == "user-agent":
+        if field == "sitemap":
+            if value and len(sitemaps) < MAX_SITEMAP_LINES:  # the URL's own ":" is in ``value``
+                sitemaps.append(value)
+        elif field == "user-agent":
             if in_rules:  # a user-agent line after rules starts a new group
                 groups.append((agents, lines))
                 agents, lines, in_rules = [], [], False
-            agents.append(value.lower())
+            agents.append(_agent_token(value))
         elif field in ("allow", "disallow", "crawl-delay") and agents:
             in_rules = True
             lines.append((field, value))
@@ -161,7 +173,21 @@ def robots_parse(text: str, *, product: str) -> RobotsRules:
     chosen = [rules for names, rules in groups if product in names]
     if not chosen:
         chosen = [rules for names, rules in groups if "*" in names]
-    return _rules_of([line for rules in chosen for line in rules])
+    parsed = _rules_of([line for rules in chosen for line in rules])
+    return dataclasses.replace(parsed, sitemaps=tuple(dict.fromkeys(sitemaps)))
+
+
+def _agent_token(value: str) -> str:
+    """The product token a ``User-agent`` line names, as Google's parser reads it (FR-44): its
+    leading letters, ``-`` and ``_``, lower-cased, so ``ScrapeJobs/1.0 (+https://…)`` names
+    ``scrapejobs``; ``*`` is every crawler."""
+    value = value.strip()
+    if value.startswith("*"):
+        return "*"
+    end = 0
+    while end < len(value) and value[end].isascii() and (value[end].isalpha() or value[end] in "-_"):
+        end += 1
+    return value[:end].lower()
 
 
 def _rules_of(lines: list[tuple[str, str]]) -> RobotsRules:

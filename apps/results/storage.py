@@ -18,7 +18,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import UTC, datetime
@@ -266,8 +266,15 @@ def storage_files_under(prefix: str) -> list[str]:
     return keys
 
 
-def result_read_head(*, key: str, max_bytes: int) -> bytes:
-    """At most the first ``max_bytes`` of a stored body (a crawl page's links, docs/crawls.md):
-    read through the storage API, whatever the backend."""
+def result_read_chunks(*, key: str, max_bytes: int, chunk_size: int = 64 * 1024) -> Iterator[bytes]:
+    """The first ``max_bytes`` of a stored body, ``chunk_size`` at a time (a crawl page's links
+    and a sitemap's URLs are read by streaming parsers fed these: docs/crawls.md). The body is
+    never held whole. Raises FileNotFoundError (on the first chunk) for a body that is gone."""
+    left = max_bytes
     with results_storage().open(key, "rb") as fh:
-        return fh.read(max_bytes)
+        while left > 0:
+            chunk = fh.read(min(chunk_size, left))
+            if not chunk:
+                return
+            left -= len(chunk)
+            yield chunk

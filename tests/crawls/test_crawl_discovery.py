@@ -14,10 +14,10 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from apps.crawls import services
-from apps.crawls.links import Scope, links_of
+from apps.crawls.links import Scope, links_of, links_read, robots_header_nofollow
 from apps.crawls.models import Crawl, CrawlPage
 from apps.jobs.models import Job
-from apps.results.storage import result_store
+from apps.results.storage import result_read_chunks, result_store
 from apps.tenants.models import Tenant
 
 START = "http://127.0.0.1:9/site/0"
@@ -87,12 +87,20 @@ def test_include_and_exclude_are_path_patterns():
 
 
 def _crawl(api, url: str = START, **body) -> uuid.UUID:
-    r = api.post("/api/v1/crawls", {"seeds": [url], **body}, format="json")
+    # No sitemap unless a test asks: the tests below count the pages links make.
+    r = api.post("/api/v1/crawls", {"seeds": [url], "sitemaps": "skip", **body}, format="json")
     assert r.status_code == 202, r.content
     return uuid.UUID(r.json()["id"])
 
 
-def _succeed(job: Job, html: str, *, content_type: str = "text/html; charset=utf-8") -> None:
+def _succeed(
+    job: Job,
+    html: str,
+    *,
+    content_type: str = "text/html; charset=utf-8",
+    headers: dict[str, str] | None = None,
+    final_url: str | None = None,
+) -> None:
     stored = result_store(job_id=job.id, attempt=1, chunks=[html.encode()], content_type=content_type)
     Job.objects.filter(id=job.id).update(
         status="succeeded",
@@ -100,7 +108,8 @@ def _succeed(job: Job, html: str, *, content_type: str = "text/html; charset=utf
         result_key=stored.key,
         result_content_type=content_type,
         result_http_status=200,
-        result_final_url=job.url,
+        result_final_url=final_url or job.url,
+        result_headers=headers,
         finished_at=timezone.now(),
     )
 
@@ -260,7 +269,7 @@ def test_a_body_the_storage_cannot_give_now_is_read_later_and_one_that_is_gone_h
     def failing(**_):
         raise RuntimeError("storage down")
 
-    monkeypatch.setattr(services, "result_read_head", failing)
+    monkeypatch.setattr(services, "result_read_chunks", failing)
     assert services.crawls_expand() == 0
     assert CrawlPage.objects.get(crawl_id=crawl_id).expanded_at is None  # left for the next time
     monkeypatch.undo()
@@ -272,3 +281,140 @@ def test_a_body_the_storage_cannot_give_now_is_read_later_and_one_that_is_gone_h
     )
     assert services.crawl_expand(gone) == 1
     assert Crawl.objects.get(id=gone).status == "completed"
+
+
+def test_links_are_read_by_a_streaming_parser_fed_chunks_that_split_tags_and_characters():
+    html = '<html><head><base href="/d\u00e9p/"></head><body><a href="x">\u00e9</a><area href="/y"></body>'
+    body = html.encode("utf-8")
+    # One byte at a time: tags, attribute values and a two-byte character are all split.
+    found = links_read(
+        (body[i : i + 1] for i in range(len(body))), page_url="http://h.example/", charset="utf-8"
+    )
+    assert found.links == ["http://h.example/d\u00e9p/x", "http://h.example/y"]
+    # An unknown charset falls back to the parser's own sniffing; an empty body has no links.
+    assert (
+        links_read([body], page_url="http://h.example/", charset="x-nonsense").links[1]
+        == "http://h.example/y"
+    )
+    assert links_read([], page_url="http://h.example/").links == []
+
+
+def test_nofollow_on_a_link_or_on_the_page_is_not_followed_and_is_counted():
+    page = '<a href="/a">a</a> <a rel="external NoFollow" href="/b">b</a> <a rel="nofollow" href="/a">a</a>'
+    found = links_read([page.encode()], page_url="http://h.example/")
+    # /a is also linked without nofollow: followed, and not counted as nofollow.
+    assert (found.links, found.nofollow) == (["http://h.example/a"], 1)
+    for meta in (
+        '<meta name="robots" content="noindex, NOFOLLOW">',
+        '<meta name="ROBOTS" content="none">',
+        '<meta name="scrapejobs" content="nofollow">',
+    ):
+        found = links_read([(meta + page).encode()], page_url="http://h.example/")
+        assert (found.links, found.nofollow) == ([], 2), meta
+    other = links_read(
+        [('<meta name="otherbot" content="nofollow">' + page).encode()], page_url="http://h.example/"
+    )
+    assert other.links == ["http://h.example/a"]
+    assert robots_header_nofollow("noindex, nofollow")
+    assert robots_header_nofollow("None") and robots_header_nofollow("scrapejobs: nofollow")
+    assert robots_header_nofollow("otherbot: noindex, scrapejobs: none")
+    assert robots_header_nofollow("unavailable_after: 25 Jun 2010 15:00:00 PST, nofollow")
+    assert not robots_header_nofollow("otherbot: nofollow")
+    assert not robots_header_nofollow("noindex") and not robots_header_nofollow(None)
+
+
+@pytest.mark.django_db
+def test_a_crawl_honours_nofollow_in_its_three_forms_and_counts_what_it_did_not_follow(api):
+    crawl_id = _crawl(api, max_pages=20, max_depth=3)
+    _succeed(
+        _job(crawl_id, START),
+        _page(["/meta", "/header", "/other-header"]) + '<a rel="nofollow" href="/not-followed">x</a>',
+    )
+    services.crawl_expand(crawl_id)
+    _succeed(
+        _job(crawl_id, "http://127.0.0.1:9/meta"),
+        '<meta name="robots" content="nofollow">' + _page(["/m1", "/m2"]),
+    )
+    _succeed(
+        _job(crawl_id, "http://127.0.0.1:9/header"),
+        _page(["/h1"]),
+        headers={"x-robots-tag": "noindex, nofollow"},
+    )
+    _succeed(
+        _job(crawl_id, "http://127.0.0.1:9/other-header"),
+        _page(["/o1"]),
+        headers={"x-robots-tag": "otherbot: nofollow"},
+    )
+    services.crawl_expand(crawl_id)
+    urls = set(CrawlPage.objects.filter(crawl_id=crawl_id).values_list("url_key", flat=True))
+    assert urls == {START, *(f"http://127.0.0.1:9/{p}" for p in ("meta", "header", "other-header", "o1"))}
+    discovery = api.get(f"/api/v1/crawls/{crawl_id}").json()["discovery"]
+    assert discovery["nofollow"] == 1 + 2 + 1  # the link, the meta page's two, the header page's one
+    assert discovery["discovered"] == 4 + 2 + 1 + 1
+
+
+@pytest.mark.django_db
+def test_one_page_under_three_spellings_is_one_page_and_base_href_resolves_links(api):
+    crawl_id = _crawl(api, max_pages=20, max_depth=3)
+    _succeed(
+        _job(crawl_id, START),
+        '<head><base href="http://127.0.0.1:9/b/"></head>'
+        + _page(["/a", "HTTP://127.0.0.1:9/a#top", "../a", "c"]),
+        final_url="http://127.0.0.1:9/site/0",
+    )
+    services.crawl_expand(crawl_id)
+    pages = list(
+        CrawlPage.objects.filter(crawl_id=crawl_id).order_by("seq").values_list("url_key", flat=True)
+    )
+    assert pages == [START, "http://127.0.0.1:9/a", "http://127.0.0.1:9/b/c"]
+    assert Job.objects.filter(batch_id=crawl_id, url="http://127.0.0.1:9/a").count() == 1
+    assert Crawl.objects.get(id=crawl_id).discovered == 2
+
+
+@pytest.mark.django_db
+def test_the_links_of_a_redirected_page_resolve_against_its_final_url(api):
+    crawl_id = _crawl(api, max_pages=20, max_depth=3, scope="same_origin")
+    _succeed(_job(crawl_id, START), _page(["x"]), final_url="http://127.0.0.1:9/moved/here")
+    services.crawl_expand(crawl_id)
+    assert CrawlPage.objects.filter(crawl_id=crawl_id, url_key="http://127.0.0.1:9/moved/x").exists()
+
+
+@pytest.mark.django_db
+def test_a_body_is_read_in_bounded_chunks_up_to_the_page_limit(api, settings):
+    crawl_id = _crawl(api, max_pages=20)
+    job = _job(crawl_id, START)
+    settings.SCRAPEJOBS_CRAWL_PAGE_MAX_BYTES = 2048
+    # The first link is within the first 2,048 bytes, the second past them: never read.
+    _succeed(job, _page(["/early"]) + " " * 4096 + _page(["/late"]))
+    key = Job.objects.get(id=job.id).result_key
+    chunks = list(result_read_chunks(key=key, max_bytes=2048, chunk_size=500))
+    assert [len(c) for c in chunks] == [500, 500, 500, 500, 48]
+    services.crawl_expand(crawl_id)
+    urls = set(CrawlPage.objects.filter(crawl_id=crawl_id).values_list("url_key", flat=True))
+    assert urls == {START, "http://127.0.0.1:9/early"}
+
+
+@pytest.mark.django_db
+def test_a_page_redirected_out_of_the_scope_has_its_links_unread_and_is_counted(api):
+    crawl_id = _crawl(api, max_pages=20, max_depth=3)
+    _succeed(_job(crawl_id, START), _page(["/away", "/inside"]))
+    services.crawl_expand(crawl_id)
+    # /away ended on another host, /inside on another page of the same origin.
+    _succeed(
+        _job(crawl_id, "http://127.0.0.1:9/away"),
+        _page(["http://127.0.0.1:9/a1", "http://127.0.0.1:9/a2"]),
+        final_url="http://other.example/x",
+    )
+    _succeed(_job(crawl_id, "http://127.0.0.1:9/inside"), _page(["/i1"]), final_url="http://127.0.0.1:9/in/x")
+    services.crawl_expand(crawl_id)
+    urls = set(CrawlPage.objects.filter(crawl_id=crawl_id).values_list("url_key", flat=True))
+    assert urls == {START, "http://127.0.0.1:9/away", "http://127.0.0.1:9/inside", "http://127.0.0.1:9/i1"}
+    discovery = api.get(f"/api/v1/crawls/{crawl_id}").json()["discovery"]
+    assert discovery["out_of_scope_redirect"] == 1
+    assert discovery["discovered"] == 2 + 1  # the redirected page's links were never read
+    # Its page is still a page of the crawl that succeeded (it was fetched), and the crawl ends.
+    for url in ("http://127.0.0.1:9/i1",):
+        _succeed(_job(crawl_id, url), _page([]))
+    services.crawl_expand(crawl_id)
+    state = api.get(f"/api/v1/crawls/{crawl_id}").json()
+    assert (state["status"], state["pages"]["succeeded"]) == ("completed", 4)

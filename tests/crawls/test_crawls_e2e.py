@@ -5,6 +5,7 @@ calls its callback) or is cancelled. Every target is on loopback."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections import Counter
 
@@ -22,6 +23,8 @@ FINAL = ("succeeded", "failed", "cancelled")
 
 
 def _crawl(api, target, start: str = "/site/0", **body) -> dict:
+    # No sitemap unless a test asks: the tests count the target's requests for pages.
+    body.setdefault("sitemaps", "skip")
     r = api.post("/api/v1/crawls", {"seeds": [target.url(start)], **body}, format="json")
     assert r.status_code == 202, r.content
     return r.json()
@@ -145,3 +148,43 @@ def test_a_link_robots_txt_disallows_is_refused_at_discovery_and_spends_no_page(
     assert _site_fetches(target) == Counter({f"/site/{n}": 1 for n in (0, 1, 3, 4)})
     assert state["pages"]["total"] == 4 and state["pages"]["succeeded"] == 4
     assert state["discovery"]["disallowed"] == 1
+
+
+def test_a_sitemap_index_named_by_robots_txt_with_a_gzipped_sitemap_adds_its_pages(services, api, target):
+    services(SCRAPEJOBS_CRAWL_EXPAND_INTERVAL_S="0.3", SCRAPEJOBS_ROBOTS_OBEY="true").start_all(
+        worker_concurrency=10
+    )
+    ns = 'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"'
+    target.robots = (200, f"User-agent: *\nAllow: /\nSitemap: {target.url('/maps/index.xml')}\n")
+    target.files["/maps/index.xml"] = (
+        "application/xml",
+        f"<sitemapindex {ns}><sitemap><loc>{target.url('/maps/pages.xml.gz')}</loc></sitemap></sitemapindex>".encode(),
+    )
+    locs = "".join(f"<url><loc>{target.url(f'/site/{n}')}</loc></url>" for n in (20, 21, 22))
+    target.files["/maps/pages.xml.gz"] = (
+        "application/gzip",
+        gzip.compress(f"<urlset {ns}>{locs}</urlset>".encode()),
+    )
+    # sitemaps "only": the seed, then exactly the sitemap's three pages, no link of any page followed.
+    crawl = _crawl(api, target, max_pages=100, max_depth=3, sitemaps="only")
+
+    wait_for(
+        lambda: _state(api, crawl["id"])["status"] != "running", 120, interval=0.3, what="the crawl to end"
+    )
+
+    state = _state(api, crawl["id"])
+    assert state["status"] == "completed"
+    fetched = _site_fetches(target)
+    assert fetched == Counter(
+        {
+            "/site/0": 1,
+            "/site/20": 1,
+            "/site/21": 1,
+            "/site/22": 1,
+            "/maps/index.xml": 1,
+            "/maps/pages.xml.gz": 1,
+            "/sitemap.xml": 1,
+        }
+    )
+    assert state["pages"]["total"] == 4 and state["pages"]["succeeded"] == 4  # sitemaps apart
+    assert state["discovery"]["sitemaps"] == 3  # the index, its gzipped sitemap, /sitemap.xml (404)

@@ -259,3 +259,35 @@ def test_a_crawl_delay_is_clamped_to_a_minute_and_nonsense_is_none(written, hono
     assert (
         robots_parse(f"User-agent: *\nCrawl-delay: {written}\n", product="anybot").crawl_delay_s == honoured
     )
+
+
+def test_sitemap_lines_are_kept_whatever_group_they_sit_in_each_once_and_bounded() -> None:
+    text = (
+        "Sitemap: http://h.example/a.xml\nUser-agent: otherbot\nDisallow: /\n"
+        "SITEMAP: http://h.example/b.xml.gz # a comment\nUser-agent: *\nsitemap: http://h.example/a.xml\n"
+    )
+    assert robots_parse(text, product="scrapejobs").sitemaps == (
+        "http://h.example/a.xml",
+        "http://h.example/b.xml.gz",
+    )
+    many = "".join(f"Sitemap: http://h.example/{i}.xml\n" for i in range(80))
+    assert len(robots_parse(many, product="scrapejobs").sitemaps) == 50
+
+
+@pytest.mark.parametrize(
+    ("line", "ours"),
+    [
+        ("scrapejobs", True),
+        ("ScrapeJobs/1.0", True),  # the product token before "/", any case
+        ("scrapejobs/2.3 (+https://scrapejobs.example/bot)", True),
+        ("SCRAPEJOBS (compatible)", True),
+        ("scrapejobs-extra", False),  # another product
+        ("scrapejobsbot/1.0", False),
+        ("otherbot/1.0 scrapejobs", False),  # only the line's first token counts
+    ],
+)
+def test_a_group_naming_our_product_token_with_a_version_applies_to_us(line: str, ours: bool) -> None:
+    text = f"User-agent: *\nDisallow: /star\n\nUser-agent: {line}\nDisallow: /ours\n"
+    rules = robots_parse(text, product="scrapejobs")
+    assert rules.allows("/star") is ours
+    assert rules.allows("/ours") is not ours

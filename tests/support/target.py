@@ -15,6 +15,7 @@ Routes (all deterministic, so results can be compared byte for byte):
                          another host and to a mailto:), after D s; ``/private/N`` a page linking
                          nowhere (crawl tests, docs/crawls.md)
 - ``/robots.txt``        ``server.robots`` (status, body) when set, else 404
+- any path in ``server.files`` (path -> (content type, bytes)): those bytes (sitemaps of a crawl test)
 - ``/shed/...[?every=K]`` 503 to every K-th request of the route (``server.shed_every`` unless
                          given; 0: never), else 200 (a target shedding a share of its load, which a
                          test can change mid-run)
@@ -84,7 +85,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.server.log(path, self.command, dict(self.headers), body)
         seg = path.strip("/").split("/")
         try:
-            if path == "/robots.txt" and self.server.robots is not None:
+            if path in self.server.files:
+                content_type, content = self.server.files[path]
+                self._send(200, content, {"Content-Type": content_type})
+            elif path == "/robots.txt" and self.server.robots is not None:
                 self._send(
                     self.server.robots[0], self.server.robots[1].encode(), {"Content-Type": "text/plain"}
                 )
@@ -165,6 +169,7 @@ class TargetServer(ThreadingHTTPServer):
         self._counts: dict[str, int] = defaultdict(int)
         self.requests: list[tuple[float, str, str, dict, bytes]] = []
         self.robots: tuple[int, str] | None = None
+        self.files: dict[str, tuple[str, bytes]] = {}
         self.shed_every = 0
 
     @property

@@ -9,7 +9,7 @@ class Migration(migrations.Migration):
     atomic = False
 
     dependencies = [
-        ("crawls", "0003_remove_crawl_url"),
+        ("crawls", "0006_sitemaps"),
         ("tenants", "0007_tokens_scopes"),
     ]
 
