@@ -375,6 +375,9 @@ class CrawlDiscovery(Model):
     out_of_scope: int
     over_limit: int
     disallowed: int
+    out_of_scope_redirect: int
+    sitemaps: int
+    nofollow: int
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     _nested: ClassVar[dict[str, str]] = {}
     _wire: ClassVar[dict[str, str]] = {}
@@ -390,6 +393,7 @@ class Crawl(Model):
     exclude: list[Any]
     max_pages: int
     max_depth: int
+    sitemaps: str
     job: dict[str, Any]
     callback_url: str | None
     created_at: str
@@ -407,6 +411,7 @@ class CrawlPage(Model):
     seq: int
     url: str
     depth: int
+    kind: str
     found_on: int | None
     job: str
     status: str
@@ -516,4 +521,4 @@ JOB_FIELDS: dict[str, dict[str, Any]] = {
 }
 JOB_REQUIRED: tuple[str, ...] = ('url',)
 # POST /crawls's fields (crawl() refuses any other before sending).
-CRAWL_FIELDS: tuple[str, ...] = ('seeds', 'max_pages', 'max_depth', 'scope', 'include', 'exclude', 'job', 'callback_url')
+CRAWL_FIELDS: tuple[str, ...] = ('seeds', 'max_pages', 'max_depth', 'scope', 'sitemaps', 'include', 'exclude', 'job', 'callback_url')
