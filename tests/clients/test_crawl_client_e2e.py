@@ -28,7 +28,9 @@ FAST_EXPAND = {"SCRAPEJOBS_CRAWL_EXPAND_INTERVAL_S": "0.3"}
 def test_a_crawl_is_started_followed_walked_and_cancelled_through_the_client(stack, target, tmp_path):
     s = stack(worker_concurrency=8, **FAST_EXPAND)
     with Client(s.base_url, s.token) as sj:
-        started = sj.crawl(target.url("/site/0"), max_pages=100, max_depth=2, exclude=["/private*"])
+        started = sj.crawl(
+            target.url("/site/0"), max_pages=100, max_depth=2, exclude=["/private*"], sitemaps="skip"
+        )
         assert started.status == "running" and started.pages is not None
 
         seen = []
@@ -85,7 +87,7 @@ def test_the_async_client_crawls_and_walks_the_pages(stack, target, tmp_path):
 
     async def run() -> None:
         async with AsyncClient(s.base_url, s.token) as sj:
-            started = await sj.crawl(target.url("/site/0"), max_pages=3, max_depth=5)
+            started = await sj.crawl(target.url("/site/0"), max_pages=3, max_depth=5, sitemaps="skip")
             seen: list = []
             done = await sj.wait_crawl(started, timeout=120, on_progress=seen.append)
             assert done.status == "completed" and done.pages and done.pages.succeeded == 3
