@@ -407,6 +407,10 @@ SCRAPEJOBS_ROBOTS_UNAVAILABLE_S = _bounded_int("SCRAPEJOBS_ROBOTS_UNAVAILABLE_S"
 # apply (the rest are ignored), and a rule counts at most MAX_WILDCARDS '*' (a disallow past it is
 # cut there, so it disallows more; an allow past it is dropped). Matching is linear in the path.
 SCRAPEJOBS_ROBOTS_MAX_RULES = _bounded_int("SCRAPEJOBS_ROBOTS_MAX_RULES", 2000, 1, 100_000)
+# Bytes of parsed robots.txt rules one process keeps (an LRU, apps/politeness/robots.py).
+SCRAPEJOBS_ROBOTS_LOCAL_CACHE_BYTES = _bounded_int(
+    "SCRAPEJOBS_ROBOTS_LOCAL_CACHE_BYTES", 32 << 20, 64 << 10, 1 << 32
+)
 SCRAPEJOBS_ROBOTS_MAX_WILDCARDS = _bounded_int("SCRAPEJOBS_ROBOTS_MAX_WILDCARDS", 10, 0, 1000)
 
 # Webhooks (FR-1 to FR-7): delays before each retry of a callback answering non-2xx, +-20% jitter.
