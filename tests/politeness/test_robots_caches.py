@@ -52,7 +52,7 @@ def test_a_file_of_0xff_octets_is_kept_in_redis_as_its_compact_parsed_rules_capp
     text = "User-agent: *\nDisallow: /ok\nDisallow: /" + "\ufffd" * (MAX_PARSE_BYTES // 3) + "\n"
     rules = _get("http://ff.example:80", text)
     assert not rules.allows("/ok/x")
-    stored = state_redis().get(robots_keys("http://ff.example:80")[0])
+    stored = str(state_redis().get(robots_keys("http://ff.example:80")[0]))
     kind, _, compact = stored.partition("\n")
     assert kind == "r1"
     assert len(stored.encode()) < MAX_RULES_BYTES + 1024
