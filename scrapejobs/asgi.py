@@ -6,21 +6,31 @@ database connection (apps/query/waiting.py); every other view is synchronous and
 in a thread of its own per request, with the same pooled connections as before.
 
 Request bodies are bounded here, on every path (the admin's and the dashboard's too), before
-Django sees them (NFR-19, docs/limits.md): Django's ASGI handler reads a whole body into a
+Django sees them (NFR-19, NFR-33, docs/limits.md): Django's ASGI handler reads a whole body into a
 temporary file before any middleware runs, so a bound in middleware would come after a client had
-streamed any amount of it to the disk.
+streamed any amount of it to the disk. A body is refused unread when its declared length, the
+path's methods (405) or the missing token (401) rule it out; one still arriving
+``SCRAPEJOBS_REQUEST_BODY_TIMEOUT_S`` after its headers is cut with 408. A batch is written once,
+as it arrives, to its spool file, charged to its tenant's share of spool space in flight
+(``SpoolQuota``): past it, 503 with Retry-After.
 """
+
+from __future__ import annotations
 
 import asyncio
 import gc
+import math
 import os
+import tempfile
+import threading
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import IO, Any
 
 import django
 from asgiref.sync import sync_to_async
+from django.core.exceptions import RequestAborted
 from django.core.handlers.asgi import ASGIHandler
-from django.urls import get_resolver
+from django.urls import Resolver404, get_resolver
 
 from apps.runtime.logs import secrets_masked
 from apps.tracing import tracing_start
@@ -34,6 +44,8 @@ django.setup(set_prefix=False)
 from django.conf import settings  # noqa: E402 - after Django is set up
 from django.db import connection  # noqa: E402
 
+from apps.api.errors import ApiError, api_error_response  # noqa: E402
+from apps.api.paths import API_PATH_PREFIX  # noqa: E402
 from apps.operators.checks import refuse_insecure_start  # noqa: E402
 from apps.query.fast_read import answer_from_cache  # noqa: E402
 from apps.tenants.models import TokenScope  # noqa: E402
@@ -54,21 +66,75 @@ class BodyTooLarge(Exception):
         self.path, self.limit = path, limit
 
 
+class BodyTimedOut(Exception):
+    """The body was still arriving SCRAPEJOBS_REQUEST_BODY_TIMEOUT_S after the headers."""
+
+
+class SpoolFull(Exception):
+    """The tenant's batch uploads in flight hold their share of spool space."""
+
+
+class SpoolQuota:
+    """Bytes of batch bodies in spool files in this process, per tenant: a
+    tenant's uploads in flight together stay under ``limit`` (SCRAPEJOBS_BATCH_SPOOL_TENANT_BYTES),
+    so that tenants uploading at once cannot fill the pod's temporary volume for one another.
+    Charged as the body arrives, released when the request is over (its file is gone then)."""
+
+    def __init__(self, *, limit: int):
+        self.limit = limit
+        self._held: dict[Any, int] = {}
+        self._lock = threading.Lock()  # charged on the loop, released from Django's threads too
+
+    def charge(self, tenant: Any, size: int) -> None:
+        with self._lock:
+            held = self._held.get(tenant, 0) + size
+            if held > self.limit:
+                raise SpoolFull
+            self._held[tenant] = held
+
+    def release(self, tenant: Any, size: int) -> None:
+        with self._lock:
+            left = self._held.get(tenant, 0) - size
+            if left > 0:
+                self._held[tenant] = left
+            else:
+                self._held.pop(tenant, None)
+
+    def held(self, tenant: Any) -> int:
+        return self._held.get(tenant, 0)
+
+
+spool_quota = SpoolQuota(limit=settings.SCRAPEJOBS_BATCH_SPOOL_TENANT_BYTES)
+# The scope key under which a batch's spool file reaches its view (apps/batches/views.py).
+SPOOLED_BODY = "scrapejobs.spooled_body"
+
+
 class _CountedBody:
     """The server's ``receive``, counting body bytes: one message past ``limit`` raises
     BodyTooLarge, so at most the limit plus one message (the server's read, 64 KiB for uvicorn)
-    is ever taken from the client."""
+    is ever taken from the client; a body not all in by ``deadline`` (the event loop's clock)
+    raises BodyTimedOut. ``tenant`` is set for a batch: its body goes to a spool file, charged to
+    that tenant (BoundedBodyHandler.read_body)."""
 
-    def __init__(self, receive: Receive, *, path: str, limit: int):
-        self._receive, self._path, self._limit = receive, path, limit
+    def __init__(self, receive: Receive, *, path: str, limit: int, deadline: float, tenant: Any = None):
+        self._receive, self._path, self._limit, self._deadline = receive, path, limit, deadline
+        self.tenant = tenant
         self.read = 0
+        self._ended = False
 
     async def __call__(self) -> Message:
-        message = await self._receive()
+        if self._ended:  # Django's disconnect listener: no deadline on waiting for the close
+            return await self._receive()
+        left = self._deadline - asyncio.get_running_loop().time()
+        try:
+            message = await asyncio.wait_for(self._receive(), timeout=max(left, 0))
+        except TimeoutError:
+            raise BodyTimedOut from None
         if message["type"] == "http.request":
             self.read += len(message.get("body", b""))
             if self.read > self._limit:
                 raise BodyTooLarge(path=self._path, limit=self._limit)
+            self._ended = not message.get("more_body", False)
         return message
 
 
@@ -80,15 +146,51 @@ class BoundedBodyHandler(ASGIHandler):
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"]
-        limit = body_limit(path)
+        limit = body_limit(path, scope.get("method", ""))
+        deadline = asyncio.get_running_loop().time() + settings.SCRAPEJOBS_REQUEST_BODY_TIMEOUT_S
+        counted = _CountedBody(receive, path=path, limit=limit, deadline=deadline, tenant=scope.get(_TENANT))
         try:
-            await super().handle(scope, _CountedBody(receive, path=path, limit=limit), send)
+            await super().handle(scope, counted, send)
         except BodyTooLarge as refused:
             await _send_django_response(
                 send, too_large_response(path=refused.path, limit=refused.limit), close=True
             )
+        except BodyTimedOut:
+            await _send_django_response(send, api_error_response(_body_timed_out()), close=True)
+        except SpoolFull:
+            await _send_django_response(send, _spool_full_response(), close=True)
+
+    async def read_body(self, receive: Any) -> Any:
+        tenant = getattr(receive, "tenant", None)
+        if tenant is None:
+            return await super().read_body(receive)
+        # A batch: written once, to the file its view reads (Django's read_body would spool it to
+        # a file of its own, which the view copied again), charged to its tenant as it arrives.
+        # An unnamed temporary file: whatever ends the request, nothing of it is left on disk.
+        spool = tempfile.TemporaryFile(dir=settings.FILE_UPLOAD_TEMP_DIR)  # noqa: SIM115 - Django closes it
+        charged = 0
+        try:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise RequestAborted
+                chunk = message.get("body", b"")
+                if chunk:
+                    spool_quota.charge(tenant, len(chunk))
+                    charged += len(chunk)
+                    spool.write(chunk)
+                if not message.get("more_body", False):
+                    break
+        except BaseException:
+            spool.close()
+            spool_quota.release(tenant, charged)
+            raise
+        spool.seek(0)
+        return _ChargedSpool(spool, tenant=tenant, size=charged)
 
     def create_request(self, scope: Mapping[str, Any], body_file: Any) -> Any:
+        if isinstance(body_file, _ChargedSpool):
+            scope = {**scope, SPOOLED_BODY: body_file}
         # A chunked body comes without a Content-Length, which Django and DRF read as no body:
         # now that it is read (and bounded), it has a length.
         if not _has_length(scope):
@@ -99,15 +201,86 @@ class BoundedBodyHandler(ASGIHandler):
         return super().create_request(scope, body_file)
 
 
+class _ChargedSpool:
+    """A batch's spool file, handing its bytes back to the tenant's spool share when it is
+    closed (by the view, or by Django's handler when the request is over: once either way)."""
+
+    def __init__(self, file: IO[bytes], *, tenant: Any, size: int):
+        self._file, self._tenant, self._size = file, tenant, size
+
+    def close(self) -> None:
+        if self._size is not None:
+            spool_quota.release(self._tenant, self._size)
+            self._size = None  # type: ignore[assignment]
+        self._file.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._file, name)
+
+    def __enter__(self) -> _ChargedSpool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __iter__(self) -> Any:
+        return iter(self._file)
+
+
 django_application = BoundedBodyHandler()
+_TENANT = "scrapejobs.batch_tenant"  # scope key: the tenant a batch body is charged to
 
 
-def body_limit(path: str) -> int:
+def body_limit(path: str, method: str) -> int:
     """SCRAPEJOBS_BATCH_MAX_BYTES for POST /batches, SCRAPEJOBS_MAX_REQUEST_BYTES for every other
-    path (docs/limits.md)."""
-    return (
-        settings.SCRAPEJOBS_BATCH_MAX_BYTES if path == BATCHES_PATH else settings.SCRAPEJOBS_MAX_REQUEST_BYTES
+    path and method (docs/limits.md)."""
+    if path == BATCHES_PATH and method == "POST":
+        return settings.SCRAPEJOBS_BATCH_MAX_BYTES
+    return settings.SCRAPEJOBS_MAX_REQUEST_BYTES
+
+
+def _body_timed_out() -> ApiError:
+    return ApiError(
+        status_code=408,
+        type="invalid_request",
+        code="request_timeout",
+        detail=f"The request body did not arrive within {settings.SCRAPEJOBS_REQUEST_BODY_TIMEOUT_S:g} s.",
     )
+
+
+def _spool_full_response() -> Any:
+    response = api_error_response(
+        ApiError(
+            status_code=503,
+            type="unavailable",
+            code="spool_full",
+            detail="This tenant's batch uploads in progress hold all of its spool space; "
+            "send this one when one of them is over.",
+        )
+    )
+    response["Retry-After"] = str(math.ceil(settings.SCRAPEJOBS_REQUEST_BODY_TIMEOUT_S))
+    return response
+
+
+def _has_body(scope: Scope) -> bool:
+    return _declared_length(scope) is not None or _has_header(scope, b"transfer-encoding")
+
+
+def _method_refused(scope: Scope) -> bool:
+    """Whether the API view at the path has no handler for the method: it will be 405 (or
+    401 first, without a token), so its body is not read."""
+    path = scope["path"]
+    if not path.startswith(API_PATH_PREFIX):
+        return False
+    try:
+        match = get_resolver().resolve(path)
+    except Resolver404:
+        return False
+    view_class = getattr(match.func, "view_class", None) or getattr(match.func, "cls", None)
+    if view_class is None:
+        return False
+    method = scope["method"].lower()
+    return method not in view_class.http_method_names or not hasattr(view_class, method)
 
 
 async def application(scope: Scope, receive: Receive, send: Send) -> None:
@@ -116,37 +289,53 @@ async def application(scope: Scope, receive: Receive, send: Send) -> None:
     if scope["type"] != "http":
         await django_application(scope, receive, send)
         return
-    path = scope["path"]
+    path, method = scope["path"], scope["method"]
+    limit = body_limit(path, method)
     declared = _declared_length(scope)
-    if declared is not None and declared > body_limit(path):
+    if declared is not None and declared > limit:
         # Refused unread: the connection is closed after the answer, so nothing more is taken.
-        await _send_django_response(send, too_large_response(path=path, limit=body_limit(path)), close=True)
+        await _send_django_response(send, too_large_response(path=path, limit=limit), close=True)
         return
     cached = await answer_from_cache(scope)
     if cached is not None:
         await _send_django_response(send, cached)
         return
-    if path == BATCHES_PATH and scope["method"] == "POST" and not await _token_valid(scope):
-        # A batch may be hundreds of MB: a caller without a valid token gets its 401 (DRF's,
-        # from the view), one with a read token its 403, before any of it is read.
-        await django_application(_without_body(scope), _no_body(), _closing(send))
-        return
+    if _has_body(scope) and path.startswith(API_PATH_PREFIX):
+        if not _bearer(scope) or _method_refused(scope):
+            # Every API call needs a token, and a method the path does not take is a 405: DRF's
+            # answer (401 first, then 405), given the request without its body, which is never read.
+            await django_application(_without_body(scope), _no_body(), _closing(send))
+            return
+    if path == BATCHES_PATH and method == "POST":
+        tenant = await _batch_tenant(scope)
+        if tenant is None:
+            # A batch may be hundreds of MB: a caller without a valid token gets its 401 (DRF's,
+            # from the view), one with a read token its 403, before any of it is read.
+            await django_application(_without_body(scope), _no_body(), _closing(send))
+            return
+        scope = {**scope, _TENANT: tenant}
     await django_application(scope, receive, send)
 
 
-async def _token_valid(scope: Scope) -> bool:
+def _bearer(scope: Scope) -> str:
     scheme, _, raw = _header(scope, b"authorization").decode("latin-1").partition(" ")
-    if scheme.lower() != "bearer" or not raw.strip():
-        return False
-    return await _authenticate(raw.strip())
+    return raw.strip() if scheme.lower() == "bearer" else ""
+
+
+async def _batch_tenant(scope: Scope) -> Any:
+    """The id of the tenant a valid write token names, None without one."""
+    raw = _bearer(scope)
+    return await _authenticate(raw) if raw else None
 
 
 @sync_to_async(thread_sensitive=False)
-def _authenticate(raw: str) -> bool:
+def _authenticate(raw: str) -> Any:
     try:
         # A read token may not submit a batch (FR-36): refused, as without a token, unread.
         found = token_authenticate(raw=raw)
-        return found is not None and found[1].scope != TokenScope.READ
+        if found is None or found[1].scope == TokenScope.READ:
+            return None
+        return found[0].id
     finally:
         if not connection.in_atomic_block:  # back to the pool (a test's transaction is the test's)
             connection.close()

@@ -273,6 +273,12 @@ SCRAPEJOBS_TENANT_MAX_TOKENS = _bounded_int("SCRAPEJOBS_TENANT_MAX_TOKENS", 20, 
 # (FR-36): GET /tokens also reads what is not written yet.
 SCRAPEJOBS_TOKEN_LAST_USED_FLUSH_S = _bounded_int("SCRAPEJOBS_TOKEN_LAST_USED_FLUSH_S", 60, 1, 86_400)
 SCRAPEJOBS_MAX_REQUEST_BYTES = _bounded_int("SCRAPEJOBS_MAX_REQUEST_BYTES", 1_048_576, 1024, 1 << 30)
+# A request's body must be all in this long after its headers, or it is cut with 408 (NFR-33,
+# scrapejobs/asgi.py); its headers this long after its first byte (scrapejobs/web_worker.py).
+SCRAPEJOBS_REQUEST_BODY_TIMEOUT_S = _positive_float("SCRAPEJOBS_REQUEST_BODY_TIMEOUT_S", 30.0)
+SCRAPEJOBS_REQUEST_HEADER_TIMEOUT_S = _positive_float("SCRAPEJOBS_REQUEST_HEADER_TIMEOUT_S", 10.0)
+# Connections one web worker process holds open; one more is answered 503 and closed (NFR-33).
+SCRAPEJOBS_WEB_MAX_CONNECTIONS = _bounded_int("SCRAPEJOBS_WEB_MAX_CONNECTIONS", 1000, 1, 100_000)
 # Django's own bound on a body it holds in memory (request.body, form data), the admin's included:
 # the same number, so that Django never holds a body larger than the API accepts.
 DATA_UPLOAD_MAX_MEMORY_SIZE = SCRAPEJOBS_MAX_REQUEST_BYTES
@@ -401,6 +407,10 @@ SCRAPEJOBS_ROBOTS_UNAVAILABLE_S = _bounded_int("SCRAPEJOBS_ROBOTS_UNAVAILABLE_S"
 # apply (the rest are ignored), and a rule counts at most MAX_WILDCARDS '*' (a disallow past it is
 # cut there, so it disallows more; an allow past it is dropped). Matching is linear in the path.
 SCRAPEJOBS_ROBOTS_MAX_RULES = _bounded_int("SCRAPEJOBS_ROBOTS_MAX_RULES", 2000, 1, 100_000)
+# Bytes of parsed robots.txt rules one process keeps (an LRU, apps/politeness/robots.py).
+SCRAPEJOBS_ROBOTS_LOCAL_CACHE_BYTES = _bounded_int(
+    "SCRAPEJOBS_ROBOTS_LOCAL_CACHE_BYTES", 32 << 20, 64 << 10, 1 << 32
+)
 SCRAPEJOBS_ROBOTS_MAX_WILDCARDS = _bounded_int("SCRAPEJOBS_ROBOTS_MAX_WILDCARDS", 10, 0, 1000)
 
 # Webhooks (FR-1 to FR-7): delays before each retry of a callback answering non-2xx, +-20% jitter.
@@ -514,6 +524,12 @@ STATIC_ROOT = BASE_DIR / ".run" / "static"
 # POST /batches bodies may be this large (the one /api/ path above SCRAPEJOBS_MAX_REQUEST_BYTES)
 # and hold this many rows; above either, 413 and nothing is created.
 SCRAPEJOBS_BATCH_MAX_BYTES = _bounded_int("SCRAPEJOBS_BATCH_MAX_BYTES", 256 * 1024 * 1024, 1024, 1 << 34)
+# Spool space one tenant's batch uploads in flight may hold in one web process (NFR-33): past it,
+# 503 with Retry-After. At least one whole batch.
+SCRAPEJOBS_BATCH_SPOOL_TENANT_BYTES = max(
+    SCRAPEJOBS_BATCH_MAX_BYTES,
+    _bounded_int("SCRAPEJOBS_BATCH_SPOOL_TENANT_BYTES", 2 * SCRAPEJOBS_BATCH_MAX_BYTES, 1024, 1 << 36),
+)
 SCRAPEJOBS_BATCH_MAX_ROWS = _bounded_int("SCRAPEJOBS_BATCH_MAX_ROWS", 1_000_000, 1, 100_000_000)
 # Columns of a CSV or Parquet batch (fields of a JSON row); a job has about ten, and a file of
 # thousands of columns would be rows of thousands of values each (docs/limits.md).

@@ -54,8 +54,19 @@ def _too_large(detail: str) -> ApiError:
     return ApiError(status_code=413, type="invalid_request", code="payload_too_large", detail=detail)
 
 
+# Where the web process's ASGI layer hands over the body it already wrote to a spool file, once
+# (scrapejobs/asgi.py's SPOOLED_BODY).
+_SPOOLED_BODY = "scrapejobs.spooled_body"
+
+
 def _spool_body(request: Request) -> IO[bytes]:
-    """The raw body in a temporary file (never whole in memory), bounded by the batch limit."""
+    """The raw body in a temporary file (never whole in memory), bounded by the batch limit:
+    under ASGI the file the body was written to as it arrived, elsewhere (WSGI, the test client)
+    a copy of the stream."""
+    spooled = getattr(request._request, "scope", {}).get(_SPOOLED_BODY)
+    if spooled is not None:
+        spooled.seek(0)
+        return spooled  # type: ignore[no-any-return]
     limit = settings.SCRAPEJOBS_BATCH_MAX_BYTES
     spool = tempfile.TemporaryFile()  # noqa: SIM115 - closed by the caller
     size = 0

@@ -6,6 +6,7 @@ running totals are kept (they are Prometheus counters and must never go down).""
 from __future__ import annotations
 
 from django.db import models
+from django.utils import timezone
 
 
 class AttemptMinute(models.Model):
@@ -103,12 +104,16 @@ class AttemptTotal(models.Model):
 
 
 class DomainTotal(models.Model):
-    """Every attempt ever rolled up, and its failures, by target domain: ``/metrics`` counters
-    (one series per domain ever fetched)."""
+    """Every attempt rolled up, and its failures, by target domain: ``/metrics`` counters for the
+    domains ``SCRAPEJOBS_METRICS_DOMAINS`` names. ``last_seen`` is the hour of its latest attempt:
+    a domain not seen within SCRAPEJOBS_ROLLUP_RETENTION_DAYS loses its row (rollups_prune), so
+    the table holds the domains fetched lately, not every host ever fetched."""
 
     domain = models.CharField(max_length=255, unique=True)
     attempts = models.BigIntegerField(default=0)
     failures = models.BigIntegerField(default=0)
+    # Indexed for rollups_prune's range delete (apps/operators/rollup_runner.py).
+    last_seen = models.DateTimeField(default=timezone.now, db_index=True)
 
 
 class FirstAttemptTotal(models.Model):

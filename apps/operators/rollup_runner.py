@@ -32,6 +32,7 @@ from apps.jobs.rollups import (
 from apps.operators.models import (
     AttemptMinute,
     DomainHour,
+    DomainTotal,
     FirstAttemptMinute,
     GaugeMinute,
     QueueDepthMinute,
@@ -94,16 +95,22 @@ def _fold_batch(batch: int, settle_s: float) -> tuple[int, int]:
     return upto - after, sum(g.attempts for g in groups)
 
 
-def _upsert_adding(table: str, key: Sequence[str], values: Sequence[str], rows: Iterable[tuple]) -> None:
-    """INSERT rows, or add their values to the row already there (rollups only ever grow)."""
+def _upsert_adding(
+    table: str, key: Sequence[str], values: Sequence[str], rows: Iterable[tuple], latest: Sequence[str] = ()
+) -> None:
+    """INSERT rows, or add their values to the row already there (rollups only ever grow); the
+    ``latest`` columns (after ``values`` in a row) keep the greater of the two."""
     rows = list(rows)
     if not rows:
         return
-    columns = [*key, *values]
+    columns = [*key, *values, *latest]
     sql = (
         f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join(['%s'] * len(columns))}) "
         f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET "
-        + ", ".join(f"{v} = {table}.{v} + EXCLUDED.{v}" for v in values)
+        + ", ".join(
+            [f"{v} = {table}.{v} + EXCLUDED.{v}" for v in values]
+            + [f"{c} = GREATEST({table}.{c}, EXCLUDED.{c})" for c in latest]
+        )
     )
     with connection.cursor() as cur:
         cur.executemany(sql, rows)
@@ -133,9 +140,11 @@ def _add_attempt_groups(groups: list[AttemptGroup]) -> None:
         kept_totals[(outcome, error_class)] += kept_by_minute[(_, outcome, error_class)]
     domain_totals: Counter[str] = Counter()
     domain_failures: Counter[str] = Counter()
-    for (_, domain), n in by_hour.items():
+    domain_seen: dict[str, datetime] = {}
+    for (hour, domain), n in by_hour.items():
         domain_totals[domain] += n
-        domain_failures[domain] += failed_by_hour[(_, domain)]
+        domain_failures[domain] += failed_by_hour[(hour, domain)]
+        domain_seen[domain] = max(hour, domain_seen.get(domain, hour))
     _upsert_adding(
         "operators_attemptminute",
         ("minute", "outcome", "error_class"),
@@ -158,7 +167,8 @@ def _add_attempt_groups(groups: list[AttemptGroup]) -> None:
         "operators_domaintotal",
         ("domain",),
         ("attempts", "failures"),
-        ((d, n, domain_failures[d]) for d, n in domain_totals.items()),
+        ((d, n, domain_failures[d], domain_seen[d]) for d, n in domain_totals.items()),
+        latest=("last_seen",),
     )
 
 
@@ -261,11 +271,17 @@ def gauges_record(*, now: datetime | None = None) -> QueueSnapshot:
 
 
 def rollups_prune(*, now: datetime | None = None) -> int:
-    """Delete minute and hour rows older than the retention, and tenants' usage days older than
-    USAGE_RETENTION_DAYS (the totals stay)."""
+    """Delete minute and hour rows older than the retention, the per-domain totals of domains not
+    seen within it, and tenants' usage days older than USAGE_RETENTION_DAYS (the other totals
+    stay). A domain ``SCRAPEJOBS_METRICS_DOMAINS`` names keeps its row: its ``/metrics`` counters
+    must never start again from 0."""
     now = now or timezone.now()
     cutoff = now - timedelta(days=settings.SCRAPEJOBS_ROLLUP_RETENTION_DAYS)
-    deleted = 0
+    deleted = (
+        DomainTotal.objects.filter(last_seen__lt=cutoff)
+        .exclude(domain__in=settings.SCRAPEJOBS_METRICS_DOMAINS)
+        .delete()[0]
+    )
     for model, column in (
         (AttemptMinute, "minute"),
         (FirstAttemptMinute, "minute"),

@@ -11,8 +11,11 @@ most ``SCRAPEJOBS_ROBOTS_MAX_RULES`` rules apply and ``SCRAPEJOBS_ROBOTS_MAX_WIL
 count in a rule (docs/limits.md). ``Crawl-delay`` (not in the RFC, but
 widely used) is read from the chosen group.
 
-**Caching** (``robots_rules_get``): the file is kept in Redis per origin (scheme, host, port) for
-``SCRAPEJOBS_ROBOTS_TTL_S``. One worker fetches it while the others wait for its copy: whoever sets
+**Caching** (``robots_rules_get``): the rules that apply to us, in a compact form (``_compact``:
+no comments, no other agents' groups, never parsed again), are kept in Redis per origin (scheme,
+host, port) for ``SCRAPEJOBS_ROBOTS_TTL_S``, and in each process in an LRU bounded in bytes
+(``SCRAPEJOBS_ROBOTS_LOCAL_CACHE_BYTES``). Both are bounded by what is parsed: the first
+``MAX_PARSE_BYTES`` of a file (as Google's parser does) and ``MAX_RULES_BYTES`` of rules. One worker fetches it while the others wait for its copy: whoever sets
 the origin's lock (``SET NX`` with an expiry, so a worker killed while fetching frees it) fetches;
 the rest poll the cache. So the target sees one request per TTL whatever the number of workers.
 What an answer means (RFC 9309 2.3.1): 2xx, the rules; 4xx, allow everything; 5xx or no answer at
@@ -26,10 +29,13 @@ module only decides when it happens.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import re
 import secrets
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import quote, unquote
@@ -44,6 +50,11 @@ logger = logging.getLogger(__name__)
 
 # The RFC asks crawlers to parse at least 500 KiB; past this a file is read no further.
 MAX_ROBOTS_BYTES = 512 * 1024
+# Rules past the first 500 KiB of a file are dropped (Google's parser reads no further), and past
+# this many bytes of rule patterns (normalised: a non-ASCII octet counts as its %XX): the parsed
+# form, what Redis and each process keep of a file, stays under it whatever the file holds.
+MAX_PARSE_BYTES = 500 * 1024
+MAX_RULES_BYTES = 512 * 1024
 # The longest Crawl-delay honoured: a file saying "inf" or "1e14" would otherwise stop the domain
 # for every tenant (the gate's rate would be 0). Past it, one request a minute.
 MAX_CRAWL_DELAY_S = 60.0
@@ -53,14 +64,17 @@ ROBOTS_FETCH_TIMEOUT_S = 10.0
 # so a job does not read a file of up to 512 KiB from Redis every time.
 LOCAL_CACHE_S = 30.0
 _POLL_S = 0.05
-_LOCAL_MAX = 10_000
+# What one kept rule costs in memory besides its pieces' characters (objects, tuple, strings).
+_RULE_OVERHEAD_BYTES = 200
+_RULES_OVERHEAD_BYTES = 300
 
 # The most ``Sitemap:`` lines of a file kept.
 MAX_SITEMAP_LINES = 50
 
 _ALLOW_ALL = "all"
 _UNAVAILABLE = "none"
-_RULES = "ok"
+_RULES = "ok"  # the raw file (written by an older version): parsed when read
+_COMPACT = "r1"  # the parsed rules (_compact)
 
 
 @dataclass(frozen=True)
@@ -129,6 +143,14 @@ class RobotsRules:
     # sitemaps (docs/crawls.md).
     sitemaps: tuple[str, ...] = ()
 
+    def size_bytes(self) -> int:
+        """About what these rules take in a process's memory (the local cache's measure)."""
+        return (
+            _RULES_OVERHEAD_BYTES
+            + sum(_RULE_OVERHEAD_BYTES + sum(len(piece) for piece in rule.pieces) for rule in self.rules)
+            + sum(_RULE_OVERHEAD_BYTES + len(url) for url in self.sitemaps)
+        )
+
     def allows(self, path: str) -> bool:
         """Whether ``path`` (path and query, percent-encoded as sent) may be fetched."""
         path = _normalise(path or "/")
@@ -150,6 +172,9 @@ def robots_parse(text: str, *, product: str) -> RobotsRules:
     lines: list[tuple[str, str]] = []
     in_rules = False
     sitemaps: list[str] = []
+    if len(text) > MAX_PARSE_BYTES // 4 and len(text.encode()) > MAX_PARSE_BYTES:
+        # Google's parser reads 500 KiB: the rules past it are dropped, with a line cut there.
+        text = text.encode()[:MAX_PARSE_BYTES].decode(errors="ignore").rsplit("\n", 1)[0]
     for raw in text.splitlines():
         line = raw.split("#", 1)[0].strip()
         if ":" not in line:
@@ -196,6 +221,7 @@ def _rules_of(lines: list[tuple[str, str]]) -> RobotsRules:
     max_rules = settings.SCRAPEJOBS_ROBOTS_MAX_RULES
     max_wildcards = settings.SCRAPEJOBS_ROBOTS_MAX_WILDCARDS
     ignored = 0
+    kept_bytes = 0
     for field, value in lines:
         if field == "crawl-delay":
             try:
@@ -205,19 +231,26 @@ def _rules_of(lines: list[tuple[str, str]]) -> RobotsRules:
             if delay == delay:  # not NaN: a negative is none, "inf" or 1e14 the cap
                 crawl_delay = min(max(0.0, delay), MAX_CRAWL_DELAY_S) or None
         elif value:  # an empty disallow allows everything: it matches nothing
-            if len(rules) >= max_rules:
+            if len(rules) >= max_rules or kept_bytes >= MAX_RULES_BYTES:
                 ignored += 1
                 continue
-            rule = _rule(_normalise(value), allow=field == "allow", max_wildcards=max_wildcards)
+            path = _normalise(value)
+            if kept_bytes + len(path) > MAX_RULES_BYTES:
+                ignored += 1
+                kept_bytes = MAX_RULES_BYTES  # and every rule after it: rules past the cap dropped
+                continue
+            rule = _rule(path, allow=field == "allow", max_wildcards=max_wildcards)
             if rule is None:
                 ignored += 1
             else:
                 rules.append(rule)
+                kept_bytes += len(path)
     if ignored:
         logger.warning(
-            "robots.txt: %d rules past the caps ignored or narrowed (%d rules, %d wildcards a rule)",
+            "robots.txt: %d rules past the caps ignored or narrowed (%d rules, %d bytes of rules, %d wildcards a rule)",
             ignored,
             max_rules,
+            MAX_RULES_BYTES,
             max_wildcards,
         )
     rules.sort(key=lambda r: (r.length, r.allow), reverse=True)
@@ -274,9 +307,7 @@ def robots_rules_get(
         entry = hit[1]
     else:
         entry, ttl_s = _shared_entry_get(origin=origin, host=host, fetch=fetch, wait_s=wait_s)
-        if len(_local) >= _LOCAL_MAX:
-            _local.clear()
-        _local[origin] = (now + min(LOCAL_CACHE_S, ttl_s), entry)
+        _local.put(origin, (now + min(LOCAL_CACHE_S, ttl_s), entry))
     rules, unavailable_until = entry
     if rules is None:
         raise RobotsUnavailable(origin, max(1.0, unavailable_until - time.time()))
@@ -291,12 +322,64 @@ def robots_rules_cached(*, origin: str) -> RobotsRules | None:
     if hit is not None and hit[0] > time.monotonic():
         return hit[1][0]
     raw, ttl_ms = _cached(state_redis(), robots_keys(origin)[0])
-    return None if raw is None else _entry(raw, ttl_ms / 1000.0)[0]
+    if raw is None:
+        return None
+    entry = _entry(raw, ttl_ms / 1000.0)
+    _local.put(origin, (time.monotonic() + min(LOCAL_CACHE_S, ttl_ms / 1000.0), entry))
+    return entry[0]
 
 
 # origin -> (monotonic expiry, (the rules or None while unavailable, wall-clock end of the copy))
 _Entry = tuple[RobotsRules | None, float]
-_local: dict[str, tuple[float, _Entry]] = {}
+
+
+class _LocalRules:
+    """This process's copies of origins' rules: least recently used first out once their sizes
+    (``RobotsRules.size_bytes``) pass ``SCRAPEJOBS_ROBOTS_LOCAL_CACHE_BYTES``. It was 10,000
+    files of any size: 500 origins of 1 MiB were half a GiB a worker."""
+
+    def __init__(self) -> None:
+        self._items: OrderedDict[str, tuple[float, _Entry, int]] = OrderedDict()
+        self._lock = threading.Lock()  # worker threads share it
+        self.size = 0
+
+    def get(self, origin: str) -> tuple[float, _Entry] | None:
+        with self._lock:
+            item = self._items.get(origin)
+            if item is None:
+                return None
+            self._items.move_to_end(origin)
+            return item[0], item[1]
+
+    def put(self, origin: str, value: tuple[float, _Entry]) -> None:
+        rules = value[1][0]
+        size = len(origin) + (rules.size_bytes() if rules is not None else _RULES_OVERHEAD_BYTES)
+        limit = settings.SCRAPEJOBS_ROBOTS_LOCAL_CACHE_BYTES
+        with self._lock:
+            old = self._items.pop(origin, None)
+            if old is not None:
+                self.size -= old[2]
+            if size > limit:
+                return  # larger than the whole cache: read from Redis each time
+            self._items[origin] = (value[0], value[1], size)
+            self.size += size
+            while self.size > limit:
+                _, (_, _, dropped) = self._items.popitem(last=False)
+                self.size -= dropped
+
+    def __contains__(self, origin: str) -> bool:
+        return origin in self._items
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self.size = 0
+
+
+_local = _LocalRules()
 
 
 def robots_local_cache_clear() -> None:
@@ -348,7 +431,35 @@ def _entry(raw: str, ttl_s: float) -> _Entry:
         return None, time.time() + ttl_s
     if kind == _ALLOW_ALL:
         return ALLOW_ALL, 0.0
+    if kind == _COMPACT:
+        return _from_compact(text), 0.0
     return robots_parse(text, product=product_token(settings.SCRAPEJOBS_FETCH_USER_AGENT)), 0.0
+
+
+def _compact(rules: RobotsRules) -> str:
+    """The parsed rules as Redis keeps them: in the order they are tried, each as (allow, its
+    length, anchored, its pieces); read back without parsing (``_from_compact``). At most about
+    ``MAX_RULES_BYTES`` and a few bytes a rule (``SCRAPEJOBS_ROBOTS_MAX_RULES``)."""
+    return json.dumps(
+        {
+            "d": rules.crawl_delay_s,
+            "r": [[int(r.allow), r.length, int(r.anchored), *r.pieces] for r in rules.rules],
+            "s": list(rules.sitemaps),  # a crawl's sitemaps (docs/crawls.md), at most MAX_SITEMAP_LINES
+        },
+        separators=(",", ":"),
+    )
+
+
+def _from_compact(text: str) -> RobotsRules:
+    data = json.loads(text)
+    return RobotsRules(
+        rules=tuple(
+            RobotsRule(length=length, allow=bool(allow), pieces=tuple(pieces), anchored=bool(anchored))
+            for allow, length, anchored, *pieces in data["r"]
+        ),
+        crawl_delay_s=data["d"],
+        sitemaps=tuple(data.get("s", ())),
+    )
 
 
 def _fetched(*, origin: str, host: str, fetch: Callable[[], RobotsAnswer]) -> tuple[str, float]:
@@ -363,7 +474,7 @@ def _fetched(*, origin: str, host: str, fetch: Callable[[], RobotsAnswer]) -> tu
     if answer.status is not None and 200 <= answer.status < 300:
         rules = robots_parse(answer.text, product=product_token(settings.SCRAPEJOBS_FETCH_USER_AGENT))
         domain_crawl_delay_set(domain=host, delay_s=rules.crawl_delay_s, ttl_s=ttl_s)
-        return f"{_RULES}\n{answer.text}", ttl_s
+        return f"{_COMPACT}\n{_compact(rules)}", ttl_s
     if answer.status is not None and 400 <= answer.status < 500:
         domain_crawl_delay_set(domain=host, delay_s=None, ttl_s=ttl_s)
         return f"{_ALLOW_ALL}\n", ttl_s

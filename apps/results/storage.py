@@ -2,12 +2,15 @@
 
 A body is streamed to a spool file on disk while its SHA-256 and size are computed (it is never
 held whole in memory), then handed to the storage: a rename for local files on the same disk, a
-(multipart) upload for S3. Keys are deterministic, ``<prefix>/<yyyy>/<mm>/<dd>/<name>/<attempt>``
-with the date of the job's creation (from its UUIDv7) and an opaque name made from the job's id
-(an HMAC under SECRET_KEY), so storing the same attempt again overwrites the same object instead
+(multipart) upload for S3. Keys are deterministic, ``<prefix>/<nn>/<name>/<attempt>``, an
+opaque name made from the job's id (an HMAC under SECRET_KEY) and its first two characters (a
+directory level, so that local storage never holds millions of names in one), so storing the same attempt again overwrites the same object instead
 of leaving an orphan, and a key (hence a signed link or an S3 presigned URL, which carry it)
 names no job: a job served another tenant's fetch links to that tenant's object without learning
-its job's id (NFR-6, as ``served_from`` hides it).
+its job's id (NFR-6, as ``served_from`` hides it), nor the day that job was created: keys
+stored before named it (``<prefix>/<yyyy>/<mm>/<dd>/<name>/<attempt>``, from the UUIDv7), and
+a signed link carries its key readable (it is signed, not encrypted). Those keys stay where they
+are, read through each job's ``result_key`` and deleted by retention (``result_keys_ever``).
 """
 
 from __future__ import annotations
@@ -46,19 +49,27 @@ def results_storage() -> Storage:
 
 
 def result_key(*, job_id: uuid.UUID | str, attempt: int) -> str:
-    job_uuid = uuid.UUID(str(job_id))
-    return f"{_key_dir(job_uuid)}/{_opaque_name(job_uuid)}/{attempt}"
+    name = _opaque_name(uuid.UUID(str(job_id)))
+    prefix = settings.SCRAPEJOBS_RESULT_KEY_PREFIX.strip("/")
+    return f"{prefix}/{name[:2]}/{name}/{attempt}"
 
 
 def result_keys_ever(*, job_id: uuid.UUID | str, attempt: int) -> list[str]:
-    """Every key an attempt's body may have been stored under: ``result_key``'s, and the one
-    named after the job's id that results stored before opaque names had (retention deletes
-    both: a missing object counts as deleted)."""
+    """Every key an attempt's body may have been stored under: ``result_key``'s, the dated one
+    of the same name that results stored before had, and the dated one named after the job's id
+    that results stored before opaque names had (retention deletes all three: a missing object
+    counts as deleted)."""
     job_uuid = uuid.UUID(str(job_id))
-    return [result_key(job_id=job_uuid, attempt=attempt), f"{_key_dir(job_uuid)}/{job_uuid}/{attempt}"]
+    dated = _key_dir(job_uuid)
+    return [
+        result_key(job_id=job_uuid, attempt=attempt),
+        f"{dated}/{_opaque_name(job_uuid)}/{attempt}",
+        f"{dated}/{job_uuid}/{attempt}",
+    ]
 
 
 def _key_dir(job_uuid: uuid.UUID) -> str:
+    """The day directory of the keys stored before they were undated (their job's creation day)."""
     if job_uuid.version == 7:  # the first 48 bits are the creation time in Unix milliseconds
         created = datetime.fromtimestamp((job_uuid.int >> 80) / 1000, tz=UTC)
     else:

@@ -365,6 +365,9 @@ def claimed_attempt_fetch_and_store(
             charge_redirects=True,
             ticket=str(claimed.id),
             share=share,
+            # Only a job deferred before may have a redirect hop to go on from: a plain job's
+            # fetch asks Redis nothing more.
+            resumable=claimed.deferred_attempts > 0,
         )
 
     # The fetch ends by timeout_s; storing the body gets the allowance on top. Past this the
@@ -446,7 +449,8 @@ def claimed_attempt_fetch_and_store(
         )
     except RedirectDeferred as e:
         # Not a failure and not counted (NFR-24): the fold requeues the job for exactly the hop
-        # domain's wait, and its next attempt starts from its own URL.
+        # domain's wait, and its next attempt starts from its own URL (or, for a hop within the
+        # group it held, from that hop: apps/scraping/fetch.py).
         return finished(
             AttemptOutcome.DEFERRED, error_class="redirect_deferred", error=str(e), retry_after_s=e.wait_s
         )

@@ -62,7 +62,17 @@ CHROMIUM_ARGS = (
     "--proxy-server=http://127.0.0.1:9",
     "--proxy-bypass-list=<-loopback>",
     "--host-resolver-rules=MAP * ~NOTFOUND",
+    # A page's scripts get a bounded JS heap (past it the tab dies, not the pod), and WebRTC may
+    # not send UDP around the (closed) proxy: no host address leaks through ICE candidates.
+    "--js-flags=--max-old-space-size=256",
+    "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
 )
+# Requests one page has fetched at once, as a browser would: a page past it waits for its own
+# threads, never takes another page's share of the pool (6 per page it renders at once).
+PAGE_FETCH_THREADS = 6
+# How long closing a page's browser context may take; past it its Chromium is killed and the
+# pool starts another (a hung Chromium never keeps a slot).
+CONTEXT_CLOSE_TIMEOUT_S = 10.0
 # How long a Celery thread waits for the loop between two checks of its attempt's lease.
 _POLL_S = 0.25
 # The program names of a main Chromium process (Debian's, Google's, Playwright's headless shell).
@@ -193,7 +203,7 @@ class BrowserPool:
         self._slots: asyncio.Semaphore | None = None
         # A page's requests are fetched here: a few at once per page, as a browser would.
         self._fetchers = concurrent.futures.ThreadPoolExecutor(
-            max_workers=6 * concurrency, thread_name_prefix="page-fetch"
+            max_workers=PAGE_FETCH_THREADS * concurrency, thread_name_prefix="page-fetch"
         )
         self.launches = 0  # Chromiums started by this pool (tests, the benchmark)
 
@@ -381,6 +391,11 @@ class BrowserPool:
         counts = {"made": 0, "blocked": 0}
         document_served = False
         loop = asyncio.get_running_loop()
+        # This page's share of the fetch threads, and its fetches still queued or running: those
+        # are cancelled when the page is closed (a queued one never starts).
+        share = asyncio.Semaphore(PAGE_FETCH_THREADS)
+        pending: set[asyncio.Future[Any]] = set()
+        closed = False
 
         async def on_request(route: Any) -> None:
             nonlocal document_served
@@ -399,17 +414,27 @@ class BrowserPool:
                 return
             try:
                 body = request.post_data_buffer
-                answer = await loop.run_in_executor(
-                    self._fetchers,
-                    _answer_in_thread,
-                    spec.answer,
-                    request.url,
-                    request.method,
-                    dict(request.headers),
-                    body,
-                    request.resource_type,
-                    is_document,
-                )
+                async with share:
+                    if closed:
+                        return
+                    future = loop.run_in_executor(
+                        self._fetchers,
+                        _answer_in_thread,
+                        spec.answer,
+                        request.url,
+                        request.method,
+                        dict(request.headers),
+                        body,
+                        request.resource_type,
+                        is_document,
+                    )
+                    pending.add(future)
+                    try:
+                        answer = await future
+                    finally:
+                        pending.discard(future)
+            except asyncio.CancelledError:
+                return  # the page was closed
             except Exception:  # noqa: BLE001 - the page gets a network error, the render goes on
                 logger.warning("answering %s failed", request.url, exc_info=True)
                 answer = SubAnswer("fail", reason="internal error")
@@ -444,8 +469,20 @@ class BrowserPool:
                 screenshot = await page.screenshot(full_page=True, type="png", timeout=_left_ms(spec))
             return Rendered(html=html, screenshot=screenshot, made=counts["made"], blocked=counts["blocked"])
         finally:
+            closed = True
+            for future in list(pending):
+                future.cancel()
             try:
-                await context.close()
+                await asyncio.wait_for(context.close(), timeout=CONTEXT_CLOSE_TIMEOUT_S)
+            except TimeoutError:
+                # A hung Chromium: no new page for it, and killed now rather than when its
+                # last page ends (this one may be its last, and hung).
+                logger.warning(
+                    "closing a browser context took over %ss: its Chromium is killed", CONTEXT_CLOSE_TIMEOUT_S
+                )
+                self._retire(chromium)
+                if chromium.pid is not None and _alive(chromium.pid):
+                    _kill_group(chromium.pid)
             except Exception:  # noqa: BLE001 - the browser is gone: nothing left to close
                 logger.debug("closing a browser context failed", exc_info=True)
 

@@ -21,7 +21,8 @@ that the connection itself is guarded:
   token (and, for another domain, a concurrency slot) of the host it goes to, or, refused, ends
   the fetch with ``RedirectDeferred`` (its place kept in that domain's line): the attempt is a
   deferral and the job starts again from its own URL then, instead of a worker thread waiting
-  for the hop's turn (NFR-24). The first hop's permit is the worker's gate. With ``obey_robots`` every hop's URL is checked against its host's robots.txt
+  for the hop's turn (NFR-24); a hop within the group the fetch holds waits no more than that,
+  and the job's next attempt goes on from that hop (``_Resume``). The first hop's permit is the worker's gate. With ``obey_robots`` every hop's URL is checked against its host's robots.txt
   (``apps.politeness.robots``, fetched once per TTL through this same fetcher): a disallowed URL
   fails with ``robots_disallowed`` before any request to it, an unreadable robots.txt with
   ``robots_unavailable`` (temporary).
@@ -37,6 +38,8 @@ classified as the table in ``apps.scraping.errors`` says (NFR-3).
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import secrets
 import time
@@ -63,14 +66,17 @@ from apps.politeness.robots import (
     robots_rules_get,
 )
 from apps.politeness.selectors import domain_limits_get
+from apps.redis_clients import state_redis
 from apps.scraping.errors import FetchError, classify, status_error
 
 logger = logging.getLogger(__name__)
 
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
-# A redirect hop within the domain group its fetch already holds may wait this long in the thread
-# for that group's next token; longer, or any wait for another group's permit, is a deferral.
-HOP_WAIT_MAX_S = 2.0
+# A redirect hop with no turn is a deferral, never a wait in the thread (NFR-5, NFR-24). A hop
+# within the group its fetch already holds is kept (``_Resume``) this long past its wait, so that
+# the job's next attempt goes on from it instead of walking the chain from its first URL again
+# (which, at a burst of 1, would never get a chain of two requests through).
+HOP_RESUME_GRACE_S = 300.0
 CHUNK_SIZE = 64 * 1024
 # Headers the fetcher sets itself; a job's own values would break the request framing.
 _DROPPED_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
@@ -88,6 +94,9 @@ class FetchRequest:
     obey_robots: bool = False
     charge_redirects: bool = False
     ticket: str = ""  # with charge_redirects: names the job in a hop domain's line
+    # With charge_redirects and ticket: a redirect hop deferred by the job's previous attempt may
+    # be kept to go on from (_Resume).
+    resumable: bool = False
     share: LineShare = DEFAULT_SHARE  # and where it stands there (NFR-9, NFR-10)
     # A conditional request (FR-33, docs/revalidation.md): a 304 Not Modified is then an answer,
     # yielded like a 2xx (with no body), not an invalid response.
@@ -258,11 +267,42 @@ def _open_final(
     headers = {k: v for k, v in request.headers.items() if k.lower() not in _DROPPED_HEADERS}
     if not any(k.lower() == "user-agent" for k in headers):
         headers["User-Agent"] = limits.user_agent
-    for hop in range(limits.max_redirects + 1):
+    first = 0
+    resumed = (
+        _resume_take(ticket=request.ticket)
+        if charges is not None and request.ticket and request.resumable
+        else None
+    )
+    if resumed is not None and resumed.url_from == url:
+        # The previous attempt's chain stopped at this hop for want of its group's token: the
+        # worker's gate has just taken this attempt's token of that group, for this hop.
+        first, url = resumed.hop, resumed.url
+        if resumed.to_get:
+            method, body = "GET", None
+            headers = {k: v for k, v in headers.items() if k.lower() != "content-type"}
+        if resumed.cross_origin:
+            headers = {k: v for k, v in headers.items() if k.lower() not in _ORIGIN_BOUND_HEADERS}
+    to_get = cross_origin = False
+    for hop in range(first, limits.max_redirects + 1):
         check()
         _check_scheme(url)
-        if hop > 0 and charges is not None:
-            charges.charge(url=url, deadline=deadline, check=check)
+        if hop > first and charges is not None:
+            try:
+                charges.charge(url=url)
+            except RedirectDeferred as deferred:
+                if deferred.same_group and request.ticket:
+                    _resume_keep(
+                        ticket=request.ticket,
+                        resume=_Resume(
+                            url_from=request.url,
+                            url=url,
+                            hop=hop,
+                            to_get=to_get or (resumed is not None and resumed.to_get),
+                            cross_origin=cross_origin or (resumed is not None and resumed.cross_origin),
+                        ),
+                        ttl_s=deferred.wait_s + HOP_RESUME_GRACE_S,
+                    )
+                raise
         if request.obey_robots:
             _robots_check(url, limits=limits, check=check, deadline=deadline)
         remaining = _remaining(deadline)
@@ -308,8 +348,9 @@ def _open_final(
         next_url = urljoin(url, location.strip()).split("#", 1)[0]
         if _origin(next_url) != _origin(url):
             headers = {k: v for k, v in headers.items() if k.lower() not in _ORIGIN_BOUND_HEADERS}
+            cross_origin = True
         if status == 303 and method != "HEAD" or status in (301, 302) and method == "POST":
-            method, body = "GET", None
+            method, body, to_get = "GET", None, True
             headers = {k: v for k, v in headers.items() if k.lower() != "content-type"}
         url = next_url
     raise FetchError("too_many_redirects", f"more than {limits.max_redirects} redirects", permanent=True)
@@ -317,13 +358,54 @@ def _open_final(
 
 class RedirectDeferred(Exception):
     """A redirect hop's domain has no turn for this fetch now (NFR-24): the attempt ends as a
-    deferral, and the job starts again from its own URL after ``wait_s``, when its place in that
-    domain's line comes. Waiting for it here would hold the worker thread (NFR-5:
+    deferral, and the job starts again after ``wait_s``, when its place in that domain's line
+    comes: from its own URL, or, when the hop's group was the one the fetch held
+    (``same_group``), from that hop. Waiting for it here would hold the worker thread (NFR-5:
     waiting for a domain holds no worker slot)."""
 
-    def __init__(self, *, host: str, wait_s: float, reason: str):
+    def __init__(self, *, host: str, wait_s: float, reason: str, same_group: bool = False):
         super().__init__(f"redirected to {host}, which has no turn for it for {wait_s:.2f}s ({reason})")
-        self.host, self.wait_s, self.reason = host, wait_s, reason
+        self.host, self.wait_s, self.reason, self.same_group = host, wait_s, reason, same_group
+
+
+@dataclass(frozen=True)
+class _Resume:
+    """Where a job's redirect chain stopped for want of a token of the group it already held:
+    its next attempt (from ``url_from``, the job's URL) goes on at ``url`` as hop ``hop``, with
+    what the hops before it changed (a switch to GET, origin-bound headers dropped)."""
+
+    url_from: str
+    url: str
+    hop: int
+    to_get: bool
+    cross_origin: bool
+
+
+def _resume_key(ticket: str) -> str:
+    return f"sj:hop-resume:{ticket}"
+
+
+def _resume_keep(*, ticket: str, resume: _Resume, ttl_s: float) -> None:
+    try:
+        state_redis().set(
+            _resume_key(ticket),
+            json.dumps(dataclasses.asdict(resume)),
+            px=max(1, int(ttl_s * 1000)),
+        )
+    except redis.RedisError:
+        # The next attempt then starts from the job's own URL, as a deferral always did.
+        logger.warning("keeping a deferred redirect hop failed", exc_info=True)
+
+
+def _resume_take(*, ticket: str) -> _Resume | None:
+    try:
+        raw = state_redis().getdel(_resume_key(ticket))
+    except redis.RedisError:
+        logger.warning("reading a deferred redirect hop failed", exc_info=True)
+        return None
+    if raw is None:
+        return None
+    return _Resume(**json.loads(raw))
 
 
 class _RedirectCharges:
@@ -337,41 +419,38 @@ class _RedirectCharges:
     def __init__(self, *, first_url: str, ticket: str, slot_ttl_s: float, share: LineShare = DEFAULT_SHARE):
         self.holder = f"hop:{secrets.token_hex(8)}"
         self.ticket = f"hop:{ticket}" if ticket else self.holder
+        # A hop within the group the fetch holds keeps the job's own place in that group's line:
+        # the job's next attempt, going on from that hop (_Resume), asks the worker's gate there.
+        self.own_ticket = ticket or self.holder
         self.share = share
         self.slot_ttl_s = slot_ttl_s
         self.held = {domain_limits_get(domain=_host(first_url)).group}
         self.taken: list[str] = []
 
-    def charge(self, *, url: str, deadline: float, check: Callable[[], None]) -> None:
+    def charge(self, *, url: str) -> None:
         host = _host(url)
         group = domain_limits_get(domain=host).group
         token_only = group in self.held
-        # A hop within the group the fetch already holds waits for that group's next token in
-        # the thread, briefly (a chain of redirects within one site is one fetch; deferring it
-        # would make it take that site's line again from the start); any other wait is a
-        # deferral.
-        wait_until = min(time.monotonic() + HOP_WAIT_MAX_S, deadline)
-        while True:
-            try:
-                decision = domain_permit_acquire(
-                    domain=host,
-                    holder=self.holder,
-                    ticket=self.ticket,
-                    slot_ttl_s=self.slot_ttl_s,
-                    token_only=token_only,
-                    share=self.share,
-                )
-            except redis.RedisError:
-                # The gate already failed closed for the job's own domain; a hop is not worth
-                # failing a fetch in flight for.
-                logger.warning("politeness state unavailable for a redirect to %s", host, exc_info=True)
-                return
-            if decision.granted:
-                break
-            if not token_only or time.monotonic() + decision.wait_s > wait_until:
-                raise RedirectDeferred(host=host, wait_s=decision.wait_s, reason=decision.reason)
-            time.sleep(decision.wait_s)
-            check()
+        # No wait in the thread for any hop (NFR-5): one refused is a deferral; one within the
+        # group the fetch holds is kept for the job's next attempt to go on from (_Resume).
+        try:
+            decision = domain_permit_acquire(
+                domain=host,
+                holder=self.holder,
+                ticket=self.own_ticket if token_only else self.ticket,
+                slot_ttl_s=self.slot_ttl_s,
+                token_only=token_only,
+                share=self.share,
+            )
+        except redis.RedisError:
+            # The gate already failed closed for the job's own domain; a hop is not worth
+            # failing a fetch in flight for.
+            logger.warning("politeness state unavailable for a redirect to %s", host, exc_info=True)
+            return
+        if not decision.granted:
+            raise RedirectDeferred(
+                host=host, wait_s=decision.wait_s, reason=decision.reason, same_group=token_only
+            )
         if not token_only:
             self.held.add(group)
             self.taken.append(group)

@@ -31,7 +31,9 @@ the same guarded fetcher, then the HTML (and a screenshot) stored.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -51,9 +53,11 @@ from apps.scraping.fetch import FetchLimits, FetchRequest, fetch_open
 
 logger = logging.getLogger(__name__)
 
-# What one page may ask for: requests besides its document, bytes per answer, seconds per request.
-MAX_SUBREQUESTS = 500
+# What one page may ask for: requests besides its document, bytes per answer, bytes in all,
+# seconds per request (docs/limits.md). It was 500 requests of up to 10 MiB: 5 GiB for one page.
+MAX_SUBREQUESTS = 200
 SUBRESOURCE_MAX_BYTES = 10 * 1024 * 1024
+PAGE_MAX_BYTES = 32 * 1024 * 1024
 SUBRESOURCE_TIMEOUT_S = 30.0
 HTML_CONTENT_TYPE = "text/html; charset=utf-8"
 # browser.block's names -> Playwright's resource types.
@@ -109,6 +113,21 @@ class PageRequests:
         self.limits = limits
         self.page_domain = registrable_domain(_host(document.url))
         self.asked = 0
+        # Bytes of answers the page may still take: each request reserves what it may read (its
+        # own cap, or what is left) before it is sent and gives back what it did not use, so the
+        # page's fetch threads together never read past PAGE_MAX_BYTES.
+        self.bytes_left = PAGE_MAX_BYTES
+        self._budget_lock = threading.Lock()
+
+    def _reserve(self) -> int:
+        with self._budget_lock:
+            taken = min(self.limits.max_bytes, self.bytes_left)
+            self.bytes_left -= taken
+            return taken
+
+    def _give_back(self, unused: int) -> None:
+        with self._budget_lock:
+            self.bytes_left += unused
 
     def __call__(
         self,
@@ -152,9 +171,16 @@ class PageRequests:
             body=body.decode("utf-8", "replace") if body else None,
             timeout_s=min(SUBRESOURCE_TIMEOUT_S, left),
         )
+        reserved = self._reserve()
+        if reserved <= 0:
+            return SubAnswer("block", reason=f"the page's {PAGE_MAX_BYTES >> 20} MiB of answers are spent")
+        used = 0
         try:
-            with fetch_open(request=request, limits=self.limits) as fetched:
+            with fetch_open(
+                request=request, limits=dataclasses.replace(self.limits, max_bytes=reserved)
+            ) as fetched:
                 data = b"".join(fetched.chunks())
+                used = len(data)
                 passed = {
                     k.lower(): v for k, v in fetched.raw_headers.items() if k.lower() in _PASSED_HEADERS
                 }
@@ -166,6 +192,8 @@ class PageRequests:
             if e.http_status is not None:
                 return SubAnswer("fulfill", status=e.http_status)
             return SubAnswer("fail", reason=e.message)
+        finally:
+            self._give_back(reserved - used)
 
 
 def render_and_store(

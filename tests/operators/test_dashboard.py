@@ -15,8 +15,8 @@ from django.utils import timezone
 from apps.jobs.claims import job_claim
 from apps.jobs.models import Attempt, Job
 from apps.operators.dashboard import histogram_quantile
-from apps.operators.models import AttemptMinute, GaugeMinute, RollupState
-from apps.operators.rollup_runner import rollup_run, rollups_prune
+from apps.operators.models import AttemptMinute, DomainTotal, GaugeMinute, RollupState
+from apps.operators.rollup_runner import _upsert_adding, rollup_run, rollups_prune
 from apps.redis_clients import state_redis
 from tests.query import helpers
 
@@ -174,3 +174,37 @@ def test_the_quantile_of_a_histogram_is_interpolated_within_its_bucket():
     assert histogram_quantile(0.5, {10: 2}) == pytest.approx(7.5)  # between 5 and 10
     assert histogram_quantile(0.95, {1: 95, 60: 5}) == pytest.approx(1.0)
     assert histogram_quantile(0.99, {1: 1, float("inf"): 99}) == 3600
+
+
+@pytest.mark.django_db
+def test_a_domain_not_seen_within_the_retention_loses_its_total_and_a_named_one_keeps_it():
+    """DomainTotal held one row per host ever fetched; now the rows of domains not seen within
+    SCRAPEJOBS_ROLLUP_RETENTION_DAYS go, except those /metrics names (their counters stay
+    monotonic). The rollup moves last_seen forward, never back."""
+    now = timezone.now()
+    DomainTotal.objects.create(domain="gone.example", attempts=5, last_seen=now - timedelta(days=9))
+    DomainTotal.objects.create(domain="named.example", attempts=7, last_seen=now - timedelta(days=30))
+    DomainTotal.objects.create(domain="recent.example", attempts=2, last_seen=now - timedelta(days=2))
+    with override_settings(SCRAPEJOBS_ROLLUP_RETENTION_DAYS=8, SCRAPEJOBS_METRICS_DOMAINS=["named.example"]):
+        assert rollups_prune() == 1
+    assert sorted(DomainTotal.objects.values_list("domain", flat=True)) == ["named.example", "recent.example"]
+    hour = (now - timedelta(days=1)).replace(minute=0, second=0, microsecond=0)
+    _upsert_adding(
+        "operators_domaintotal",
+        ("domain",),
+        ("attempts", "failures"),
+        [("recent.example", 3, 1, hour), ("new.example", 1, 0, hour)],
+        latest=("last_seen",),
+    )
+    recent = DomainTotal.objects.get(domain="recent.example")
+    assert (recent.attempts, recent.failures, recent.last_seen) == (5, 1, hour)
+    older = hour - timedelta(days=3)
+    _upsert_adding(
+        "operators_domaintotal",
+        ("domain",),
+        ("attempts", "failures"),
+        [("recent.example", 1, 0, older)],
+        latest=("last_seen",),
+    )
+    assert DomainTotal.objects.get(domain="recent.example").last_seen == hour  # not moved back
+    assert DomainTotal.objects.get(domain="new.example").last_seen == hour

@@ -39,11 +39,13 @@ def _sharing_pair(make_tenant, target):
     assert fetched.status == served.status == JobStatus.SUCCEEDED
     assert served.result_key == fetched.result_key  # one stored body
     link = api_b.get(f"/api/v1/jobs/{served.id}/result").json()["url"]
-    return fetched, served, link
+    return fetched, served, link, api_b
 
 
 def _forms(job: Job) -> list[str]:
-    return [str(job.id), job.id.hex, str(job.id).replace("-", "")]
+    """The job's id, and the day it was created (keys were once dated by the source job's day)."""
+    day = job.created_at
+    return [str(job.id), job.id.hex, str(job.id).replace("-", ""), f"{day:%Y/%m/%d}", f"{day:%Y-%m-%d}"]
 
 
 def _decoded_token(link: str) -> str:
@@ -56,7 +58,7 @@ def _decoded_token(link: str) -> str:
 
 
 def test_a_served_local_link_and_its_file_name_no_other_tenants_job(make_tenant, target, local_results):  # noqa: F811
-    fetched, _served, link = _sharing_pair(make_tenant, target)
+    fetched, _served, link, _ = _sharing_pair(make_tenant, target)
     seen = " ".join([link, urllib.parse.unquote(link), _decoded_token(link), fetched.result_key])
     stored = [str(p.relative_to(local_results)) for p in local_results.rglob("*") if p.is_file()]
     assert stored == [fetched.result_key]
@@ -70,9 +72,26 @@ def test_a_served_s3_presigned_link_and_its_object_key_name_no_other_tenants_job
     s3_results,  # noqa: F811
 ):
     client, bucket = s3_results
-    fetched, _served, link = _sharing_pair(make_tenant, target)
+    fetched, _served, link, _ = _sharing_pair(make_tenant, target)
     assert "X-Amz-Signature=" in link
     keys = [o["Key"] for o in client.list_objects_v2(Bucket=bucket).get("Contents", [])]
     assert keys == [fetched.result_key]
     for form in _forms(fetched):
         assert form not in urllib.parse.unquote(link) and form not in keys[0]
+
+
+def test_a_body_stored_under_the_old_dated_key_is_still_served(make_tenant, target, local_results):  # noqa: F811
+    """Keys were ``<prefix>/<yyyy>/<mm>/<dd>/<name>/<attempt>``: a job stored so keeps its key
+    (its row's result_key), its link serves it, and retention knows the key."""
+    from apps.results.storage import result_keys_ever
+
+    fetched, served, _, api_b = _sharing_pair(make_tenant, target)
+    old_key = result_keys_ever(job_id=fetched.id, attempt=1)[1]
+    assert f"{fetched.created_at:%Y/%m/%d}" in old_key
+    (local_results / old_key).parent.mkdir(parents=True)
+    (local_results / fetched.result_key).rename(local_results / old_key)
+    Job.objects.filter(id__in=[fetched.id, served.id]).update(result_key=old_key)
+    link = api_b.get(f"/api/v1/jobs/{served.id}/result").json()["url"]
+    answer = api_b.get(urllib.parse.urlsplit(link).path)
+    assert answer.status_code == 200
+    assert b"".join(answer.streaming_content) == (local_results / old_key).read_bytes()

@@ -1,0 +1,72 @@
+"""One rendered page's share (docs/limits.md): at most MAX_SUBREQUESTS requests and PAGE_MAX_BYTES
+of answers in all, however many of its fetch threads ask at once; Chromium's JS heap capped and
+WebRTC kept from leaking the host's address. Through PageRequests (the answer to each of a
+page's requests) against a real local target; Chromium is not needed."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from apps.scraping.browser import CHROMIUM_ARGS, PAGE_FETCH_THREADS
+from apps.scraping.fetch import FetchLimits
+from apps.scraping.render import MAX_SUBREQUESTS, PAGE_MAX_BYTES, Document, PageRequests
+
+pytestmark = pytest.mark.django_db
+
+
+def _page(options: dict | None = None) -> PageRequests:
+    limits = FetchLimits.from_settings()
+    return PageRequests(
+        document=Document(url="http://page.example/", status=200, content_type="text/html", body=b"<html>"),
+        options=options or {},
+        deadline=time.monotonic() + 120,
+        limits=FetchLimits(
+            connect_timeout_s=limits.connect_timeout_s,
+            max_bytes=10 << 20,
+            max_redirects=limits.max_redirects,
+            user_agent=limits.user_agent,
+        ),
+    )
+
+
+def test_a_page_past_200_requests_is_refused_the_rest() -> None:
+    page = _page({"block": ["images"]})
+    answers = [
+        page(f"http://img.example/{i}.png", "GET", {}, None, "image", False)
+        for i in range(MAX_SUBREQUESTS + 5)
+    ]
+    assert MAX_SUBREQUESTS <= 200
+    assert {a.reason for a in answers[:MAX_SUBREQUESTS]} == {"image blocked by the job"}
+    assert {a.reason for a in answers[MAX_SUBREQUESTS:]} == {"too many requests"}
+
+
+def test_a_pages_answers_stop_at_its_byte_budget_whatever_its_threads_ask_at_once(target) -> None:
+    assert PAGE_MAX_BYTES == 32 << 20
+    page = _page()
+    size = 9 << 20  # four of them are past the page's 32 MiB
+    with ThreadPoolExecutor(PAGE_FETCH_THREADS) as pool:
+        answers = list(
+            pool.map(
+                lambda i: page(target.url(f"/bytes/{size}?n={i}"), "GET", {}, None, "script", False), range(8)
+            )
+        )
+    fulfilled = [a for a in answers if a.action == "fulfill"]
+    assert 1 <= len(fulfilled) <= 3
+    assert sum(len(a.body or b"") for a in fulfilled) <= PAGE_MAX_BYTES
+    assert {a.action for a in answers} - {"fulfill"} <= {"fail", "block"}
+    # Nothing reserved is kept: the budget is what the fulfilled answers left.
+    assert page.bytes_left == PAGE_MAX_BYTES - sum(len(a.body or b"") for a in fulfilled)
+    # Small answers still fit in what is left; once it is spent, requests are refused unsent.
+    small = page(target.url("/bytes/1000"), "GET", {}, None, "script", False)
+    assert small.action == "fulfill" and len(small.body or b"") == 1000
+    page.bytes_left = 0
+    spent = page(target.url("/bytes/10"), "GET", {}, None, "script", False)
+    assert (spent.action, spent.reason) == ("block", "the page's 32 MiB of answers are spent")
+
+
+def test_chromium_gets_a_bounded_js_heap_and_no_webrtc_udp_outside_the_proxy() -> None:
+    assert "--js-flags=--max-old-space-size=256" in CHROMIUM_ARGS
+    assert "--force-webrtc-ip-handling-policy=disable_non_proxied_udp" in CHROMIUM_ARGS
