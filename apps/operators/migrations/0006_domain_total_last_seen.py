@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("operators", "0003_revalidation_bytes_kept"),
+        ("operators", "0005_crawltotal_rollupstate_crawls_upto"),
     ]
 
     operations = [
