@@ -17,7 +17,7 @@ import httpx
 from scrapejobs_client._models import JOB_FIELDS, JOB_REQUIRED, Job, JobCreated
 from scrapejobs_client.errors import ApiError, InvalidRequest, error_for
 
-FINAL_STATUSES = frozenset(("succeeded", "failed", "cancelled"))
+FINAL_STATUSES = frozenset(("succeeded", "failed", "cancelled", "erased"))
 # Answers worth asking again, after their Retry-After (FR-24): the per-token limit, a restart.
 RETRY_STATUSES = frozenset((429, 503))
 # The longest ?wait= the API holds an answer for.

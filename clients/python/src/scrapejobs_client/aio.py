@@ -221,6 +221,11 @@ class AsyncClient:
         data = r.json()
         return JobCancelRequested.from_dict(data) if r.status_code == 202 else JobCancelled.from_dict(data)
 
+    async def erase(self, job: JobRef) -> None:
+        """DELETE /jobs/{id}: erase a final job (docs/erasure.md); it stays as a tombstone
+        (status ``erased``) and reading it raises ApiError 410 ``job_erased``."""
+        await self._request("DELETE", f"/jobs/{_core.job_id_of(job)}")
+
     # --- batches ----------------------------------------------------------------------------
 
     async def submit_batch(
@@ -253,6 +258,11 @@ class AsyncClient:
     async def cancel_batch(self, batch_id: str) -> BatchCancelled:
         """POST /batches/{id}/cancel: its queued jobs at once, its running ones as a job cancel."""
         return BatchCancelled.from_dict((await self._request("POST", f"/batches/{batch_id}/cancel")).json())
+
+    async def erase_batch(self, batch_id: str) -> Batch:
+        """DELETE /batches/{id}: erase every job of a batch in the background; ``erasure`` on
+        ``batch()`` shows the progress (docs/erasure.md)."""
+        return Batch.from_dict((await self._request("DELETE", f"/batches/{batch_id}")).json())
 
     # --- tokens and webhook secrets (an admin token's, docs/tokens.md) ------------------------
 
