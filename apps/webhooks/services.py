@@ -439,6 +439,7 @@ def webhook_deliveries_redeliver(*, delivery_ids: Iterable[int], tenant_id: uuid
             UPDATE webhooks_webhookdelivery
                SET status = 'pending', next_attempt_at = %s, retry_from = attempts, delivered_at = NULL
              WHERE id = ANY(%s) AND (%s::uuid IS NULL OR tenant_id = %s::uuid)
+               AND url <> ''  -- an erased job's delivery (FR-52) has nowhere to go
             """,
             [timezone.now(), ids, tenant_id, tenant_id],
         )

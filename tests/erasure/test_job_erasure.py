@@ -135,6 +135,7 @@ def test_an_erased_job_leaves_no_object_no_cache_copy_no_request_and_answers_410
     delivery.refresh_from_db()
     assert (delivery.url, delivery.body, delivery.last_error) == ("", "", None)
     assert WebhookAttempt.objects.get(delivery=delivery).error is None
+    assert api.post(f"/api/v1/webhook-deliveries/{delivery.id}/redeliver").status_code == 404
     left = [fields[FIELD] for _, fields in r.xrange(DEAD_RECEIPTS)]
     assert left == [other_receipt.decode()]
     # Lists and counts keep it, as a tombstone.
