@@ -47,6 +47,8 @@ IDEMPOTENCY_EXPIRE_INTERVAL_S = 3600
 WEBHOOK_SECRETS_DROP_INTERVAL_S = 600
 # Retention and the daily export are housekeeping too (FR-12, FR-13).
 RETENTION_INTERVAL_S = 300
+# How often a batch's erasure (FR-53) goes on: each run erases chunks for up to 50 s.
+ERASURE_INTERVAL_S = 10
 EXPORT_DAILY_INTERVAL_S = 3600
 # Parts left without a manifest are removed after SCRAPEJOBS_BATCH_ORPHAN_GRACE_S; looking every
 # 15 minutes keeps them at most that much longer.
@@ -133,6 +135,14 @@ def _beat_schedule() -> dict:
             "task": "apps.results.tasks.retention_run",
             "schedule": RETENTION_INTERVAL_S,
             "options": {"queue": CONTROL_QUEUE, "expires": RETENTION_INTERVAL_S},
+        },
+        # Batch erasure (apps/erasure/batches.py): the jobs of batches a DELETE /batches/{id} asked
+        # to erase, in chunks. If it stops: those batches stay as they were, their erasure
+        # reported as requested and not finished on GET /batches/{id}.
+        "batches-erase": {
+            "task": "apps.erasure.tasks.batches_erase",
+            "schedule": ERASURE_INTERVAL_S,
+            "options": {"queue": CONTROL_QUEUE, "expires": ERASURE_INTERVAL_S},
         },
         # Daily analytics export (apps/exports/export.py): each of the last two whole UTC days
         # without a manifest. If it stops: no new export appears; `manage.py export_jobs` makes

@@ -137,6 +137,7 @@ INSTALLED_APPS = [
     "apps.exports",
     "apps.batches",
     "apps.crawls",
+    "apps.erasure",
 ]
 
 MIDDLEWARE = [
@@ -506,6 +507,8 @@ SCRAPEJOBS_RESULT_RETENTION_DAYS = _bounded_int("SCRAPEJOBS_RESULT_RETENTION_DAY
 SCRAPEJOBS_JOB_RETENTION_DAYS = _bounded_int("SCRAPEJOBS_JOB_RETENTION_DAYS", 0, 0, 36_500)
 # Storage objects deleted (or job rows pruned) per retention transaction.
 SCRAPEJOBS_RETENTION_BATCH_SIZE = _bounded_int("SCRAPEJOBS_RETENTION_BATCH_SIZE", 500, 1, 10_000)
+# Erasure (FR-53, docs/erasure.md): a batch's jobs are erased this many rows at a time.
+SCRAPEJOBS_ERASURE_CHUNK_SIZE = _bounded_int("SCRAPEJOBS_ERASURE_CHUNK_SIZE", 500, 1, 10_000)
 # Exports of finished jobs and their attempts go under <prefix>/<since>_<until>/ in the result
 # storage, as Parquet parts of at most this many jobs (and those jobs' attempts) each.
 SCRAPEJOBS_EXPORT_PREFIX = env.str("SCRAPEJOBS_EXPORT_PREFIX", default="exports").strip("/") or "exports"

@@ -49,6 +49,13 @@ def not_found(detail: str = "No such job.") -> ApiError:
     return ApiError(status_code=404, type="not_found", code="not_found", detail=detail)
 
 
+def job_erased() -> ApiError:
+    # An erased job's tombstone (FR-52): it was the caller's, and is gone for good.
+    return ApiError(
+        status_code=410, type="gone", code="job_erased", detail="The job was erased at the tenant's request."
+    )
+
+
 def payload_too_large() -> ApiError:
     return ApiError(
         status_code=413,

@@ -35,7 +35,7 @@ from django.db.models.functions import Now
 
 from apps.batches.models import Batch, BatchStatus
 from apps.jobs.bulk import batch_first_unfinished_row, batch_job_counts
-from apps.jobs.models import FINAL_STATUSES
+from apps.jobs.models import FINAL_STATUSES, JobStatus
 from apps.webhooks.services import webhook_delivery_create_for_batch
 
 EVENT_COMPLETED = "batch.completed"
@@ -71,7 +71,13 @@ def batch_event_body(batch: Batch, *, jobs: dict[str, int]) -> str:
         "accepted": batch.accepted_rows,
         "rejected": batch.rejected,
         "loaded": batch.loaded,
-        "jobs": {status: jobs.get(status, 0) for status in FINAL_STATUSES},
+        # ``erased`` (FR-52) only when a job of the batch was erased: receivers written before it
+        # see the three counts they know.
+        "jobs": {
+            status: jobs.get(status, 0)
+            for status in FINAL_STATUSES
+            if status != JobStatus.ERASED or jobs.get(status, 0)
+        },
         "error": batch.error or None,
         "created_at": _iso(batch.created_at),
         "finished_at": _iso(batch.finished_at),

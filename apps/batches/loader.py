@@ -33,7 +33,16 @@ from django.db.models import F
 from django.db.models.functions import Now
 
 from apps.batches.models import Batch, BatchPart, BatchStatus
-from apps.batches.parts import Manifest, ManifestMissing, PartDamaged, manifest_read, part_fetch, part_table
+from apps.batches.parts import (
+    Manifest,
+    ManifestMissing,
+    PartDamaged,
+    batch_parts_remove,
+    manifest_key,
+    manifest_read,
+    part_fetch,
+    part_table,
+)
 from apps.jobs.bulk import jobs_bulk_merge
 from apps.jobs.intake import publisher_nudge
 
@@ -150,9 +159,15 @@ def _load_leased(batch_id: uuid.UUID, owner: str) -> str:
     finally:
         for path in paths.values():
             os.unlink(path)
+    # Every row is in jobs_job now: the parts (each row's URL, headers and body) go (FR-53). The
+    # manifest goes last, after the batch is marked loaded: a loader that dies between two of
+    # these steps leaves a manifest whose parts are all merged, and its successor finds nothing
+    # to fetch, marks the batch loaded and removes the manifest.
+    batch_parts_remove(keys=[p.key for p in manifest.parts])
     Batch.objects.filter(id=batch_id, status=BatchStatus.LOADING).update(
         status=BatchStatus.LOADED, finished_at=Now(), updated_at=Now()
     )
+    batch_parts_remove(keys=[manifest_key(batch_id)])
     return BatchStatus.LOADED
 
 

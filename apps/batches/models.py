@@ -49,6 +49,13 @@ class Batch(models.Model):
     # Every job of the batch whose batch_row is below this was final at the last check: the next
     # check starts here instead of rescanning the batch (apps/batches/completion.py).
     final_below_row = models.PositiveIntegerField(default=0)
+    # Erasure (FR-53, docs/erasure.md): DELETE /batches/{id} sets ``erase_requested_at`` (once);
+    # beat's ``batches-erase`` erases the batch's jobs in chunks of batch_row, advancing
+    # ``erase_after_row`` by a conditional UPDATE (a second runner's chunk moves nothing twice),
+    # and sets ``erase_finished_at`` when every row is passed and the batch's objects are gone.
+    erase_requested_at = models.DateTimeField(null=True, blank=True)
+    erase_after_row = models.PositiveIntegerField(default=0)
+    erase_finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         verbose_name_plural = "batches"
@@ -72,6 +79,12 @@ class Batch(models.Model):
                 fields=["id"],
                 condition=Q(callback_url__isnull=False, callback_enqueued_at__isnull=True),
                 name="batches_callback_pending",
+            ),
+            # batches_erase_pending (apps/batches/services.py): batches whose erasure is under way.
+            models.Index(
+                fields=["erase_requested_at"],
+                condition=Q(erase_requested_at__isnull=False, erase_finished_at__isnull=True),
+                name="batches_erase_pending",
             ),
         ]
 

@@ -221,6 +221,14 @@ def batch_objects_remove(*, batch_id: uuid.UUID) -> int:
     return len(files)
 
 
+def batch_parts_remove(*, keys: list[str]) -> int:
+    """Remove these objects of a batch (a missing one counts as removed); returns how many."""
+    storage = results_storage()
+    for key in keys:
+        storage.delete(key)
+    return len(keys)
+
+
 def orphan_batches(*, older_than: timedelta) -> list[uuid.UUID]:
     """Batches whose objects have no manifest and whose newest object is older than
     ``older_than``: parts that intake wrote and never published."""

@@ -35,10 +35,38 @@ def batch_representation(batch: Batch, *, base: str, jobs: dict[str, int] | None
         if batch.finished_at is None
         else batch.finished_at.isoformat().replace("+00:00", "Z"),
         "links": batch_links(base=base, batch_id=batch.id),
+        "erasure": _erasure(batch),
     }
     if jobs is not None:
         body["jobs"] = jobs
     return body
+
+
+def _iso(at: Any) -> str | None:
+    return None if at is None else at.isoformat().replace("+00:00", "Z")
+
+
+def _erasure(batch: Batch) -> dict[str, Any] | None:
+    """The erasure's progress (FR-53): rows of the batch passed so far, of ``total``."""
+    if batch.erase_requested_at is None:
+        return None
+    done = batch.erase_finished_at is not None
+    rows = batch.total if done else min(batch.erase_after_row, batch.total)
+    return {
+        "requested_at": _iso(batch.erase_requested_at),
+        "finished_at": _iso(batch.erase_finished_at),
+        "rows_done": rows,
+        "progress": 1.0 if done or not batch.total else round(rows / batch.total, 4),
+    }
+
+
+class BatchErasureOutput(serializers.Serializer):
+    requested_at = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField(
+        allow_null=True, help_text="When every job and the batch's objects were erased."
+    )
+    rows_done = serializers.IntegerField(help_text="Rows of the file whose job is erased (in row order).")
+    progress = serializers.FloatField(help_text="rows_done / total, 0 to 1.")
 
 
 class RejectedRowOutput(serializers.Serializer):
@@ -69,6 +97,9 @@ class BatchOutput(serializers.Serializer):
     created_at = serializers.DateTimeField()
     finished_at = serializers.DateTimeField(allow_null=True)
     links = BatchLinksOutput()
+    erasure = BatchErasureOutput(
+        allow_null=True, help_text="DELETE /batches/{id}'s progress; null unless it was asked (FR-53)."
+    )
     jobs = serializers.DictField(
         child=serializers.IntegerField(),
         required=False,

@@ -28,6 +28,7 @@ from django.utils import timezone
 from apps.batches.models import Batch, BatchStatus
 from apps.batches.parts import PartInfo, batch_objects_remove, manifest_write, orphan_batches, part_write
 from apps.batches.rows import RowSource, TooManyColumns, TooManyRows, UnreadableFile
+from apps.jobs.erasure import batch_has_unfinished_jobs
 from apps.jobs.selectors import tenant_queued_count
 from apps.tenants.backlog import (
     TENANT_BATCHES_FULL,
@@ -240,3 +241,52 @@ def batch_fingerprint_of(fh: IO[bytes], *, format: str, callback_url: str | None
         digest.update(chunk)
     fh.seek(0)
     return digest.hexdigest()
+
+
+class BatchNotErasable(Exception):
+    """The batch is still loading, or has jobs that are not final: cancel it first."""
+
+
+def batch_erase_request(*, batch: Batch) -> Batch:
+    """DELETE /batches/{id} (FR-53): mark the batch for erasure, once (a second request changes
+    nothing); beat's ``batches-erase`` does the work. ``BatchNotErasable`` while it is loading or
+    has a queued or running job."""
+    if batch.status not in (BatchStatus.LOADED, BatchStatus.FAILED) or batch_has_unfinished_jobs(
+        batch_id=batch.id
+    ):
+        raise BatchNotErasable(batch.status)
+    Batch.objects.filter(id=batch.id, erase_requested_at__isnull=True).update(
+        erase_requested_at=Now(), updated_at=Now()
+    )
+    return Batch.objects.get(id=batch.id)
+
+
+def batches_erase_pending(*, limit: int = 100) -> list[tuple[uuid.UUID, int]]:
+    """(id, erase_after_row) of batches whose erasure is under way, oldest request first
+    (batches_erase_pending)."""
+    return list(
+        Batch.objects.filter(erase_requested_at__isnull=False, erase_finished_at__isnull=True)
+        .order_by("erase_requested_at")
+        .values_list("id", "erase_after_row")[:limit]
+    )
+
+
+def batch_erase_advance(*, batch_id: uuid.UUID, from_row: int, to_row: int) -> bool:
+    """Record that every job up to ``to_row`` is erased; conditional on the row this runner
+    started from, so a second runner's chunk is recorded once. False: another got there first."""
+    return bool(
+        Batch.objects.filter(id=batch_id, erase_after_row=from_row, erase_finished_at__isnull=True).update(
+            erase_after_row=to_row, updated_at=Now()
+        )
+    )
+
+
+def batch_erase_finish(*, batch_id: uuid.UUID) -> int:
+    """Every job of the batch is erased: remove its objects (a failed batch still has its parts),
+    forget what it kept of the rows (rejected rows quote them; its callback URL) and mark it
+    done. Returns the objects removed."""
+    removed = batch_objects_remove(batch_id=batch_id)
+    Batch.objects.filter(id=batch_id, erase_finished_at__isnull=True).update(
+        rejected_rows=[], error="", callback_url=None, erase_finished_at=Now(), updated_at=Now()
+    )
+    return removed

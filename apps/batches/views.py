@@ -26,7 +26,13 @@ from apps.batches.rows import (
     rows_open,
 )
 from apps.batches.serializers import BatchCancelOutput, BatchOutput, batch_representation
-from apps.batches.services import BatchIdempotencyConflict, batch_fingerprint_of, batch_submit
+from apps.batches.services import (
+    BatchIdempotencyConflict,
+    BatchNotErasable,
+    batch_erase_request,
+    batch_fingerprint_of,
+    batch_submit,
+)
 from apps.batches.tasks import batch_load_enqueue
 from apps.intake.serializers import callback_url_validate, idempotency_key_validate
 from apps.jobs.cancel_requeue import jobs_cancel_batch
@@ -223,6 +229,33 @@ class BatchDetailView(APIView):
             raise not_found("No such batch.")
         jobs = selectors.batch_jobs_by_status(batch_id=batch.id)
         return Response(batch_representation(batch, base=base_url(request), jobs=jobs))
+
+    @extend_schema(
+        operation_id="batches_destroy",
+        summary="Erase every job of a batch",
+        description="Asks for the batch's erasure (FR-53): every job of it is erased as DELETE "
+        "/jobs/{id} erases one, in chunks in the background, then the batch's stored objects; "
+        "`erasure` on GET /batches/{id} shows the progress. 202 again for a batch already asked. "
+        "409 while the batch is loading or has a queued or running job: cancel it first (POST "
+        "/batches/{id}/cancel). `admin` and `full` tokens only (docs/erasure.md).",
+        request=None,
+        responses={202: BatchOutput, 401: _ERR, 404: _ERR, 409: _ERR, 429: _ERR},
+    )
+    def delete(self, request: Request, batch_id: str) -> Response:
+        batch = selectors.batch_get(tenant_id=_tenant_id(request), batch_id=batch_id)
+        if batch is None:
+            raise not_found("No such batch.")
+        try:
+            batch = batch_erase_request(batch=batch)
+        except BatchNotErasable:
+            raise ApiError(
+                status_code=409,
+                type="conflict",
+                code="batch_not_final",
+                detail=f"The batch is {batch.status} or has queued or running jobs: cancel it "
+                "(POST /batches/{id}/cancel) and erase it once every job has ended.",
+            ) from None
+        return Response(batch_representation(batch, base=base_url(request)), status=202)
 
 
 class BatchCancelView(APIView):

@@ -185,6 +185,7 @@ class CrawlPagesCountOutput(serializers.Serializer):
     succeeded = serializers.IntegerField()
     failed = serializers.IntegerField()
     cancelled = serializers.IntegerField()
+    erased = serializers.IntegerField(help_text="Pages whose job the tenant erased (FR-52).")
 
 
 class CrawlLinksCountOutput(serializers.Serializer):

@@ -246,7 +246,7 @@ def _ended_pages(crawl_id: uuid.UUID, *, limit: int) -> list[_EndedPage]:
                    j.result_final_url, j.url, j.result_headers, p.kind
               FROM crawls_crawlpage p JOIN jobs_job j ON j.id = p.job_id
              WHERE p.crawl_id = %s AND p.expanded_at IS NULL
-               AND j.status IN ('succeeded', 'failed', 'cancelled')
+               AND j.status IN ('succeeded', 'failed', 'cancelled', 'erased')
              ORDER BY p.seq
              LIMIT %s
             """,
@@ -500,6 +500,7 @@ def crawl_counts(crawl: Crawl) -> dict[str, Any]:
             "succeeded": jobs.get("succeeded", 0),
             "failed": jobs.get("failed", 0),
             "cancelled": jobs.get("cancelled", 0),
+            "erased": jobs.get("erased", 0),
         },
         "discovery": {
             "discovered": crawl.discovered,
@@ -546,3 +547,16 @@ def crawls_expand(*, budget_s: float = 20.0) -> int:
         except Exception:  # one crawl's failure holds back no other crawl; it is tried again next time
             logger.exception("expanding crawl %s failed", crawl_id)
     return total
+
+
+def crawl_pages_erase(*, job_ids: Sequence[uuid.UUID]) -> int:
+    """Erasure (FR-52): a crawl page whose job is erased keeps its place (seq, depth) and loses
+    its URL: its dedupe key becomes one no link can have."""
+    if not job_ids:
+        return 0
+    with connection.cursor() as cur:
+        cur.execute(
+            "UPDATE crawls_crawlpage SET url_key = 'erased:' || job_id::text WHERE job_id = ANY(%s::uuid[])",
+            [list(job_ids)],
+        )
+        return cur.rowcount

@@ -35,6 +35,7 @@ Reads and letting go
 - ``rollups``: the operators' bounded reads (settled attempts by id, the queue now);
 - ``export_reads``: the analytics export's keyset pages of finished jobs and their attempts;
 - ``retention``: bodies due for deletion, marking them deleted, pruning old final jobs.
+- ``erasure``: a job to erase, the objects another job still names, the tombstone (FR-52).
 
 Claiming is a conditional UPDATE whose row count says who won (healthchecks' "another process got
 there first"); no network I/O happens inside any transaction here. Nothing in this package

@@ -14,9 +14,14 @@ class JobStatus(models.TextChoices):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    # A tombstone (FR-52, docs/erasure.md): the tenant erased the job after it ended. Its id,
+    # tenant, timestamps, counts and batch place stay (lists, cursors and counts stay whole);
+    # its request, answer, stored objects and webhook URLs are gone. Final, never announced,
+    # never exported; GET /jobs/{id} answers 410 job_erased.
+    ERASED = "erased"
 
 
-FINAL_STATUSES = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
+FINAL_STATUSES = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.ERASED)
 
 
 class Priority(models.TextChoices):

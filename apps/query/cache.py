@@ -42,7 +42,7 @@ from django.conf import settings
 from django.db.models import Field
 
 from apps.api.ids import parse_job_id
-from apps.jobs.models import Job
+from apps.jobs.models import Job, JobStatus
 from apps.query.selectors import JOB_COLUMNS, job_get
 from apps.redis_clients import (
     READ_CACHE_SEP,
@@ -175,6 +175,8 @@ def _field(name: str) -> Field[Any, Any]:
 
 
 def _store(key: str, tenant_id: uuid.UUID, job: Job) -> None:
+    if job.status == JobStatus.ERASED:
+        return  # a tombstone is 410 (FR-52): the fast path must never answer it from a copy
     row = {name: getattr(job, name) for name in JOB_COLUMNS}
     raw = json.dumps({"tenant": str(tenant_id), "row": row}, default=_json_value)
     ttl = settings.SCRAPEJOBS_READ_CACHE_FINAL_TTL_S if job.is_final else settings.SCRAPEJOBS_READ_CACHE_TTL_S

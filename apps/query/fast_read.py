@@ -64,7 +64,7 @@ JOB_PATH = re.compile(
 # "application/json; indent=4" is indented JSON, a list is negotiated) is Django's to answer.
 PLAIN_ACCEPT = frozenset({b"", b"*/*", b"application/json"})
 # What the DRF view of this URL sets on its answers (an APIView with only the JSON renderer).
-VIEW_HEADERS = {"Allow": "GET, HEAD, OPTIONS"}
+VIEW_HEADERS = {"Allow": "GET, DELETE, HEAD, OPTIONS"}
 _renderer = JSONRenderer()
 
 

@@ -15,7 +15,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.api.errors import ApiError, not_found
+from apps.api.errors import ApiError, job_erased, not_found
 from apps.api.ids import parse_job_id
 from apps.api.pagination import CURSOR_PATTERN, BadCursor, cursor_decode, cursor_encode
 from apps.api.serializers import (
@@ -27,6 +27,7 @@ from apps.api.serializers import (
 )
 from apps.batches.selectors import batch_exists
 from apps.crawls.selectors import crawl_exists
+from apps.erasure.services import ErasureStorageFailed, JobNotFinal, job_erase
 from apps.jobs.models import JobStatus, Priority
 from apps.query import cache, selectors
 from apps.query.serializers import AttemptPageOutput, JobPageOutput, ResultOutput
@@ -35,6 +36,7 @@ from apps.results.selectors import ResultGone, result_link, screenshot_link
 
 _ERR = OpenApiResponse(ErrorOutput)
 _COMMON_ERRORS = {401: _ERR, 404: _ERR, 429: _ERR}
+_ERASED = OpenApiResponse(ErrorOutput, description="The job was erased (job_erased, FR-52).")
 
 
 def _query_params(request: Request, serializer_class: type[serializers.Serializer]) -> dict[str, Any]:
@@ -156,13 +158,15 @@ class JobDetailView(APIView):
         "connection). Answers may come from a cache that shows a change within 2 s, at once "
         "when the job ends.",
         parameters=[Params],
-        responses={200: JobOutput, 400: _ERR, **_COMMON_ERRORS},
+        responses={200: JobOutput, 400: _ERR, 410: _ERASED, **_COMMON_ERRORS},
     )
     def get(self, request: Request, job_id: str) -> Response:
         params = _query_params(request, self.Params)
         job = cache.job_read(tenant_id=_tenant_id(request), job_id=job_id)
         if job is None:
             raise not_found()
+        if job.status == JobStatus.ERASED:
+            raise job_erased()
         base = base_url(request)
         response = Response(job_representation(job, base=base))
         response.wait_s = 0 if job.is_final else params["wait"]  # type: ignore[attr-defined]
@@ -170,6 +174,48 @@ class JobDetailView(APIView):
         # against the rate limit once, here (FR-16).
         response.reread = (_tenant_id(request), job.id, base)  # type: ignore[attr-defined]
         return response
+
+    @extend_schema(
+        operation_id="jobs_destroy",
+        summary="Erase a final job",
+        description="Removes the job's stored body and screenshot (a body another job was served "
+        "stays while that job refers to it), its request (URL, headers, body), what was kept of the "
+        "answer, its webhook deliveries' URLs and bodies; the job stays as a tombstone with status "
+        "`erased` in lists and counts, and GET answers 410 `job_erased`. A queued or running job is "
+        "409: cancel it first. `admin` and `full` tokens only (docs/erasure.md).",
+        request=None,
+        responses={
+            204: None,
+            409: OpenApiResponse(ErrorOutput, description="The job is queued or running."),
+            503: OpenApiResponse(
+                ErrorOutput, description="The storage refused a delete: nothing was erased."
+            ),
+            **_COMMON_ERRORS,
+        },
+    )
+    def delete(self, request: Request, job_id: str) -> Response:
+        parsed = parse_job_id(job_id)
+        if parsed is None:
+            raise not_found()
+        try:
+            found = job_erase(tenant_id=_tenant_id(request), job_id=parsed)
+        except JobNotFinal as e:
+            raise ApiError(
+                status_code=409,
+                type="conflict",
+                code="job_not_final",
+                detail=f"The job is {e.status}: cancel it first (POST /jobs/{{id}}/cancel), then erase it.",
+            ) from None
+        except ErasureStorageFailed:
+            raise ApiError(
+                status_code=503,
+                type="unavailable",
+                code="storage_unavailable",
+                detail="The result storage refused a delete; nothing was erased. Ask again.",
+            ) from None
+        if not found:
+            raise not_found()
+        return Response(status=204)
 
 
 _job_detail_read = JobDetailView.as_view()
@@ -218,7 +264,7 @@ async def job_detail(request: HttpRequest, job_id: str) -> HttpResponse:
     job may have changed (its notice, or the hub's timed re-check), reads again, and answers once
     the job is final or the time is up."""
     parsed = parse_job_id(job_id)
-    if parsed is None or not _asks_to_wait(request.GET.get("wait", "")):
+    if parsed is None or request.method != "GET" or not _asks_to_wait(request.GET.get("wait", "")):
         return await _read(request, job_id)  # the view answers, refusals included
     with final_hub().watch(str(parsed)) as changed:
         response = await _read_for_waiter(request, job_id)
@@ -248,12 +294,14 @@ class JobAttemptsView(APIView):
     @extend_schema(
         operation_id="jobs_attempts_list",
         summary="A job's attempts, oldest first",
-        responses={200: AttemptPageOutput, **_COMMON_ERRORS},
+        responses={200: AttemptPageOutput, 410: _ERASED, **_COMMON_ERRORS},
     )
     def get(self, request: Request, job_id: str) -> Response:
         job = selectors.job_get(tenant_id=_tenant_id(request), job_id=job_id)
         if job is None:
             raise not_found()
+        if job.status == JobStatus.ERASED:
+            raise job_erased()
         attempts = list(selectors.attempt_list(job_id=job.id))
         own = selectors.jobs_of_tenant(
             tenant_id=_tenant_id(request), job_ids={a.served_from_job for a in attempts if a.served_from_job}
@@ -268,7 +316,9 @@ class JobResultView(APIView):
         responses={
             200: ResultOutput,
             409: OpenApiResponse(ErrorOutput, description="The job has not succeeded (yet)."),
-            410: OpenApiResponse(ErrorOutput, description="Retention removed the stored body."),
+            410: OpenApiResponse(
+                ErrorOutput, description="Retention removed the stored body, or the job was erased."
+            ),
             **_COMMON_ERRORS,
         },
     )
@@ -276,6 +326,8 @@ class JobResultView(APIView):
         job = selectors.job_get(tenant_id=_tenant_id(request), job_id=job_id, with_result=True)
         if job is None:
             raise not_found()
+        if job.status == JobStatus.ERASED:
+            raise job_erased()
         if job.status != JobStatus.SUCCEEDED:
             raise ApiError(
                 status_code=409,

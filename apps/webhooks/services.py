@@ -439,7 +439,28 @@ def webhook_deliveries_redeliver(*, delivery_ids: Iterable[int], tenant_id: uuid
             UPDATE webhooks_webhookdelivery
                SET status = 'pending', next_attempt_at = %s, retry_from = attempts, delivered_at = NULL
              WHERE id = ANY(%s) AND (%s::uuid IS NULL OR tenant_id = %s::uuid)
+               AND url <> ''  -- an erased job's delivery (FR-52) has nowhere to go
             """,
             [timezone.now(), ids, tenant_id, tenant_id],
         )
         return cur.rowcount
+
+
+def webhook_deliveries_erase(
+    *, job_ids: Sequence[uuid.UUID] = (), batch_ids: Sequence[uuid.UUID] = ()
+) -> int:
+    """Erasure (FR-52, FR-53): these jobs' (or batches') deliveries keep their event, status,
+    counts and times, lose their URL, body and errors (which name or quote the receiver and the
+    job), and a pending one is not sent (``failed``). Returns the deliveries changed."""
+    if not job_ids and not batch_ids:
+        return 0
+    of = Q(job_id__in=list(job_ids)) | Q(batch_id__in=list(batch_ids))
+    with transaction.atomic():
+        WebhookAttempt.objects.filter(delivery__in=WebhookDelivery.objects.filter(of)).update(error=None)
+        pending = WebhookDelivery.objects.filter(of, status=DeliveryStatus.PENDING).update(
+            status=DeliveryStatus.FAILED, next_attempt_at=None
+        )
+        changed = WebhookDelivery.objects.filter(of).update(url="", body="", last_error=None)
+    if pending:
+        logger.info("erasure: %d pending webhook deliveries will not be sent", pending)
+    return changed

@@ -105,3 +105,23 @@ def _dead_receipt_batches(
         found = [hit[0] for hit in pipe.execute() if hit]
         if found:
             yield found
+
+
+def dead_receipts_drop_of_jobs(*, job_ids: Iterable[str]) -> int:
+    """Erasure (FR-52): drop the dead receipts of these jobs (a receipt holds the job's error
+    text and its answer's URL and headers). The stream is capped, so reading it whole is bounded.
+    Returns how many were dropped."""
+    wanted = {str(j) for j in job_ids}
+    if not wanted:
+        return 0
+    r = writer_redis()
+    doomed = []
+    for batch in _dead_receipt_batches(r, None):
+        for entry_id, fields in batch:
+            try:
+                receipt = receipt_decode(fields.get(FIELD, ""))
+            except (ValueError, TypeError, KeyError):
+                continue
+            if str(receipt.job_id) in wanted:
+                doomed.append(entry_id)
+    return dead_receipts_drop(ids=doomed) if doomed else 0

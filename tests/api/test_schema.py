@@ -40,8 +40,9 @@ def test_the_schema_describes_every_job_operation_with_its_status_codes(schema):
     expected = {
         ("/api/v1/jobs", "post"): {"202", "400", "401", "413", "415", "422", "429"},
         ("/api/v1/jobs", "get"): {"200", "400", "401", "404", "429"},
-        ("/api/v1/jobs/{job_id}", "get"): {"200", "400", "401", "404", "429"},
-        ("/api/v1/jobs/{job_id}/attempts", "get"): {"200", "401", "404", "429"},
+        ("/api/v1/jobs/{job_id}", "get"): {"200", "400", "401", "404", "410", "429"},
+        ("/api/v1/jobs/{job_id}", "delete"): {"204", "401", "404", "409", "429", "503"},
+        ("/api/v1/jobs/{job_id}/attempts", "get"): {"200", "401", "404", "410", "429"},
         ("/api/v1/jobs/{job_id}/result", "get"): {"200", "401", "404", "409", "410", "429"},
         ("/api/v1/jobs/{job_id}/cancel", "post"): {"200", "202", "401", "404", "409", "413", "429"},
     }

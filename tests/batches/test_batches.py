@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from apps.batches.loader import batch_lease_take, batch_load
 from apps.batches.models import Batch, BatchLease, BatchPart
-from apps.batches.parts import manifest_key, part_table
+from apps.batches.parts import PartInfo, manifest_key, manifest_write, part_table
 from apps.batches.services import batches_orphans_remove, batches_to_resume
 from apps.jobs.bulk import jobs_bulk_merge
 from apps.jobs.models import Job
@@ -273,10 +273,11 @@ def test_a_second_loader_cannot_take_a_held_batch_and_takes_over_an_expired_one(
 def test_merging_a_part_again_inserts_nothing(api, local_results):
     receipt = accepted(api, rows(4))
     batch_id = uuid.UUID(receipt["id"])
+    (part,) = local_results.rglob("part-*.parquet")
+    table = part_table(str(part))  # read before the load, which removes the part
     batch_load(batch_id=batch_id)
     batch = Batch.objects.get(id=batch_id)
-    (part,) = local_results.rglob("part-*.parquet")
-    again = jobs_bulk_merge(tenant_id=batch.tenant_id, batch_id=batch_id, part=0, table=part_table(str(part)))
+    again = jobs_bulk_merge(tenant_id=batch.tenant_id, batch_id=batch_id, part=0, table=table)
     assert again == 0
     assert Job.objects.filter(batch_id=batch_id).count() == 4
     assert batch_load(batch_id=batch_id) == "loaded"  # a loaded batch is left alone
@@ -307,6 +308,41 @@ def test_parts_and_manifest_live_under_the_configured_prefix(api, local_results)
     names = sorted(p.name for p in (local_results / "bulk-in" / batch_id).iterdir())
     assert names == ["manifest.json", "part-00000.parquet"]
     assert batch_load(batch_id=uuid.UUID(batch_id)) == "loaded"
+
+
+@override_settings(SCRAPEJOBS_BATCH_PART_ROWS=2)
+def test_a_loaded_batch_leaves_no_part_and_no_manifest_behind(api, local_results):
+    """FR-53: the parts hold every row's URL, headers and body; once merged they go."""
+    batch_id = accepted(api, rows(5))["id"]
+    folder = local_results / "batches" / batch_id
+    assert len(list(folder.iterdir())) == 4  # three parts and the manifest
+    assert batch_load(batch_id=uuid.UUID(batch_id)) == "loaded"
+    assert list(folder.iterdir()) == []
+    assert Job.objects.filter(batch_id=batch_id).count() == 5
+
+
+def test_a_loader_that_died_after_removing_the_parts_is_finished_by_the_next_one(api, local_results):
+    batch_id = uuid.UUID(accepted(api, rows(3))["id"])
+    assert batch_load(batch_id=batch_id) == "loaded"
+    folder = local_results / "batches" / str(batch_id)
+    # The state such a loader leaves: every part merged and removed, the manifest still there,
+    # the batch still loading.
+    Batch.objects.filter(id=batch_id).update(status="loading")
+    batch = Batch.objects.get(id=batch_id)
+    parts = [
+        PartInfo(**{f: getattr(p, f) for f in ("number", "key", "rows", "size", "sha256")})
+        for p in batch.parts.all()
+    ]
+    manifest_write(
+        batch_id=batch_id,
+        tenant_id=batch.tenant_id,
+        parts=parts,
+        counts={"total": 3, "rejected": 0, "rejected_rows": []},
+    )
+    assert [p.name for p in folder.iterdir()] == ["manifest.json"]
+    assert batch_load(batch_id=batch_id) == "loaded"
+    assert list(folder.iterdir()) == []
+    assert Job.objects.filter(batch_id=batch_id).count() == 3
 
 
 def test_a_deeply_nested_headers_cell_is_a_rejected_row_in_csv_and_parquet(api):

@@ -48,6 +48,7 @@ def test_a_batch_on_s3_is_stored_as_parts_and_a_manifest_and_loads(s3_results, a
         "part-00002.parquet",
     ]
     assert batch_load(batch_id=uuid.UUID(batch_id)) == "loaded"
+    assert _keys(client, bucket, batch_id) == []  # merged, so removed (FR-53)
     got = Job.objects.filter(batch_id=batch_id).order_by("batch_row").values_list("batch_row", "url")
     assert list(got) == [(i + 1, urls[i]) for i in range(5)]
 

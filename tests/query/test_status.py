@@ -233,7 +233,9 @@ def test_cancel_answers_get_with_a_405(make_tenant):
     tenant, _, api = make_tenant()
     job = helpers.queued(tenant)
     assert api.get(f"{JOBS}/{job.id}/cancel").status_code == 405
-    assert api.delete(f"{JOBS}/{job.id}").status_code == 405
+    # DELETE /jobs/{id} erases a final job (FR-52): a queued one is a conflict, not a 405.
+    assert api.delete(f"{JOBS}/{job.id}").status_code == 409
+    assert api.put(f"{JOBS}/{job.id}").status_code == 405
 
 
 def test_timestamps_are_utc_iso_8601(make_tenant):

@@ -25,7 +25,7 @@ from scrapejobs_client._models import (
 )
 from scrapejobs_client.errors import ApiError, InvalidRequest, error_for
 
-FINAL_STATUSES = frozenset(("succeeded", "failed", "cancelled"))
+FINAL_STATUSES = frozenset(("succeeded", "failed", "cancelled", "erased"))
 # A crawl is running until every page is final and read (docs/crawls.md).
 CRAWL_ENDED = frozenset(("completed", "cancelled"))
 # Answers worth asking again, after their Retry-After (FR-24): the per-token limit, a restart.

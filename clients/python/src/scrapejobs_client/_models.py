@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 from scrapejobs_client._base import Model
 
-JOB_STATUSES = ('queued', 'running', 'succeeded', 'failed', 'cancelled')
+JOB_STATUSES = ('queued', 'running', 'succeeded', 'failed', 'cancelled', 'erased')
 PRIORITIES = ('high', 'normal', 'low')
 METHODS = ('GET', 'HEAD', 'POST')
 BATCH_STATUSES = ('receiving', 'accepted', 'loading', 'loaded', 'failed')
@@ -160,6 +160,7 @@ class Batch(Model):
     created_at: str
     finished_at: str | None
     links: BatchLinks
+    erasure: Any | None
     jobs: dict[str, Any] | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     _nested: ClassVar[dict[str, str]] = {"rejected_rows": "RejectedRow", "links": "BatchLinks"}

@@ -229,6 +229,11 @@ class Client:
         data = r.json()
         return JobCancelRequested.from_dict(data) if r.status_code == 202 else JobCancelled.from_dict(data)
 
+    def erase(self, job: JobRef) -> None:
+        """DELETE /jobs/{id}: erase a final job (docs/erasure.md); it stays as a tombstone
+        (status ``erased``) and reading it raises ApiError 410 ``job_erased``."""
+        self._request("DELETE", f"/jobs/{_core.job_id_of(job)}")
+
     # --- batches ----------------------------------------------------------------------------
 
     def submit_batch(
@@ -364,6 +369,11 @@ class Client:
                 on_progress(last)
         assert last is not None
         return last
+
+    def erase_batch(self, batch_id: str) -> Batch:
+        """DELETE /batches/{id}: erase every job of a batch in the background; ``erasure`` on
+        ``batch()`` shows the progress (docs/erasure.md)."""
+        return Batch.from_dict((self._request("DELETE", f"/batches/{batch_id}")).json())
 
     # --- tokens and webhook secrets (an admin token's, docs/tokens.md) ------------------------
 
