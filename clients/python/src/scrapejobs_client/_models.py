@@ -364,6 +364,7 @@ class CrawlPageCounts(Model):
     succeeded: int
     failed: int
     cancelled: int
+    erased: int
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     _nested: ClassVar[dict[str, str]] = {}
     _wire: ClassVar[dict[str, str]] = {}
