@@ -16,7 +16,8 @@ at a 10 s target), scaling (a day of the seed's load through the worker autoscal
 worker's measured capacity), browser (a page a script fills, rendered at 1, 2 and 4 pages per
 process, against a plain fetch of it), revalidate (1,000 unchanged pages re-fetched plain and with
 ``revalidate``: bytes received, target CPU, service CPU per job), hostile (log masking of one
-long word, against the quadratic pattern it replaced), each ``bench/<name>.py:run()``.
+long word, against the quadratic pattern it replaced), crawl (5,000 pages of a generated site at 100
+fetches at once, against Scrapy's CrawlSpider), each ``bench/<name>.py:run()``.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ ORDER = (
     "browser",
     "revalidate",
     "hostile",
+    "crawl",
 )
 
 

@@ -54,6 +54,8 @@ SMALL = {
     "BENCH_BROWSER_ITEMS": "10",
     "BENCH_REVALIDATE_PAGES": "20",
     "BENCH_REVALIDATE_BYTES": "4096",
+    "BENCH_CRAWL_SMALL": "1",
+    "BENCH_CRAWL_SCRAPY": "off",  # the Scrapy side installs Scrapy from PyPI: not in a test
 }
 
 
