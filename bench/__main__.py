@@ -17,7 +17,8 @@ worker's measured capacity), browser (a page a script fills, rendered at 1, 2 an
 process, against a plain fetch of it), revalidate (1,000 unchanged pages re-fetched plain and with
 ``revalidate``: bytes received, target CPU, service CPU per job), hostile (log masking of one
 long word, against the quadratic pattern it replaced), usage (GET /usage for 31 days and a year at
-1,000,000 jobs, from the per-tenant daily rollup), each ``bench/<name>.py:run()``.
+1,000,000 jobs, from the per-tenant daily rollup), crawl (5,000 pages of a generated site at 100
+fetches at once, against Scrapy's CrawlSpider), each ``bench/<name>.py:run()``.
 
 Each benchmark's figures are also written to ``bench/results/<name>.json`` with the machine, the
 commit and the ``BENCH_*`` settings of the run (``BENCH_RESULTS_DIR`` elsewhere; empty: not
@@ -57,6 +58,7 @@ ORDER = (
     "revalidate",
     "hostile",
     "usage",
+    "crawl",
 )
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
 import time
 import uuid
 from collections.abc import Sequence
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+import redis
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F
@@ -48,6 +50,7 @@ from apps.jobs.intake import jobs_create_grouped
 from apps.jobs.selectors import tenant_queued_count
 from apps.jobs.singleflight import normalised_url
 from apps.politeness.robots import product_token
+from apps.redis_clients import state_redis
 from apps.results.storage import result_read_chunks
 from apps.tenants.backlog import backlog_full, tenant_queued_cap
 from apps.tenants.models import Tenant
@@ -531,21 +534,39 @@ def _iso(at: Any) -> str | None:
     return None if at is None else at.isoformat().replace("+00:00", "Z")
 
 
-def crawls_expand(*, budget_s: float = 20.0) -> int:
-    """Beat's ``crawls-expand``: every running crawl once (more while time is left and pages
-    wait). Safe to run concurrently: each page is expanded once, each crawl ends once."""
+def crawls_expand(*, budget_s: float = 20.0, limit: int = 100) -> int:
+    """Beat's ``crawls-expand``: every running crawl, ``limit`` pages at a time, round after round
+    while time is left and pages wait. Safe to run concurrently (each page is expanded once, each
+    crawl ends once); a crawl another run is expanding now (its lease in Redis) is left to that
+    run, so overlapping runs share the crawls instead of reading the same pages in the same order
+    and queueing on their row locks (docs/benchmarks.md, crawl)."""
     deadline = time.monotonic() + budget_s
     total = 0
     # Uses crawls_running.
-    for crawl_id in (
+    running = list(
         Crawl.objects.filter(status=CrawlStatus.RUNNING).order_by("id").values_list("id", flat=True)
-    ):
-        if time.monotonic() > deadline:
-            break
-        try:
-            total += crawl_expand(crawl_id)
-        except Exception:  # one crawl's failure holds back no other crawl; it is tried again next time
-            logger.exception("expanding crawl %s failed", crawl_id)
+    )
+    leases = {crawl_id: _lease_take(crawl_id) for crawl_id in running}
+    pending = [crawl_id for crawl_id, token in leases.items() if token != ""]
+    try:
+        while pending and time.monotonic() <= deadline:
+            full = []
+            for crawl_id in pending:
+                if time.monotonic() > deadline:
+                    break
+                try:
+                    expanded = crawl_expand(crawl_id, limit=limit)
+                except Exception:  # one crawl's failure holds back no other crawl; tried again next time
+                    logger.exception("expanding crawl %s failed", crawl_id)
+                    continue
+                total += expanded
+                if expanded >= limit:
+                    full.append(crawl_id)  # more may wait: another round
+            pending = full
+    finally:
+        for crawl_id, token in leases.items():
+            if token:
+                _lease_release(crawl_id, token)
     return total
 
 
@@ -560,3 +581,30 @@ def crawl_pages_erase(*, job_ids: Sequence[uuid.UUID]) -> int:
             [list(job_ids)],
         )
         return cur.rowcount
+
+
+_LEASE_S = 30  # past one run (budget_s and a batch): a killed run's lease expires, and a lease that
+# expires under a run that is still working only lets a second run overlap it (safe, slower)
+
+
+def _lease_take(crawl_id: uuid.UUID) -> str | None:
+    """A token when this run may expand the crawl now; "" when another run holds it; None when
+    Redis cannot say (then expand anyway: concurrent runs are safe, only slower)."""
+    token = secrets.token_hex(8)
+    try:
+        return token if state_redis().set(_lease_key(crawl_id), token, nx=True, ex=_LEASE_S) else ""
+    except redis.RedisError:
+        return None
+
+
+def _lease_release(crawl_id: uuid.UUID, token: str) -> None:
+    try:
+        r = state_redis()
+        if r.get(_lease_key(crawl_id)) == token:
+            r.delete(_lease_key(crawl_id))
+    except redis.RedisError:
+        pass  # it expires
+
+
+def _lease_key(crawl_id: uuid.UUID) -> str:
+    return f"crawl-expand:{crawl_id}"

