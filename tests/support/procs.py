@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -72,19 +73,35 @@ class Proc:
             self.p.wait(10)
 
     def stop(self, timeout: float = 20) -> None:
+        stop_all([self], timeout=timeout)
+
+    def terminate(self) -> None:
+        """SIGTERM the whole process group: a shutdown, not waited for."""
         if self.alive():
             assert self.p is not None
-            os.killpg(self.p.pid, signal.SIGTERM)
-            try:
-                self.p.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.p.pid, signal.SIGTERM)
 
     def tail(self, n: int = 60) -> str:
         try:
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
         except OSError:
             return ""
+
+
+def stop_all(procs: list[Proc], timeout: float = 20) -> None:
+    """Stop processes together: every one is sent SIGTERM first, then all shut down at once within
+    one ``timeout`` (SIGKILL for any still running), instead of one grace after another."""
+    for proc in procs:
+        proc.terminate()
+    deadline = time.monotonic() + timeout
+    for proc in procs:
+        if proc.p is None:
+            continue
+        try:
+            proc.p.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def wait_for(

@@ -31,6 +31,7 @@ from apps.webhooks.services import (
 )
 from apps.webhooks.signing import SIGNATURE_HEADER, signature_verify
 from tests.scheduling.factories import queued_job
+from tests.support.procs import wait_for
 
 
 def succeeded_job(tenant, *, callback_url: str | None):
@@ -46,13 +47,11 @@ def succeeded_job(tenant, *, callback_url: str | None):
 
 
 def deliver_until(pred, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def delivered() -> bool:
         webhooks_deliver_due(budget_s=1)
-        if pred():
-            return
-        time.sleep(0.05)
-    raise AssertionError("deliveries did not reach the expected state")
+        return bool(pred())
+
+    wait_for(delivered, timeout, interval=0.05, what="the deliveries to reach the expected state")
 
 
 @pytest.mark.django_db
