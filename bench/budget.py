@@ -3,7 +3,7 @@ Redis commands and broker messages per job, through the whole service, beside a 
 task's Redis commands. ``make bench BENCH=budget`` prints it; tests/test_job_budget.py runs a
 small version and fails when an exact count per job moves either way from the budget committed in
 tests/budget.json, when a meter reports nothing, or when a background count passes its ceiling
-(docs/benchmarks.md, "The budget per job").
+(docs/benchmarks.md, the `budget` benchmark).
 
 Counts, not seconds, so that they are the same on any machine: everything runs on servers of its
 own (server-wide statistics see nothing else), and the periodic work runs by hand, once per phase,
@@ -618,7 +618,7 @@ def noise_ceiling(entry: dict[str, Any]) -> float:
 
 
 def budget_problems(measured: Budget, budget: dict[str, Any]) -> list[str]:
-    """Every way ``measured`` differs from the budget (docs/benchmarks.md, "The budget per job"):
+    """Every way ``measured`` differs from the budget (docs/benchmarks.md, the `budget` benchmark):
 
     - a meter (``METERS``) that reported nothing;
     - an exact count (``per_job``: statements, row versions, index entries, the job's own Redis
