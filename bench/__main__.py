@@ -32,11 +32,10 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-
-from bench import common
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -77,12 +76,18 @@ def main(argv: list[str]) -> int:
     for name in chosen:
         started = time.monotonic()
         print(f"# {name}", flush=True)
-        common.RESULTS.clear()
         load, commit = os.getloadavg(), _commit()  # what ran: taken before it runs
-        importlib.import_module(f"bench.{name}").run()
+        sink = Path(tempfile.mkstemp(prefix=f"bench-{name}-", suffix=".figures")[1])
+        os.environ["BENCH_FIGURES_FILE"] = str(sink)  # this process's and its children's figures
+        try:
+            importlib.import_module(f"bench.{name}").run()
+            figures = dict(json.loads(line) for line in sink.read_text().splitlines() if line)
+        finally:
+            del os.environ["BENCH_FIGURES_FILE"]
+            sink.unlink(missing_ok=True)
         took = time.monotonic() - started
         print(f"# {name} took {took:.0f}s", flush=True)
-        results_write(name, figures=dict(common.RESULTS), took_s=took, load_at_start=load, commit=commit)
+        results_write(name, figures=figures, took_s=took, load_at_start=load, commit=commit)
     return 0
 
 
@@ -137,7 +142,9 @@ def results_write(
         "bench": name,
         "command": f"make bench BENCH={name}",
         "settings": {
-            k: v for k, v in sorted(os.environ.items()) if k.startswith("BENCH_") and k != "BENCH_RESULTS_DIR"
+            k: v
+            for k, v in sorted(os.environ.items())
+            if k.startswith("BENCH_") and k not in ("BENCH_RESULTS_DIR", "BENCH_FIGURES_FILE")
         },
         "commit": commit or _commit(),
         "finished_at": datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z"),

@@ -32,14 +32,14 @@ from urllib3.util.wait import wait_for_read
 ROOT = Path(__file__).resolve().parent.parent
 
 
-# The figures of the benchmark now running, written to bench/results/<name>.json when it ends
-# (bench/__main__.py, docs/benchmarks.md): what `make figures` renders into the documents.
-RESULTS: dict[str, float | int | str] = {}
-
-
 def figure(name: str, value: float | int | str, unit: str = "") -> None:
-    """One result line: ``name: figure``; kept in ``RESULTS`` at full precision."""
-    RESULTS[name] = value
+    """One result line: ``name: figure``; also appended at full precision to ``BENCH_FIGURES_FILE``
+    when set: bench/__main__.py sets it and writes the run's figures to bench/results/<name>.json
+    (docs/benchmarks.md), a benchmark's child processes' figures included."""
+    sink = os.environ.get("BENCH_FIGURES_FILE")
+    if sink:
+        with open(sink, "a") as f:
+            f.write(json.dumps([name, value]) + "\n")
     if isinstance(value, float):
         text = f"{value:,.1f}" if abs(value) >= 100 else f"{value:.2f}"
     else:

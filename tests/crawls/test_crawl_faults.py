@@ -67,6 +67,7 @@ def test_a_crawl_survives_a_killed_worker_and_a_restarted_redis_with_every_page_
             "max_pages": MAX_PAGES,
             "exclude": ["/private*"],
             "job": {"max_attempts": MAX_ATTEMPTS},
+            "sitemaps": "skip",  # every job here is a page (the site has no sitemap)
         },
         format="json",
     )
@@ -114,6 +115,7 @@ def test_a_crawl_survives_a_killed_worker_and_a_restarted_redis_with_every_page_
         "succeeded": MAX_PAGES,
         "failed": 0,
         "cancelled": 0,
+        "erased": 0,
     }
     assert state["discovery"]["over_limit"] > 0  # the site has far more pages than the limit
 
