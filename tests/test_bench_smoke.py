@@ -99,4 +99,6 @@ def test_make_bench_runs_every_benchmark_to_the_end(tmp_path: Path) -> None:
     # Each benchmark wrote its figures for `make figures`, saying it ran smaller than its defaults.
     for name in names:
         result = json.loads((tmp_path / "results" / f"{name}.json").read_text())
-        assert result["figures"] and result["settings"], name
+        assert result["settings"], name
+        # The browser benchmark measures nothing where Chromium is not installed (it says so).
+        assert result["figures"] or (name == "browser" and not Path("/usr/bin/chromium").exists()), name
