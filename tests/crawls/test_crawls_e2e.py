@@ -61,6 +61,7 @@ def test_a_crawl_of_a_31_page_site_with_max_pages_10_fetches_exactly_10_pages_on
         "succeeded": 10,
         "failed": 0,
         "cancelled": 0,
+        "erased": 0,
     }
     assert state["discovery"]["over_limit"] > 0  # the site has far more pages than the limit
     assert Job.objects.filter(batch_id=crawl["id"]).count() == 10
