@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, date, datetime, time, timedelta
-
-from django.db.models import Count
-from django.db.models.functions import TruncDate
 
 from apps.batches.models import Batch
 from apps.jobs.bulk import batch_job_counts
@@ -33,17 +29,3 @@ def batch_exists(*, tenant_id: uuid.UUID, batch_id: uuid.UUID) -> bool:
 
 def batch_jobs_by_status(*, batch_id: uuid.UUID) -> dict[str, int]:
     return batch_job_counts(batch_id=batch_id)
-
-
-def batches_created_by_day(*, tenant_id: uuid.UUID, first: date, last: date) -> dict[date, int]:
-    """How many batches the tenant created on each UTC day from ``first`` to ``last`` (GET /usage,
-    FR-49): through the tenant's index, so bounded by that tenant's batches, never the ledger."""
-    start = datetime.combine(first, time.min, tzinfo=UTC)
-    end = datetime.combine(last + timedelta(days=1), time.min, tzinfo=UTC)
-    rows = (
-        Batch.objects.filter(tenant_id=tenant_id, created_at__gte=start, created_at__lt=end)
-        .annotate(day=TruncDate("created_at"))
-        .values("day")
-        .annotate(n=Count("id"))
-    )
-    return {r["day"]: r["n"] for r in rows}

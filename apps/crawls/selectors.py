@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, date, datetime, time, timedelta
-
-from django.db.models import Count
-from django.db.models.functions import TruncDate
 
 from apps.crawls.models import Crawl, CrawlPage
 from apps.jobs.models import Job
@@ -52,17 +48,3 @@ def crawl_pages(*, crawl_id: uuid.UUID, after: int, limit: int) -> list[CrawlPag
 def crawl_page_statuses(job_ids: list[uuid.UUID]) -> dict[uuid.UUID, str]:
     """The status of each page's job."""
     return dict(Job.objects.filter(id__in=job_ids).values_list("id", "status"))
-
-
-def crawls_created_by_day(*, tenant_id: uuid.UUID, first: date, last: date) -> dict[date, int]:
-    """How many crawls the tenant created on each UTC day from ``first`` to ``last`` (GET /usage,
-    FR-49): through the tenant's index, so bounded by that tenant's crawls, never the ledger."""
-    start = datetime.combine(first, time.min, tzinfo=UTC)
-    end = datetime.combine(last + timedelta(days=1), time.min, tzinfo=UTC)
-    rows = (
-        Crawl.objects.filter(tenant_id=tenant_id, created_at__gte=start, created_at__lt=end)
-        .annotate(day=TruncDate("created_at"))
-        .values("day")
-        .annotate(n=Count("id"))
-    )
-    return {r["day"]: r["n"] for r in rows}

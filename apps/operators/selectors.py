@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 
-from apps.batches.selectors import batches_created_by_day
-from apps.crawls.selectors import crawls_created_by_day
+from django.db.models import Count
+from django.db.models.functions import TruncDate
+
+from apps.batches.models import Batch
+from apps.crawls.models import Crawl
 from apps.jobs.models import AttemptOutcome
 from apps.operators.models import TenantUsageDay
 
@@ -50,8 +53,25 @@ def usage_days(*, tenant_id: uuid.UUID, first: date, last: date) -> list[UsageDa
         entry.attempts[outcome] = entry.attempts.get(outcome, 0) + attempts
         entry.bytes_stored += stored
         entry.rendered_pages += rendered
-    for day, n in batches_created_by_day(tenant_id=tenant_id, first=first, last=last).items():
+    for day, n in _created_by_day(Batch, tenant_id=tenant_id, first=first, last=last).items():
         days[day].batches = n
-    for day, n in crawls_created_by_day(tenant_id=tenant_id, first=first, last=last).items():
+    for day, n in _created_by_day(Crawl, tenant_id=tenant_id, first=first, last=last).items():
         days[day].crawls = n
     return list(days.values())
+
+
+def _created_by_day(
+    model: type[Batch] | type[Crawl], *, tenant_id: uuid.UUID, first: date, last: date
+) -> dict[date, int]:
+    """How many of the tenant's batches or crawls were created on each UTC day from ``first`` to
+    ``last`` (FR-49): through the tenant's index, so bounded by that tenant's rows, never the
+    ledger."""
+    start = datetime.combine(first, time.min, tzinfo=UTC)
+    end = datetime.combine(last + timedelta(days=1), time.min, tzinfo=UTC)
+    rows = (
+        model.objects.filter(tenant_id=tenant_id, created_at__gte=start, created_at__lt=end)
+        .annotate(day=TruncDate("created_at"))
+        .values("day")
+        .annotate(n=Count("id"))
+    )
+    return {r["day"]: r["n"] for r in rows}
