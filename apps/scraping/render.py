@@ -31,11 +31,10 @@ the same guarded fetcher, then the HTML (and a screenshot) stored.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -49,7 +48,7 @@ from apps.politeness.limiter import domain_token_try
 from apps.results.storage import result_key, result_store, screenshot_key
 from apps.scraping.browser import RenderSpec, SubAnswer, browser_pool
 from apps.scraping.errors import FetchError
-from apps.scraping.fetch import FetchLimits, FetchRequest, fetch_open
+from apps.scraping.fetch import Fetched, FetchLimits, FetchRequest, fetch_open
 
 logger = logging.getLogger(__name__)
 
@@ -100,6 +99,16 @@ class Document:
     body: bytes
 
 
+def _declared_length(headers: Mapping[str, str]) -> int | None:
+    """A body's length as the target declared it, when what is read is that body (no
+    Content-Encoding that decoding would change); None otherwise."""
+    encoding = (headers.get("Content-Encoding") or "identity").strip().lower()
+    length = (headers.get("Content-Length") or "").strip()
+    if encoding != "identity" or not length.isdigit():
+        return None
+    return int(length)
+
+
 class PageRequests:
     """Every request of one page (``browser.Answer``): the document from what the worker fetched,
     the rest as the module docstring says. Called from several fetch threads at once."""
@@ -113,21 +122,49 @@ class PageRequests:
         self.limits = limits
         self.page_domain = registrable_domain(_host(document.url))
         self.asked = 0
-        # Bytes of answers the page may still take: each request reserves what it may read (its
-        # own cap, or what is left) before it is sent and gives back what it did not use, so the
-        # page's fetch threads together never read past PAGE_MAX_BYTES.
+        # Bytes of answers the page may still take (docs/limits.md). An answer takes its share
+        # as it is known: a plain body's declared length whole before its first byte is read
+        # (so answers read at once cannot each read part of what is left and all fail), a body
+        # of unknown length chunk by chunk as it is read. Whatever an answer that is not passed
+        # to the page took is given back. The page's fetch threads together never hold more than
+        # PAGE_MAX_BYTES, and an answer is never refused for what others might read but have not.
         self.bytes_left = PAGE_MAX_BYTES
         self._budget_lock = threading.Lock()
 
-    def _reserve(self) -> int:
+    def _take(self, wanted: int) -> bool:
         with self._budget_lock:
-            taken = min(self.limits.max_bytes, self.bytes_left)
-            self.bytes_left -= taken
-            return taken
+            if wanted > self.bytes_left:
+                return False
+            self.bytes_left -= wanted
+            return True
 
     def _give_back(self, unused: int) -> None:
         with self._budget_lock:
             self.bytes_left += unused
+
+    def _read(self, fetched: Fetched) -> tuple[bytes | None, int]:
+        """The body of ``fetched`` within the page's budget, and the bytes it holds of it (given
+        back by the caller for what it does not pass on); None when the budget ran out."""
+        held = 0
+        declared = _declared_length(fetched.raw_headers)
+        if declared is not None:
+            if declared > self.limits.max_bytes or not self._take(declared):
+                return None, 0
+            held = declared
+        parts: list[bytes] = []
+        got = 0
+        try:
+            for chunk in fetched.chunks():
+                got += len(chunk)
+                if got > held:
+                    if not self._take(got - held):
+                        return None, held
+                    held = got
+                parts.append(chunk)
+        except BaseException:
+            self._give_back(held)
+            raise
+        return b"".join(parts), held
 
     def __call__(
         self,
@@ -171,16 +208,16 @@ class PageRequests:
             body=body.decode("utf-8", "replace") if body else None,
             timeout_s=min(SUBRESOURCE_TIMEOUT_S, left),
         )
-        reserved = self._reserve()
-        if reserved <= 0:
-            return SubAnswer("block", reason=f"the page's {PAGE_MAX_BYTES >> 20} MiB of answers are spent")
-        used = 0
+        spent = f"the page's {PAGE_MAX_BYTES >> 20} MiB of answers are spent"
+        if self.bytes_left <= 0:
+            return SubAnswer("block", reason=spent)
         try:
-            with fetch_open(
-                request=request, limits=dataclasses.replace(self.limits, max_bytes=reserved)
-            ) as fetched:
-                data = b"".join(fetched.chunks())
-                used = len(data)
+            with fetch_open(request=request, limits=self.limits) as fetched:
+                data, held = self._read(fetched)
+                if data is None:
+                    self._give_back(held)
+                    return SubAnswer("block", reason=spent)
+                self._give_back(held - len(data))
                 passed = {
                     k.lower(): v for k, v in fetched.raw_headers.items() if k.lower() in _PASSED_HEADERS
                 }
@@ -192,8 +229,6 @@ class PageRequests:
             if e.http_status is not None:
                 return SubAnswer("fulfill", status=e.http_status)
             return SubAnswer("fail", reason=e.message)
-        finally:
-            self._give_back(reserved - used)
 
 
 def render_and_store(

@@ -107,6 +107,14 @@ class _Handler(BaseHTTPRequestHandler):
                 if "delay" in q:  # a target that takes this long to answer (benchmarks: 0.5 s)
                     time.sleep(float(q["delay"]))
                 self._send(200, _pattern(n))
+            elif seg[0] == "unsized":  # n bytes of unknown length: no Content-Length, ended by closing
+                data = _pattern(int(seg[1]))
+                self.send_response(200)
+                self.send_header("Connection", "close")
+                self.end_headers()
+                for i in range(0, len(data), 1 << 16):
+                    self.wfile.write(data[i : i + (1 << 16)])
+                self.close_connection = True
             elif seg[0] == "status":
                 time.sleep(float(q.get("delay", "0")))  # a slow failure (single-flight tests)
                 self._send(int(seg[1]), f"status {seg[1]}".encode(), {"Content-Type": "text/plain"})
