@@ -167,7 +167,9 @@ class BoundedBodyHandler(ASGIHandler):
         # A batch: written once, to the file its view reads (Django's read_body would spool it to
         # a file of its own, which the view copied again), charged to its tenant as it arrives.
         # An unnamed temporary file: whatever ends the request, nothing of it is left on disk.
-        spool = tempfile.TemporaryFile(dir=settings.FILE_UPLOAD_TEMP_DIR)  # noqa: SIM115 - Django closes it
+        # Unbuffered: each message's body (up to 64 KiB) is one write either way, and the file's
+        # size is then exactly the bytes charged for it, none held back in a buffer.
+        spool = tempfile.TemporaryFile(dir=settings.FILE_UPLOAD_TEMP_DIR, buffering=0)  # noqa: SIM115 - Django closes it
         charged = 0
         try:
             while True:
@@ -178,7 +180,9 @@ class BoundedBodyHandler(ASGIHandler):
                 if chunk:
                     spool_quota.charge(tenant, len(chunk))
                     charged += len(chunk)
-                    spool.write(chunk)
+                    written = memoryview(chunk)
+                    while written:  # a raw write may take part of it
+                        written = written[spool.write(written) :]
                 if not message.get("more_body", False):
                     break
         except BaseException:
