@@ -14,9 +14,9 @@ the same guarded fetcher, then the HTML (and a screenshot) stored.
 
    - over ``MAX_SUBREQUESTS``, a method other than GET, HEAD or POST, a scheme other than http(s),
      or a resource type the job blocks (``browser.block``): blocked;
-   - a host of the page's registrable domain takes one token of that domain's bucket now
-     (``domain_token_try``) or is blocked: a page's assets never wait and book no place in the
-     domain's line;
+   - every host takes one token of its own domain's bucket now (``domain_token_try``: the
+     page's domain for its own assets, a CDN's or another site's for theirs) or is blocked: a
+     page's assets never wait and book no place in any domain's line (NFR-32);
    - then it is fetched by ``fetch_open`` (guarded connect, every redirect hop guarded, at most
      ``SUBRESOURCE_MAX_BYTES``, at most ``SUBRESOURCE_TIMEOUT_S``), and the page gets its answer;
      an address the guard refuses (on the first hop or after a redirect) is blocked;
@@ -43,7 +43,6 @@ import redis
 from apps.jobs.claims import ClaimedJob
 from apps.jobs.receipts import ResultStored
 from apps.outbound.interrupt import FetchInterrupt
-from apps.politeness.domains import registrable_domain
 from apps.politeness.limiter import domain_token_try
 from apps.results.storage import result_key, result_store, screenshot_key
 from apps.scraping.browser import RenderSpec, SubAnswer, browser_pool
@@ -120,7 +119,6 @@ class PageRequests:
         }
         self.deadline = deadline
         self.limits = limits
-        self.page_domain = registrable_domain(_host(document.url))
         self.asked = 0
         # Bytes of answers the page may still take (docs/limits.md). An answer takes its share
         # as it is known: a plain body's declared length whole before its first byte is read
@@ -192,12 +190,11 @@ class PageRequests:
         host = _host(url)
         if urlsplit(url).scheme.lower() not in ("http", "https") or not host:
             return SubAnswer("block", reason="not an http(s) URL")
-        if registrable_domain(host) == self.page_domain:
-            try:
-                if not domain_token_try(domain=host):
-                    return SubAnswer("block", reason=f"no token of {host} now")
-            except redis.RedisError:
-                return SubAnswer("block", reason="politeness state unavailable")
+        try:
+            if not domain_token_try(domain=host):
+                return SubAnswer("block", reason=f"no token of {host} now")
+        except redis.RedisError:
+            return SubAnswer("block", reason="politeness state unavailable")
         left = self.deadline - time.monotonic()
         if left <= 0:
             return SubAnswer("fail", reason="the job's timeout passed")

@@ -1,5 +1,6 @@
 """One rendered page's share (docs/limits.md): at most MAX_SUBREQUESTS requests and PAGE_MAX_BYTES
-of answers in all, however many of its fetch threads ask at once; Chromium's JS heap capped and
+of answers in all, however many of its fetch threads ask at once; every request a token of its
+own site's bucket, or blocked unsent; Chromium's JS heap capped and
 WebRTC kept from leaking the host's address. Through PageRequests (the answer to each of a
 page's requests) against a real local target; Chromium is not needed."""
 
@@ -10,6 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from apps.politeness.models import DomainPolicy
+from apps.politeness.selectors import domain_limits_cache_clear
 from apps.scraping.browser import CHROMIUM_ARGS, PAGE_FETCH_THREADS
 from apps.scraping.fetch import FetchLimits
 from apps.scraping.render import MAX_SUBREQUESTS, PAGE_MAX_BYTES, Document, PageRequests
@@ -92,6 +95,18 @@ def test_an_answer_of_unknown_length_is_counted_as_read_and_stopped_at_what_is_l
     within = page(target.url(f"/unsized/{2 << 20}"), "GET", {}, None, "script", False)
     assert (within.action, len(within.body or b"")) == ("fulfill", 2 << 20)
     assert page.bytes_left == 1 << 20
+
+
+def test_requests_to_another_site_take_that_sites_tokens_or_are_blocked_unsent(target) -> None:
+    """A page on page.example asking 127.0.0.1 (another site: a CDN, say) for four scripts takes
+    127.0.0.1's tokens, as its own assets take page.example's: the burst's two, then blocked."""
+    DomainPolicy.objects.create(domain="127.0.0.1", requests_per_second=0.01, burst=2, max_concurrency=100)
+    domain_limits_cache_clear()
+    page = _page()
+    answers = [page(target.url(f"/bytes/10?n={i}"), "GET", {}, None, "script", False) for i in range(4)]
+    assert [a.action for a in answers] == ["fulfill", "fulfill", "block", "block"]
+    assert {a.reason for a in answers[2:]} == {"no token of 127.0.0.1 now"}
+    assert len(target.requests_for("/bytes/10")) == 2  # the blocked ones were never sent
 
 
 def test_chromium_gets_a_bounded_js_heap_and_no_webrtc_udp_outside_the_proxy() -> None:
