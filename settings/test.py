@@ -29,8 +29,11 @@ os.environ.setdefault("SCRAPEJOBS_BROWSER_SANDBOX", "false")
 # gw0, gw1, ...): pytest-django gives each its own test database; here each gets its own pair of
 # Redis databases (REDIS_URL's and the broker's, the next one) and its own results directory, so
 # that one process's flush or clean-up never touches another's keys and files.
+# Once per process tree: the service processes a test starts inherit both PYTEST_XDIST_WORKER and
+# the databases chosen here, and must not move them again (they would talk to other databases).
 _xdist_worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-if _xdist_worker.startswith("gw"):
+if _xdist_worker.startswith("gw") and os.environ.get("SCRAPEJOBS_TEST_XDIST_WORKER") != _xdist_worker:
+    os.environ["SCRAPEJOBS_TEST_XDIST_WORKER"] = _xdist_worker
     from urllib.parse import urlsplit as _urlsplit
     from urllib.parse import urlunsplit as _urlunsplit
 
