@@ -2,72 +2,32 @@
 
 The representation is built by plain functions (a list page holds up to 500 jobs and DRF's
 field machinery would cost more than the query); the serializer classes describe the same shape
-for the OpenAPI document, and tests/api checks that the two agree.
+for the OpenAPI document, and tests/api checks that the two agree. A job's fields are declared
+once, in apps/api/job_view.py: its answer and ``JobOutput`` both follow from that declaration.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Collection
-from datetime import datetime
 from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest
-from django.utils import timezone
 from rest_framework import serializers
 from rest_framework.request import Request
 
-from apps.api.paths import API_V1_BASE
-from apps.jobs.models import Attempt, AttemptOutcome, Job, JobStatus, Method, Priority, Render, WaitingFor
-from apps.jobs.selectors import job_waiting_for
+from apps.api.job_view import JOB_VIEW, iso, job_view_answer, job_view_serializer
+from apps.jobs.models import Attempt, AttemptOutcome, Job
 
 
 def base_url(request: Request | HttpRequest) -> str:
     return settings.PUBLIC_BASE_URL or f"{request.scheme}://{request.get_host()}"
 
 
-def job_links(*, base: str, job_id: uuid.UUID | str) -> dict[str, str]:
-    own = f"{base}{API_V1_BASE}/jobs/{job_id}"
-    return {"self": own, "result": f"{own}/result", "attempts": f"{own}/attempts", "cancel": f"{own}/cancel"}
-
-
-def _iso(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat().replace("+00:00", "Z")
-
-
 def job_representation(job: Job, *, base: str) -> dict[str, Any]:
-    last = job.last_error
-    wait = job_waiting_for(job, now=timezone.now())
-    return {
-        "id": str(job.id),
-        "url": job.url,
-        "method": job.method,
-        "status": job.status,
-        "priority": job.priority,
-        "render": job.render,
-        "attempts": job.attempts,
-        "max_attempts": job.max_attempts,
-        "last_error": None
-        if not last
-        else {
-            "class": last.get("class"),
-            "message": last.get("message"),
-            "http_status": last.get("http_status"),
-        },
-        "created_at": _iso(job.created_at),
-        "started_at": _iso(job.started_at),
-        "finished_at": _iso(job.finished_at),
-        "result_expired": job.result_deleted_at is not None,
-        "waiting_for": wait.waiting_for,
-        "waiting_until": _iso(wait.until),
-        "final_url": job.result_final_url or (job.url if job.status == JobStatus.SUCCEEDED else None),
-        "batch": None if job.batch_id is None else str(job.batch_id),
-        "batch_row": job.batch_row,
-        "changed": job.changed,
-        "previous_job": None if job.previous_job is None else str(job.previous_job),
-        "links": job_links(base=base, job_id=job.id),
-    }
+    """A job in API answers: the fields of its public view (apps/api/job_view.py)."""
+    return job_view_answer(JOB_VIEW, job, base=base)
 
 
 def attempt_representation(a: Attempt, *, own_jobs: Collection[uuid.UUID] = ()) -> dict[str, Any]:
@@ -76,8 +36,8 @@ def attempt_representation(a: Attempt, *, own_jobs: Collection[uuid.UUID] = ()) 
     tenant the id, and so the timing, of another's job."""
     return {
         "number": a.number,
-        "started_at": _iso(a.started_at),
-        "finished_at": _iso(a.finished_at),
+        "started_at": iso(a.started_at),
+        "finished_at": iso(a.finished_at),
         "outcome": a.outcome,
         "http_status": a.http_status,
         "error_class": a.error_class,
@@ -102,78 +62,8 @@ def _served_from(a: Attempt, own_jobs: Collection[uuid.UUID]) -> dict[str, Any] 
 # --- Shapes for the OpenAPI document -----------------------------------------------------
 
 
-class JobLinksOutput(serializers.Serializer):
-    self = serializers.URLField()  # type: ignore[assignment]
-    result = serializers.URLField()
-    attempts = serializers.URLField()
-    cancel = serializers.URLField()
-
-
-class LastErrorOutput(serializers.Serializer):
-    message = serializers.CharField(allow_null=True)
-    http_status = serializers.IntegerField(allow_null=True)
-
-
-# "class" is a Python keyword: declare it after the class body.
-LastErrorOutput._declared_fields["class"] = serializers.CharField(
-    allow_null=True, help_text="Error class, e.g. timeout, http_404, refused_address."
-)
-
-
-class JobOutput(serializers.Serializer):
-    id = serializers.UUIDField()
-    url = serializers.CharField()
-    method = serializers.ChoiceField(choices=Method.choices)
-    status = serializers.ChoiceField(choices=JobStatus.choices)
-    priority = serializers.ChoiceField(choices=Priority.choices)
-    render = serializers.ChoiceField(
-        choices=Render.choices, help_text='"browser": rendered in headless Chromium; "none": a plain fetch.'
-    )
-    attempts = serializers.IntegerField(help_text="Attempts started so far.")
-    max_attempts = serializers.IntegerField()
-    last_error = LastErrorOutput(allow_null=True)
-    created_at = serializers.DateTimeField()
-    started_at = serializers.DateTimeField(allow_null=True)
-    finished_at = serializers.DateTimeField(allow_null=True)
-    result_expired = serializers.BooleanField(
-        help_text="Retention deleted the stored result: /result answers 410 (SCRAPEJOBS_RESULT_RETENTION_DAYS)."
-    )
-    waiting_for = serializers.ChoiceField(
-        choices=WaitingFor.choices,
-        allow_null=True,
-        help_text="What a queued job waits for (null otherwise): domain_rate, domain_concurrency or "
-        "domain_paused (its target domain's limits or its request to back off), domain_turn (its "
-        "place in the domain's line: higher-priority jobs, or other tenants' shares, go first), "
-        "retry_backoff (the "
-        "wait before its next attempt), tenant_share (its turn among your and other tenants' due "
-        "jobs), dispatch (sent, waiting for a free worker).",
-    )
-    waiting_until = serializers.DateTimeField(
-        allow_null=True,
-        help_text="When a queued job may start at the earliest; null when not known (tenant_share, "
-        "dispatch) or not queued.",
-    )
-    final_url = serializers.CharField(
-        allow_null=True,
-        help_text="The URL that gave the stored result, after redirects (url itself when none); "
-        "null unless succeeded.",
-    )
-    batch = serializers.UUIDField(
-        allow_null=True, help_text="The batch this job came from; null for POST /jobs."
-    )
-    batch_row = serializers.IntegerField(
-        allow_null=True, help_text="Its row in that batch, numbered from 1 as in the batch's rejected_rows."
-    )
-    changed = serializers.BooleanField(
-        allow_null=True,
-        help_text="For a succeeded job that asked (revalidate or callback_on): whether its body's SHA-256 "
-        "differs from your previous success of the same request (true for the first one; false after a "
-        "304). Null for every other job.",
-    )
-    previous_job = serializers.UUIDField(
-        allow_null=True, help_text="That previous success, the body was compared with; null when none."
-    )
-    links = JobLinksOutput()
+# The job's fields, their shapes and order: JOB_VIEW.
+JobOutput = job_view_serializer(JOB_VIEW, name="JobOutput", module=__name__)
 
 
 class ServedFromOutput(serializers.Serializer):

@@ -16,7 +16,8 @@ from rest_framework.views import APIView
 
 from apps.api import selectors
 from apps.api.errors import ApiError, backlog_refused, error_body, not_found
-from apps.api.serializers import ErrorOutput, base_url, job_links
+from apps.api.job_view import job_links
+from apps.api.serializers import ErrorOutput, base_url
 from apps.intake.parsers import BoundedJSONParser
 from apps.intake.serializers import (
     JobCreatedOutput,

@@ -10,31 +10,13 @@ import uuid
 from django.db.models import QuerySet
 
 from apps.api.ids import parse_job_id
+from apps.api.job_view import JOB_VIEW, job_view_columns
 from apps.jobs.models import Attempt, Job
-from apps.jobs.selectors import JOB_WAITING_COLUMNS
 
-# The columns a job's API representation needs; the request headers and body stay in the row.
-JOB_COLUMNS = (
-    "id",
-    "url",
-    "method",
-    "status",
-    "priority",
-    "attempts",
-    "max_attempts",
-    "last_error",
-    "created_at",
-    "started_at",
-    "finished_at",
-    "result_deleted_at",  # result_expired (retention)
-    "render",  # FR-30
-    "batch_id",  # batch, batch_row: a batch's rows map to their jobs (FR-10, FR-24)
-    "batch_row",
-    "result_final_url",  # final_url (FR-25)
-    "changed",  # changed, previous_job (FR-34)
-    "previous_job",
-    "version",  # the read cache's compare-and-set (apps/query/cache.py)
-) + JOB_WAITING_COLUMNS
+# The columns a job's API representation needs, from its declaration (apps/api/job_view.py): the
+# reads load these, the read cache keeps them (apps/query/cache.py). The request headers and body
+# stay in the row; "version" is the read cache's compare-and-set.
+JOB_COLUMNS = job_view_columns(JOB_VIEW) + ("version",)
 # Result columns, for GET /jobs/{id}/result.
 RESULT_COLUMNS = (
     "result_key",
