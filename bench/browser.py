@@ -109,7 +109,8 @@ def _render_level(url: str, pages: int, n: int) -> None:
     from django.conf import settings  # noqa: PLC0415
 
     from apps.scraping.browser import BrowserPool, RenderSpec  # noqa: PLC0415 - after django.setup
-    from apps.scraping.fetch import FetchLimits, FetchRequest, fetch_open  # noqa: PLC0415
+    from apps.scraping.fetch import FetchRequest, fetch_open  # noqa: PLC0415
+    from apps.scraping.fetched import FetchLimits  # noqa: PLC0415
     from apps.scraping.render import Document, PageRequests  # noqa: PLC0415
 
     pool = BrowserPool(

@@ -268,7 +268,7 @@ class Scope:
 
 def _robots_origin(url: str) -> tuple[str, str]:
     """(``scheme://host:port``, host): the origin a robots.txt is about, spelt as the workers
-    key its cached copy (apps/scraping/fetch.py)."""
+    key its cached copy (apps/scraping/hop_robots.py)."""
     parts = urlsplit(url)
     scheme, host = parts.scheme.lower(), (parts.hostname or "").lower()
     bracketed = f"[{host}]" if ":" in host else host

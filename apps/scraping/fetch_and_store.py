@@ -29,8 +29,10 @@ from apps.politeness.selectors import tenant_obeys_robots
 from apps.redis_clients import cancel_flag_key, state_redis
 from apps.results.storage import ResultStoreFailed, result_store
 from apps.scraping.errors import FetchError
-from apps.scraping.fetch import Fetched, FetchRequest, RedirectDeferred, fetch_open
+from apps.scraping.fetch import FetchRequest, fetch_open
+from apps.scraping.fetched import Fetched
 from apps.scraping.leases import LeaseHandle, lease_keeper
+from apps.scraping.redirect_hops import RedirectDeferred
 from apps.scraping.refetch import compared, conditional, kept, previous_success_for
 from apps.scraping.render import render_and_store
 
@@ -254,7 +256,7 @@ def _ended_early(e: Exception, *, claimed: ClaimedJob, finished: Finish) -> Atte
     if isinstance(e, RedirectDeferred):
         # Not a failure and not counted (NFR-24): the fold requeues the job for exactly the hop
         # domain's wait, and its next attempt starts from its own URL (or, for a hop within the
-        # group it held, from that hop: apps/scraping/fetch.py).
+        # group it held, from that hop: apps/scraping/redirect_hops.py).
         return finished(
             AttemptOutcome.DEFERRED, error_class="redirect_deferred", error=str(e), retry_after_s=e.wait_s
         )

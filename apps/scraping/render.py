@@ -48,7 +48,8 @@ from apps.politeness.limiter import domain_token_try
 from apps.results.storage import result_key, result_store, screenshot_key
 from apps.scraping.browser import RenderSpec, SubAnswer, browser_pool
 from apps.scraping.errors import FetchError
-from apps.scraping.fetch import Fetched, FetchLimits, FetchRequest, fetch_open
+from apps.scraping.fetch import FetchRequest, fetch_open
+from apps.scraping.fetched import Fetched, FetchLimits
 
 logger = logging.getLogger(__name__)
 

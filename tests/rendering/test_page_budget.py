@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from apps.scraping.browser import CHROMIUM_ARGS, PAGE_FETCH_THREADS
-from apps.scraping.fetch import FetchLimits
+from apps.scraping.fetched import FetchLimits
 from apps.scraping.render import MAX_SUBREQUESTS, PAGE_MAX_BYTES, Document, PageRequests
 
 pytestmark = pytest.mark.django_db
