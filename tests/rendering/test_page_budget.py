@@ -10,7 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from apps.scraping.browser import CHROMIUM_ARGS, PAGE_FETCH_THREADS
+from apps.scraping.browser import CHROMIUM_ARGS
+from apps.scraping.browser_page import PAGE_FETCH_THREADS
 from apps.scraping.fetched import FetchLimits
 from apps.scraping.render import MAX_SUBREQUESTS, PAGE_MAX_BYTES, Document, PageRequests
 
