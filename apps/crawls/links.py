@@ -24,7 +24,7 @@ from urllib.parse import SplitResult, urljoin, urlsplit
 
 from lxml import etree
 
-from apps.jobs.singleflight import normalised_url
+from apps.jobs.fetch_keys import normalised_url
 from apps.politeness.domains import registrable_domain
 from apps.politeness.robots import RobotsRule, RobotsRules, robots_rules_cached
 from apps.politeness.selectors import domain_limits_get

@@ -28,9 +28,10 @@ from apps import tracing
 from apps.db_failures import database_failure
 from apps.jobs import models as job_models
 from apps.jobs.claims import ClaimedJob, job_claim
+from apps.jobs.fetch_keys import job_fetch_key
 from apps.jobs.models import AttemptOutcome
 from apps.jobs.receipts import AttemptFinished
-from apps.jobs.singleflight import FetchDecision, job_fetch_decide, job_fetch_key
+from apps.jobs.singleflight import FetchDecision, job_fetch_decide
 from apps.outbound.proxy_status import egress_proxy_auth_failed_record
 from apps.politeness.limiter import DEFAULT_SHARE, LineShare
 from apps.redis_clients import state_redis
