@@ -67,7 +67,7 @@ def _serve(body: bytes) -> tuple[ThreadingHTTPServer, str]:
 
 def _tree() -> list[int]:
     """This process's descendants (the Playwright driver, Chromium and its helpers)."""
-    from apps.scraping.browser import process_tree  # noqa: PLC0415 - after django.setup
+    from apps.scraping.chromium_processes import process_tree  # noqa: PLC0415 - after django.setup
 
     return process_tree(os.getpid())
 
@@ -108,8 +108,10 @@ def _own_cpu_s() -> float:
 def _render_level(url: str, pages: int, n: int) -> None:
     from django.conf import settings  # noqa: PLC0415
 
-    from apps.scraping.browser import BrowserPool, RenderSpec  # noqa: PLC0415 - after django.setup
-    from apps.scraping.fetch import FetchLimits, FetchRequest, fetch_open  # noqa: PLC0415
+    from apps.scraping.browser import BrowserPool  # noqa: PLC0415 - after django.setup
+    from apps.scraping.browser_page import RenderSpec  # noqa: PLC0415 - after django.setup
+    from apps.scraping.fetch import FetchRequest, fetch_open  # noqa: PLC0415
+    from apps.scraping.fetched import FetchLimits  # noqa: PLC0415
     from apps.scraping.render import Document, PageRequests  # noqa: PLC0415
 
     pool = BrowserPool(

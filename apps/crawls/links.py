@@ -24,7 +24,7 @@ from urllib.parse import SplitResult, urljoin, urlsplit
 
 from lxml import etree
 
-from apps.jobs.singleflight import normalised_url
+from apps.jobs.fetch_keys import normalised_url
 from apps.politeness.domains import registrable_domain
 from apps.politeness.robots import RobotsRule, RobotsRules, robots_rules_cached
 from apps.politeness.selectors import domain_limits_get
@@ -268,7 +268,7 @@ class Scope:
 
 def _robots_origin(url: str) -> tuple[str, str]:
     """(``scheme://host:port``, host): the origin a robots.txt is about, spelt as the workers
-    key its cached copy (apps/scraping/fetch.py)."""
+    key its cached copy (apps/scraping/hop_robots.py)."""
     parts = urlsplit(url)
     scheme, host = parts.scheme.lower(), (parts.hostname or "").lower()
     bracketed = f"[{host}]" if ":" in host else host

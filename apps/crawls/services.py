@@ -46,9 +46,9 @@ from apps.crawls.models import Crawl, CrawlPage, CrawlPageKind, CrawlSitemaps, C
 from apps.crawls.sitemaps import MAX_BYTES as SITEMAP_MAX_BYTES
 from apps.crawls.sitemaps import SitemapEntries, SitemapRefused, sitemap_read
 from apps.jobs.cancel_requeue import jobs_cancel_batch
+from apps.jobs.fetch_keys import normalised_url
 from apps.jobs.intake import jobs_create_grouped
 from apps.jobs.selectors import tenant_queued_count
-from apps.jobs.singleflight import normalised_url
 from apps.politeness.robots import product_token
 from apps.redis_clients import state_redis
 from apps.results.storage import result_read_chunks

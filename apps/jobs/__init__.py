@@ -16,6 +16,7 @@ In: intake (FR-1, NFR-1, NFR-2)
 Out: publishing and claiming
 - ``outbox``: the publisher's weighted-fair picks, its publish stamp, a job deferred back into it;
 - ``singleflight``: jobs asking for the same fetch share one: decide, park, settle;
+- ``fetch_keys``: a job's fetch key, what "the same fetch" means (FR-15); crawls' URL spelling;
 - ``claims``: a worker claims a job (a new attempt, a lease) and renews its leases;
 - ``revalidation``: the tenant's previous success of a fetch key, its validators (FR-33, FR-34).
 

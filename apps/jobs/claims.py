@@ -37,7 +37,7 @@ class ClaimedJob:
     render: str = "none"  # FR-30: "browser" is rendered by the browser component
     browser_options: dict[str, Any] | None = None
     # The tenant's switches as the claim read them (None: not read, e.g. a claim built by hand):
-    # the fetch key's scope (apps.jobs.singleflight.fetch_key) and whether robots.txt is obeyed.
+    # the fetch key's scope (apps.jobs.fetch_keys.fetch_key) and whether robots.txt is obeyed.
     share_fetches: bool | None = None
     obey_robots: bool | None = None
     # Its attempts so far that were deferrals and do not count (NFR-24): the receipt carries it,
@@ -49,6 +49,19 @@ class ClaimedJob:
     callback_on: str | None = None
 
 
+# job_claim's statement. One statement, so one round trip and atomic without BEGIN/COMMIT: the
+# conditional UPDATE decides who owns the job, and the attempt's row is written only for the
+# winner. Prepared on its connection (a plain psycopg cursor binds server-side; prepare=True): it
+# runs once per job, and parsing and planning it each time cost PostgreSQL more than executing it.
+# statement_timestamp() is now() for a statement run on its own (autocommit, as here); inside
+# a caller's transaction (tests) it still moves on from one statement to the next.
+# ``deferred``'s conditions sit in a CASE so that its only indexable clause is the id: written
+# plainly they imply the predicate of the partial index of published, untaken jobs
+# (jobs_published_untaken), and on statistics older than a burst the planner read the job
+# through it, filtering every published job for one id (400 of them at the publisher's
+# dispatch depth), on every claim (NFR-11, docs/benchmarks.md).
+# ``deferred`` never touches the row ``claimed`` takes (``not_before`` is past there, still to
+# come here), so the two updates of one statement never meet on a row.
 CLAIM_SQL = f"""
 WITH t AS (SELECT statement_timestamp() AS now), claimed AS (
     UPDATE jobs_job
@@ -103,19 +116,6 @@ def job_claim(*, job_id: uuid.UUID | str, worker: str, fetch_key: str | None = N
     that has already expired, or one that outlives it by its skew. Raises on a database error: the
     caller must then have the message delivered again (``apps.scraping.tasks``).
     """
-    # One statement, so one round trip and atomic without BEGIN/COMMIT: the conditional UPDATE
-    # decides who owns the job, and the attempt's row is written only for the winner. Prepared on
-    # its connection (a plain psycopg cursor binds server-side; prepare=True): it runs once per
-    # job, and parsing and planning it each time cost PostgreSQL more than executing it.
-    # statement_timestamp() is now() for a statement run on its own (autocommit, as here); inside
-    # a caller's transaction (tests) it still moves on from one statement to the next.
-    # ``deferred``'s conditions sit in a CASE so that its only indexable clause is the id: written
-    # plainly they imply the predicate of the partial index of published, untaken jobs
-    # (jobs_published_untaken), and on statistics older than a burst the planner read the job
-    # through it, filtering every published job for one id (400 of them at the publisher's
-    # dispatch depth), on every claim (NFR-11, docs/benchmarks.md).
-    # ``deferred`` never touches the row ``claimed`` takes (``not_before`` is past there, still to
-    # come here), so the two updates of one statement never meet on a row.
     connection.ensure_connection()
     job_uuid = uuid.UUID(str(job_id))
     with psycopg.Cursor(connection.connection) as cur:
@@ -132,6 +132,11 @@ def job_claim(*, job_id: uuid.UUID | str, worker: str, fetch_key: str | None = N
         row = cur.fetchone()
     if row is None:
         return None
+    return _claimed_job(job_uuid, row)
+
+
+def _claimed_job(job_uuid: uuid.UUID, row: tuple[Any, ...]) -> ClaimedJob:
+    """The claim statement's row as a ``ClaimedJob``."""
     (attempt, method, url, headers, body, timeout_s, max_attempts, lease_expires_at, tenant_id, render,
      browser_options, share_fetches, obey_robots, deferred_attempts, revalidate, callback_on) = row  # fmt: skip
     if isinstance(headers, str) or isinstance(browser_options, str):

@@ -85,6 +85,12 @@ def job_create(
         # tracing is off, and the INSERT then leaves the column out.
         trace_context=traceparent_current(),
     )
+    return _job_insert_idempotent(job, key=idempotency_key, fingerprint=idempotency_fingerprint)
+
+
+def _job_insert_idempotent(job: Job, *, key: str | None, fingerprint: str | None) -> tuple[Job, bool]:
+    """Insert ``job`` unless its tenant's idempotency ``key`` already holds a job (see
+    ``job_create``); the publisher is nudged once a new job commits."""
     # Normally one pass: one INSERT. A key that is taken sends us round again only when the
     # job holding it is older than the TTL (its key is released first) or when the clean-up
     # released it between our INSERT and our read.
@@ -100,15 +106,15 @@ def job_create(
         except IntegrityError:
             # Raised on the third pass too: the key would have changed hands three times within
             # one request, which only a burst of concurrent reuses of an expired key can do.
-            if idempotency_key is None or last:
+            if key is None or last:
                 raise
-            existing = Job.objects.filter(tenant_id=tenant_id, idempotency_key=idempotency_key).first()
+            existing = Job.objects.filter(tenant_id=job.tenant_id, idempotency_key=key).first()
             if existing is None:
                 continue  # released by the clean-up since our INSERT: try again
             if existing.created_at < job.created_at - idempotency_ttl():
-                _idempotency_key_release(job_id=existing.id, key=idempotency_key)
+                _idempotency_key_release(job_id=existing.id, key=key)
                 continue
-            if existing.idempotency_fingerprint != idempotency_fingerprint:
+            if existing.idempotency_fingerprint != fingerprint:
                 raise IdempotencyConflict(existing) from None
             return existing, False
         break

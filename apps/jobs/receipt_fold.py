@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from apps.jobs.final_notices import JOB_FINAL_CHANNEL
-from apps.jobs.lifecycle import plan_after_attempt
+from apps.jobs.lifecycle import NextState, plan_after_attempt
 from apps.jobs.models import AttemptOutcome, JobStatus, counted_attempts_sql
 from apps.jobs.receipts import AttemptFinished
 from apps.jobs.singleflight import jobs_fetch_settle
@@ -213,27 +213,7 @@ def _apply_params(batch: Sequence[AttemptFinished]) -> list[Any]:
      result_headers, fetch_key, changed, previous_job, revalidated_from, stored_at) = cols  # fmt: skip
     for r in batch:
         finished = _ts(r.finished_at)
-        # The backoff's exponent is the attempts that count (NFR-24), as the sweeper's.
-        counted = r.counted_attempt
-        plan = functools.partial(
-            plan_after_attempt,
-            outcome=r.outcome,
-            attempt=counted,
-            retry_after_s=r.retry_after_s,
-            now=finished,
-            base=base,
-            cap=cap,
-        )
-        nxt = plan(max_attempts=counted + 1, cancel_requested=False)
-        nxt_last = plan(max_attempts=counted, cancel_requested=False)
-        nxt_cancel = plan(max_attempts=counted + 1, cancel_requested=True)
-        if nxt_cancel.status == JobStatus.QUEUED or (
-            nxt_last.status == JobStatus.QUEUED and r.outcome != AttemptOutcome.DEFERRED
-        ):
-            # The statement sends only `go` back to the queue (and `last` for a deferral, which
-            # is never the last: with the same delay); a rule that retried a cancelled job or a
-            # last attempt would need its own not_before here.
-            raise AssertionError(f"unexpected plan for {r.natural_key}: {nxt_last}, {nxt_cancel}")
+        nxt, nxt_last, nxt_cancel = _plans(r, now=finished, base=base, cap=cap)
         res = r.result
         job_id.append(r.job_id)
         attempt.append(r.attempt)
@@ -267,6 +247,35 @@ def _apply_params(batch: Sequence[AttemptFinished]) -> list[Any]:
         revalidated_from.append(None if res is None else res.revalidated_from)
         stored_at.append(None if res is None or res.stored_at is None else _ts(res.stored_at))
     return [*cols, JOB_FINAL_CHANNEL]
+
+
+def _plans(
+    r: AttemptFinished, *, now: datetime, base: float, cap: float
+) -> tuple[NextState, NextState, NextState]:
+    """The job's next state after receipt ``r`` in each of the three cases ``_apply_params`` sends:
+    ``go``, ``last`` and ``cancel``."""
+    # The backoff's exponent is the attempts that count (NFR-24), as the sweeper's.
+    counted = r.counted_attempt
+    plan = functools.partial(
+        plan_after_attempt,
+        outcome=r.outcome,
+        attempt=counted,
+        retry_after_s=r.retry_after_s,
+        now=now,
+        base=base,
+        cap=cap,
+    )
+    nxt = plan(max_attempts=counted + 1, cancel_requested=False)
+    nxt_last = plan(max_attempts=counted, cancel_requested=False)
+    nxt_cancel = plan(max_attempts=counted + 1, cancel_requested=True)
+    if nxt_cancel.status == JobStatus.QUEUED or (
+        nxt_last.status == JobStatus.QUEUED and r.outcome != AttemptOutcome.DEFERRED
+    ):
+        # The statement sends only `go` back to the queue (and `last` for a deferral, which
+        # is never the last: with the same delay); a rule that retried a cancelled job or a
+        # last attempt would need its own not_before here.
+        raise AssertionError(f"unexpected plan for {r.natural_key}: {nxt_last}, {nxt_cancel}")
+    return nxt, nxt_last, nxt_cancel
 
 
 def _last_error(r: AttemptFinished) -> dict[str, Any] | None:

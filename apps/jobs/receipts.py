@@ -43,7 +43,7 @@ class ResultStored:
     # The URL that gave the stored body after redirects, when it is not the job's own (FR-25);
     # appended: older receipts lack it, older writers ignore it.
     final_url: str | None = None
-    # The target's response headers, bounded and masked (apps.scraping.fetch.response_headers_kept).
+    # The target's response headers, bounded and masked (apps.scraping.fetched.response_headers_kept).
     headers: dict[str, str] | None = None
     # The fetch key this body answers (apps.jobs.singleflight), stored by the fold with the
     # success so that later jobs can be served it (FR-15): set by the worker for a job claimed

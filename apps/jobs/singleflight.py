@@ -1,6 +1,6 @@
 """Single-flight fetch: jobs asking for the same thing share one fetch.
 
-A job's **fetch key** is the SHA-256 of its request fingerprint (``request_fingerprint``: method,
+A job's **fetch key** (``apps.jobs.fetch_keys``) is the SHA-256 of its request fingerprint (method,
 normalised URL, headers, body hash) and of its scope: the tenant, or ``shared`` when the tenant's
 operator let it share fetches (``Tenant.share_fetches``), so sharing happens only between tenants
 that both allow it. The worker computes it, so jobs written by intake and jobs bulk-loaded
@@ -30,17 +30,16 @@ advisory lock on the key, so a job never parks behind a fetch whose waiters were
 
 from __future__ import annotations
 
-import hashlib
 import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from django.db import connection, transaction
 
+from apps.jobs.fetch_keys import job_fetch_key
 from apps.jobs.final_notices import JOB_FINAL_CHANNEL
 from apps.jobs.models import AttemptOutcome, JobStatus, counted_attempts_sql
 
@@ -48,7 +47,6 @@ from apps.jobs.models import AttemptOutcome, JobStatus, counted_attempts_sql
 # message is sent again): less than PostgreSQL's deadlock_timeout (1 s), so in a lock cycle with
 # the writer's fold (which holds job rows and waits for the key) the decision is the one that yields.
 DECIDE_LOCK_TIMEOUT_MS = 500
-_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 # An in-flight row's attempt is still to come (its job queued, elected, not parked, not being
 # cancelled) or running. Anything else: that attempt is over and the row is to be settled.
@@ -57,76 +55,6 @@ LIVE_FETCH_SQL = """(
      AND h.fetch_parked_at IS NULL)
     OR (h.status = 'running' AND h.attempts = f.attempt)
 )"""
-
-
-def normalised_url(url: str) -> str:
-    """The URL as the fingerprint sees it: scheme and host lower-cased, the scheme's default port
-    dropped, an empty path made ``/``, the fragment dropped (it never reaches the target). The
-    query string is kept exactly as given: servers may read repeated or reordered parameters
-    differently, and a shared fetch that answers the wrong question is worse than a second one."""
-    parts = urlsplit(url.strip())
-    scheme = parts.scheme.lower()
-    host = (parts.hostname or "").lower()
-    if ":" in host:  # an IPv6 literal keeps its brackets
-        host = f"[{host}]"
-    port = parts.port
-    netloc = host if port is None or port == _DEFAULT_PORTS.get(scheme) else f"{host}:{port}"
-    if parts.username is not None:
-        userinfo = parts.username + (f":{parts.password}" if parts.password is not None else "")
-        netloc = f"{userinfo}@{netloc}"
-    return urlunsplit((scheme, netloc, parts.path or "/", parts.query, ""))
-
-
-def request_fingerprint(
-    *, method: str, url: str, headers: dict[str, str], body: str | None, render: dict[str, Any] | None = None
-) -> str:
-    """SHA-256 of what decides the target's answer: the method, the normalised URL, every header
-    the caller set (names lower-cased, values stripped, sorted: any header may change the answer,
-    so none is left out) and the SHA-256 of the body (none and empty are the same request).
-    ``render``: a rendered job's browser options (FR-30), which change what is stored; a plain
-    job has none, and its fingerprint is what it always was."""
-    canonical: dict[str, Any] = {
-        "method": method.upper(),
-        "url": normalised_url(url),
-        "headers": sorted((str(k).lower(), str(v).strip()) for k, v in (headers or {}).items()),
-        "body": hashlib.sha256((body or "").encode()).hexdigest(),
-    }
-    if render is not None:
-        canonical["render"] = render
-    return hashlib.sha256(json.dumps(canonical, separators=(",", ":")).encode()).hexdigest()
-
-
-def fetch_key(*, fingerprint: str, tenant_id: uuid.UUID | str, shared: bool, obey_robots: bool) -> str:
-    """The fingerprint within the scope that may share it: the tenant's own, or every sharing
-    tenant's; and under the tenant's robots.txt switch (FR-15): a body fetched for a tenant allowed
-    to ignore robots.txt is never served to one that obeys it, nor the other way round. (The
-    domain policy's and the service's switches are the same for every job of a URL.)"""
-    scope = "shared" if shared else f"tenant:{tenant_id}"
-    robots = "robots:obey" if obey_robots else "robots:ignore"
-    return hashlib.sha256(f"{scope}\n{robots}\n{fingerprint}".encode()).hexdigest()
-
-
-def job_fetch_key(
-    *,
-    method: str,
-    url: str,
-    headers: dict[str, str],
-    body: str | None,
-    render: str,
-    browser_options: dict[str, Any] | None,
-    tenant_id: uuid.UUID | str,
-    share_fetches: bool,
-    obey_robots: bool,
-) -> str:
-    """A job's fetch key from its request and its tenant's two switches: what the decision
-    computes from its read, and the worker from the claim of a job that needed no decision."""
-    rendered = None if render == "none" else {"render": render, "options": browser_options}
-    return fetch_key(
-        fingerprint=request_fingerprint(method=method, url=url, headers=headers, body=body, render=rendered),
-        tenant_id=tenant_id,
-        shared=share_fetches,
-        obey_robots=obey_robots,
-    )
 
 
 @dataclass(frozen=True)

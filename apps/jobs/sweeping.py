@@ -26,7 +26,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from apps.jobs.final_notices import jobs_notify_final
-from apps.jobs.lifecycle import plan_after_attempt
+from apps.jobs.lifecycle import NextState, plan_after_attempt
 from apps.jobs.models import FINAL_STATUSES, AttemptOutcome, JobStatus, counted_attempts
 from apps.jobs.singleflight import LIVE_FETCH_SQL, jobs_fetch_settle
 
@@ -115,6 +115,62 @@ def jobs_release_held(
     return stats
 
 
+# SKIP LOCKED: a job row locked by another sweeper, a claim or the writer is not ours this tick.
+# ``{which}`` says which running jobs (expired, or named and still ours), ``{spared}`` leaves out
+# those ``keep`` already spared in this sweep.
+_TAKE_RUNNING_SQL = """
+    SELECT j.id, j.attempts, j.deferred_attempts, j.max_attempts,
+           j.cancel_requested_at IS NOT NULL, j.lease_owner,
+           a.id
+      FROM jobs_job AS j
+      LEFT JOIN jobs_attempt AS a ON a.job_id = j.id AND a.number = j.attempts
+     WHERE j.status = 'running' AND {which} {spared}
+     ORDER BY j.lease_expires_at
+     LIMIT %s
+       FOR UPDATE OF j SKIP LOCKED
+    """
+
+# Fenced on (running, attempt n, and still expired / still ours): the rows are locked, so this is
+# belt and braces, but it keeps the rule where the write happens. A worker that tries to renew
+# after this commit finds its attempt no longer running and stops; its late receipt is stale
+# (apps.jobs.receipt_fold.attempts_apply_finished).
+_MOVE_LOST_SQL = """
+    UPDATE jobs_job AS j
+       SET status = s.status, version = j.version + 1,
+           not_before = CASE WHEN s.status = 'queued' THEN s.not_before END,
+           published_at = NULL,
+           lease_owner = NULL, lease_expires_at = NULL,
+           last_error = %s::jsonb,
+           finished_at = CASE WHEN s.status = 'queued' THEN NULL ELSE %s::timestamptz END,
+           final_published_at = NULL,
+           updated_at = %s
+      FROM unnest(%s::uuid[], %s::int[], %s::text[], %s::timestamptz[])
+           AS s(id, attempt, status, not_before)
+     WHERE j.id = s.id AND j.status = 'running' AND j.attempts = s.attempt
+       AND {which}
+ RETURNING j.id, j.status, s.attempt
+    """
+
+# Close the open attempt as lost. The attempt row normally exists (job_claim writes it); if it
+# does not, write it, so the history always shows the attempt that was lost.
+_CLOSE_LOST_ATTEMPTS_SQL = """
+    INSERT INTO jobs_attempt (job_id, number, worker, started_at, finished_at, outcome,
+                              error_class, error, duration_ms)
+    SELECT s.id, s.attempt, s.owner, %s, %s, %s, %s, %s, 0
+      FROM unnest(%s::uuid[], %s::int[], %s::text[]) AS s(id, attempt, owner)
+        ON CONFLICT (job_id, number) DO UPDATE
+       SET finished_at = EXCLUDED.finished_at, outcome = EXCLUDED.outcome,
+           error_class = EXCLUDED.error_class, error = EXCLUDED.error,
+           duration_ms = GREATEST(0, (EXTRACT(EPOCH FROM (EXCLUDED.finished_at
+                          - jobs_attempt.started_at)) * 1000)::int)
+     WHERE jobs_attempt.finished_at IS NULL
+    """
+
+# A running job taken by the sweep: (job id, attempts, deferred attempts, max attempts,
+# cancel requested, lease owner, open attempt's id or None).
+_Row = tuple[Any, ...]
+
+
 def _lose_running_attempts(
     *,
     batch_size: int,
@@ -134,142 +190,146 @@ def _lose_running_attempts(
     database's: the transaction's ``now()``."""
     if job_ids is None:
         # Uses the partial index jobs_running_by_lease.
-        which = "{t}lease_expires_at < now() - make_interval(secs => %s)"
+        which = "j.lease_expires_at < now() - make_interval(secs => %s)"
         which_params: list[Any] = [float(expired_for_s)]
     else:
-        which = "{t}id = ANY(%s::uuid[]) AND starts_with({t}lease_owner, %s)"
+        which = "j.id = ANY(%s::uuid[]) AND starts_with(j.lease_owner, %s)"
         which_params = [job_ids, lease_owner_prefix or ""]
-    # Jobs ``keep`` already spared in this sweep are not taken (and asked about) again.
-    spared, spared_params = ("AND j.id <> ALL(%s::uuid[])", [kept]) if kept else ("", [])
     with transaction.atomic(), connection.cursor() as cur:
         # The database's clock for the retry times and the attempt's end written below; now() is
         # the same instant in every statement of this transaction.
         cur.execute("SELECT now()")
         now: datetime = cur.fetchone()[0]
-        # SKIP LOCKED: a job row locked by another sweeper, a claim or the writer is not ours
-        # this tick.
-        cur.execute(
-            f"""
-            SELECT j.id, j.attempts, j.deferred_attempts, j.max_attempts,
-                   j.cancel_requested_at IS NOT NULL, j.lease_owner,
-                   a.id
-              FROM jobs_job AS j
-              LEFT JOIN jobs_attempt AS a ON a.job_id = j.id AND a.number = j.attempts
-             WHERE j.status = 'running' AND {which.format(t="j.")} {spared}
-             ORDER BY j.lease_expires_at
-             LIMIT %s
-               FOR UPDATE OF j SKIP LOCKED
-            """,
-            [*which_params, *spared_params, batch_size],
-        )
-        rows = cur.fetchall()
-        # The writer folding this very attempt's receipt locks the attempt row first, then the
-        # job row. Taking the attempt rows with SKIP LOCKED too leaves such a job to the writer
-        # (its receipt decides) instead of deadlocking with it or overruling its outcome.
-        attempt_ids = [r[6] for r in rows if r[6] is not None]
-        if attempt_ids:
-            cur.execute(
-                "SELECT id FROM jobs_attempt WHERE id = ANY(%s) FOR UPDATE SKIP LOCKED", [attempt_ids]
-            )
-            locked = {r[0] for r in cur.fetchall()}
-            rows = [r for r in rows if r[6] is None or r[6] in locked]
+        rows = _take_running(cur, which=which, which_params=which_params, kept=kept, batch_size=batch_size)
         taken = len(rows)
         if keep is not None and rows:
-            alive = keep([(str(r[0]), r[1]) for r in rows])
-            if alive:
-                spare = [r for r in rows if (str(r[0]), r[1]) in alive]
-                rows = [r for r in rows if (str(r[0]), r[1]) not in alive]
-                stats.kept += len(spare)
-                if kept is not None:
-                    kept.extend(str(r[0]) for r in spare)
+            rows = _spare_kept(rows, keep=keep, stats=stats, kept=kept)
         if not rows:
             return taken
-        ids, numbers, statuses, not_befores, owners = [], [], [], [], []
-        for job_id, attempt, deferred, max_attempts, cancel_requested, owner, _attempt_id in rows:
-            # A lost attempt counts as a temporary failure: retried after a backoff, or failed
-            # when it was the last one. It spends an attempt, so a job that kills its workers
-            # (a body that exhausts memory, say) cannot loop forever.
-            nxt = plan_after_attempt(
-                outcome=AttemptOutcome.LOST,
-                attempt=counted_attempts(attempts=attempt, deferred_attempts=deferred),
-                max_attempts=max_attempts,
-                cancel_requested=cancel_requested,
-                retry_after_s=None,
-                now=now,
-                base=settings.SCRAPEJOBS_RETRY_BASE_S,
-                cap=settings.SCRAPEJOBS_RETRY_CAP_S,
-                rng=rng,
-            )
-            ids.append(str(job_id))
-            numbers.append(attempt)
-            statuses.append(str(nxt.status))
-            not_befores.append(nxt.not_before)
-            owners.append(owner or "")
-        last_error = json.dumps({"class": error_class, "message": message, "http_status": None})
-        # Fenced on (running, attempt n, and still expired / still ours): the rows are locked, so
-        # this is belt and braces, but it keeps the rule where the write happens. A worker that
-        # tries to renew after this commit finds its attempt no longer running and stops; its
-        # late receipt is stale (apps.jobs.receipt_fold.attempts_apply_finished).
-        cur.execute(
-            f"""
-            UPDATE jobs_job AS j
-               SET status = s.status, version = j.version + 1,
-                   not_before = CASE WHEN s.status = 'queued' THEN s.not_before END,
-                   published_at = NULL,
-                   lease_owner = NULL, lease_expires_at = NULL,
-                   last_error = %s::jsonb,
-                   finished_at = CASE WHEN s.status = 'queued' THEN NULL ELSE %s::timestamptz END,
-                   final_published_at = NULL,
-                   updated_at = %s
-              FROM unnest(%s::uuid[], %s::int[], %s::text[], %s::timestamptz[])
-                   AS s(id, attempt, status, not_before)
-             WHERE j.id = s.id AND j.status = 'running' AND j.attempts = s.attempt
-               AND {which.format(t="j.")}
-         RETURNING j.id, j.status, s.attempt
-            """,
-            [last_error, now, now, ids, numbers, statuses, not_befores, *which_params],
-        )
-        moved = cur.fetchall()
-        owner_of = dict(zip(ids, owners, strict=True))
-        # Close the open attempt as lost. The attempt row normally exists (job_claim writes it);
-        # if it does not, write it, so the history always shows the attempt that was lost.
-        cur.execute(
-            """
-            INSERT INTO jobs_attempt (job_id, number, worker, started_at, finished_at, outcome,
-                                      error_class, error, duration_ms)
-            SELECT s.id, s.attempt, s.owner, %s, %s, %s, %s, %s, 0
-              FROM unnest(%s::uuid[], %s::int[], %s::text[]) AS s(id, attempt, owner)
-                ON CONFLICT (job_id, number) DO UPDATE
-               SET finished_at = EXCLUDED.finished_at, outcome = EXCLUDED.outcome,
-                   error_class = EXCLUDED.error_class, error = EXCLUDED.error,
-                   duration_ms = GREATEST(0, (EXTRACT(EPOCH FROM (EXCLUDED.finished_at
-                                  - jobs_attempt.started_at)) * 1000)::int)
-             WHERE jobs_attempt.finished_at IS NULL
-            """,
-            [
-                now,
-                now,
-                AttemptOutcome.LOST.value,
-                error_class,
-                message,
-                [str(i) for i, _, _ in moved],
-                [n for _, _, n in moved],
-                [owner_of[str(i)] for i, _, _ in moved],
-            ],
+        plans = [(row, _plan_lost(row, now=now, rng=rng)) for row in rows]
+        moved = _write_lost(
+            cur,
+            plans=plans,
+            now=now,
+            which=which,
+            which_params=which_params,
+            error_class=error_class,
+            message=message,
         )
         finals = [str(i) for i, status, _ in moved if status in FINAL_STATUSES]
         jobs_notify_final(finals)  # inside this transaction: heard only once it commits
         # A lost attempt that was fetching for others hands the fetch over to one of them.
         jobs_fetch_settle([str(i) for i, _, _ in moved])
-        for _, status, _ in moved:
-            if status == JobStatus.QUEUED:
-                stats.requeued += 1
-            elif status == JobStatus.FAILED:
-                stats.failed += 1
-            elif status == JobStatus.CANCELLED:
-                stats.cancelled += 1
-        stats.final_ids.extend(finals)
+        _count_moved(stats, moved=moved, finals=finals)
         return taken
+
+
+def _write_lost(
+    cur: Any,
+    *,
+    plans: list[tuple[_Row, NextState]],
+    now: datetime,
+    which: str,
+    which_params: list[Any],
+    error_class: str,
+    message: str,
+) -> list[tuple[Any, str, int]]:
+    """Move each planned job on and close its attempt as lost: the jobs moved, as (id, new
+    status, attempt number)."""
+    last_error = json.dumps({"class": error_class, "message": message, "http_status": None})
+    cur.execute(
+        _MOVE_LOST_SQL.format(which=which),
+        [
+            last_error,
+            now,
+            now,
+            [str(r[0]) for r, _ in plans],
+            [r[1] for r, _ in plans],
+            [str(nxt.status) for _, nxt in plans],
+            [nxt.not_before for _, nxt in plans],
+            *which_params,
+        ],
+    )
+    moved = cur.fetchall()
+    owner_of = {str(r[0]): r[5] or "" for r, _ in plans}
+    cur.execute(
+        _CLOSE_LOST_ATTEMPTS_SQL,
+        [
+            now,
+            now,
+            AttemptOutcome.LOST.value,
+            error_class,
+            message,
+            [str(i) for i, _, _ in moved],
+            [n for _, _, n in moved],
+            [owner_of[str(i)] for i, _, _ in moved],
+        ],
+    )
+    return moved
+
+
+def _take_running(
+    cur: Any, *, which: str, which_params: list[Any], kept: list[str] | None, batch_size: int
+) -> list[_Row]:
+    """Lock a batch of the running jobs ``which`` names, with their open attempts."""
+    # Jobs ``keep`` already spared in this sweep are not taken (and asked about) again.
+    spared, spared_params = ("AND j.id <> ALL(%s::uuid[])", [kept]) if kept else ("", [])
+    cur.execute(
+        _TAKE_RUNNING_SQL.format(which=which, spared=spared), [*which_params, *spared_params, batch_size]
+    )
+    rows = cur.fetchall()
+    # The writer folding this very attempt's receipt locks the attempt row first, then the job
+    # row. Taking the attempt rows with SKIP LOCKED too leaves such a job to the writer (its
+    # receipt decides) instead of deadlocking with it or overruling its outcome.
+    attempt_ids = [r[6] for r in rows if r[6] is not None]
+    if attempt_ids:
+        cur.execute("SELECT id FROM jobs_attempt WHERE id = ANY(%s) FOR UPDATE SKIP LOCKED", [attempt_ids])
+        locked = {r[0] for r in cur.fetchall()}
+        rows = [r for r in rows if r[6] is None or r[6] in locked]
+    return rows
+
+
+def _spare_kept(rows: list[_Row], *, keep: Keep, stats: SweepStats, kept: list[str] | None) -> list[_Row]:
+    """The rows ``keep`` does not vouch for; those it does stay running, counted in ``stats``."""
+    alive = keep([(str(r[0]), r[1]) for r in rows])
+    if not alive:
+        return rows
+    spare = [r for r in rows if (str(r[0]), r[1]) in alive]
+    stats.kept += len(spare)
+    if kept is not None:
+        kept.extend(str(r[0]) for r in spare)
+    return [r for r in rows if (str(r[0]), r[1]) not in alive]
+
+
+def _plan_lost(row: _Row, *, now: datetime, rng: random.Random | None) -> NextState:
+    """Where a job whose attempt was lost goes next.
+
+    A lost attempt counts as a temporary failure: retried after a backoff, or failed when it was
+    the last one. It spends an attempt, so a job that kills its workers (a body that exhausts
+    memory, say) cannot loop forever."""
+    _job_id, attempt, deferred, max_attempts, cancel_requested, _owner, _attempt_id = row
+    return plan_after_attempt(
+        outcome=AttemptOutcome.LOST,
+        attempt=counted_attempts(attempts=attempt, deferred_attempts=deferred),
+        max_attempts=max_attempts,
+        cancel_requested=cancel_requested,
+        retry_after_s=None,
+        now=now,
+        base=settings.SCRAPEJOBS_RETRY_BASE_S,
+        cap=settings.SCRAPEJOBS_RETRY_CAP_S,
+        rng=rng,
+    )
+
+
+def _count_moved(stats: SweepStats, *, moved: list[tuple[Any, str, int]], finals: list[str]) -> None:
+    for _, status, _ in moved:
+        if status == JobStatus.QUEUED:
+            stats.requeued += 1
+        elif status == JobStatus.FAILED:
+            stats.failed += 1
+        elif status == JobStatus.CANCELLED:
+            stats.cancelled += 1
+    stats.final_ids.extend(finals)
 
 
 def jobs_sweep_unclaimed(*, older_than_s: float | None = None, batch_size: int = SWEEP_BATCH_SIZE) -> int:

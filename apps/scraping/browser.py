@@ -24,6 +24,10 @@ interception (``Page`` handler given in ``RenderSpec.answer``), and Chromium is 
 proxy that goes nowhere (``--proxy-server`` to the discard port, loopback not bypassed) and a
 resolver that resolves nothing, so a request the interception does not see (it sees every one it
 is documented to) fails instead of reaching anything.
+
+A page's own work, in its context (the interception, navigation and snapshot), is
+``apps.scraping.browser_page``'s; finding, and killing, Chromium's processes
+``apps.scraping.chromium_processes``'.
 """
 
 from __future__ import annotations
@@ -31,18 +35,16 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-import os
-import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
 
+from apps.scraping.browser_page import PAGE_FETCH_THREADS, PageInterception, Rendered, RenderSpec, page_render
+from apps.scraping.chromium_processes import main_chromiums, process_alive, process_group_kill
 from apps.scraping.errors import FetchError
 
 logger = logging.getLogger(__name__)
@@ -67,55 +69,16 @@ CHROMIUM_ARGS = (
     "--js-flags=--max-old-space-size=256",
     "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
 )
-# Requests one page has fetched at once, as a browser would: a page past it waits for its own
-# threads, never takes another page's share of the pool (6 per page it renders at once).
-PAGE_FETCH_THREADS = 6
 # How long closing a page's browser context may take; past it its Chromium is killed and the
 # pool starts another (a hung Chromium never keeps a slot).
 CONTEXT_CLOSE_TIMEOUT_S = 10.0
 # How long a Celery thread waits for the loop between two checks of its attempt's lease.
 _POLL_S = 0.25
-# The program names of a main Chromium process (Debian's, Google's, Playwright's headless shell).
-_CHROMIUM_NAMES = frozenset({b"chromium", b"chrome", b"chromium-browser", b"headless_shell"})
 # How often the loop looks whether each Chromium's main process is still alive.
 _WATCH_S = 0.5
 # Past the render's own deadline, how long the loop gets to give up by itself before the render
 # is abandoned and its Chromium retired (a hung browser).
 _HUNG_GRACE_S = 5.0
-
-
-@dataclass(frozen=True)
-class SubAnswer:
-    """What the interception does with one request: ``fulfill`` it with ``status``, ``headers``
-    and ``body`` (fetched by the guarded fetcher), ``block`` it (refused: counted as blocked), or
-    ``fail`` it (the fetch failed: a network error for the page)."""
-
-    action: str  # fulfill, block, fail
-    status: int = 200
-    headers: dict[str, str] = field(default_factory=dict)
-    body: bytes = b""
-    reason: str = ""
-
-
-# (url, method, headers, body, resource type, is the page's main document) -> what to do.
-Answer = Callable[[str, str, dict[str, str], bytes | None, str, bool], SubAnswer]
-
-
-@dataclass(frozen=True)
-class RenderSpec:
-    url: str  # the document's URL, after its redirects
-    options: dict[str, Any]  # Job.browser_options
-    user_agent: str
-    deadline: float  # time.monotonic()
-    answer: Answer
-
-
-@dataclass
-class Rendered:
-    html: str
-    screenshot: bytes | None
-    made: int  # requests the page made besides its document
-    blocked: int  # of those, not let through
 
 
 class BrowserCrashed(Exception):
@@ -129,60 +92,6 @@ class _Chromium:
     pages: int = 0
     in_flight: int = 0
     retired: bool = False
-
-
-def process_tree(root: int) -> list[int]:
-    """The descendants of ``root``, from /proc (empty where there is none)."""
-    children: dict[int, list[int]] = {}
-    try:
-        entries = list(Path("/proc").iterdir())
-    except OSError:
-        return []
-    for entry in entries:
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    found, todo = [], [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def main_chromiums(root: int | None = None) -> set[int]:
-    """The main Chromium processes under ``root`` (this process by default); its helpers rewrite
-    their command line into one string holding ``--type=``."""
-    found = set()
-    for pid in process_tree(os.getpid() if root is None else root):
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if argv[0].rsplit(b"/", 1)[-1] in _CHROMIUM_NAMES and not any(b"--type=" in arg for arg in argv):
-            found.add(pid)
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
-
-
-def _kill_group(pid: int) -> None:
-    """Kill what is left of a Chromium: its process group (Playwright starts it as the leader of
-    one, and its helpers stay in it). Its helpers hold the pipe to Playwright open, so until they
-    are gone Playwright would not notice that the browser died."""
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 class BrowserPool:
@@ -278,9 +187,9 @@ class BrowserPool:
         while True:
             await asyncio.sleep(_WATCH_S)
             for chromium in list(self._chromiums):
-                if chromium.pid is not None and not _alive(chromium.pid):
+                if chromium.pid is not None and not process_alive(chromium.pid):
                     logger.warning("Chromium (pid %s) died; its renders in flight are retried", chromium.pid)
-                    _kill_group(chromium.pid)
+                    process_group_kill(chromium.pid)
                     self._chromiums.discard(chromium)
                     self._retire(chromium)
 
@@ -339,8 +248,8 @@ class BrowserPool:
             await asyncio.wait_for(chromium.browser.close(), timeout=10)
         except Exception:  # noqa: BLE001 - already gone (crashed, killed) or hung
             logger.debug("closing a retired Chromium failed", exc_info=True)
-        if chromium.pid is not None and _alive(chromium.pid):
-            _kill_group(chromium.pid)
+        if chromium.pid is not None and process_alive(chromium.pid):
+            process_group_kill(chromium.pid)
 
     async def _render(self, spec: RenderSpec) -> Rendered:
         from playwright.async_api import Error as PlaywrightError  # noqa: PLC0415
@@ -379,8 +288,8 @@ class BrowserPool:
                     asyncio.ensure_future(self._close(chromium))
 
     async def _page(self, chromium: _Chromium, spec: RenderSpec) -> Rendered:
-        options = spec.options
-        viewport = options.get("viewport") or {}
+        """``spec`` rendered in a fresh browser context of ``chromium``, closed afterwards."""
+        viewport = spec.options.get("viewport") or {}
         context = await chromium.browser.new_context(
             viewport={"width": int(viewport.get("width", 1280)), "height": int(viewport.get("height", 800))},
             user_agent=spec.user_agent,
@@ -388,119 +297,27 @@ class BrowserPool:
             service_workers="block",
             accept_downloads=False,
         )
-        counts = {"made": 0, "blocked": 0}
-        document_served = False
-        loop = asyncio.get_running_loop()
-        # This page's share of the fetch threads, and its fetches still queued or running: those
-        # are cancelled when the page is closed (a queued one never starts).
-        share = asyncio.Semaphore(PAGE_FETCH_THREADS)
-        pending: set[asyncio.Future[Any]] = set()
-        closed = False
-
-        async def on_request(route: Any) -> None:
-            nonlocal document_served
-            request = route.request
-            main_navigation = request.is_navigation_request() and request.frame.parent_frame is None
-            is_document = main_navigation and not document_served
-            if is_document:
-                document_served = True
-            else:
-                counts["made"] += 1
-            if main_navigation and not is_document:
-                # A script sending the page elsewhere: the job is this document, and another
-                # one would have had no politeness permit of its own.
-                counts["blocked"] += 1
-                await route.abort("blockedbyclient")
-                return
-            try:
-                body = request.post_data_buffer
-                async with share:
-                    if closed:
-                        return
-                    future = loop.run_in_executor(
-                        self._fetchers,
-                        _answer_in_thread,
-                        spec.answer,
-                        request.url,
-                        request.method,
-                        dict(request.headers),
-                        body,
-                        request.resource_type,
-                        is_document,
-                    )
-                    pending.add(future)
-                    try:
-                        answer = await future
-                    finally:
-                        pending.discard(future)
-            except asyncio.CancelledError:
-                return  # the page was closed
-            except Exception:  # noqa: BLE001 - the page gets a network error, the render goes on
-                logger.warning("answering %s failed", request.url, exc_info=True)
-                answer = SubAnswer("fail", reason="internal error")
-            if answer.action == "fulfill":
-                await route.fulfill(status=answer.status, headers=answer.headers, body=answer.body)
-                return
-            if answer.action == "block" and not is_document:
-                counts["blocked"] += 1
-            await route.abort("blockedbyclient" if answer.action == "block" else "failed")
-
-        async def on_websocket(ws: Any) -> None:
-            # Websockets are not fetched for the page: blocked (NFR-32), never connected.
-            counts["made"] += 1
-            counts["blocked"] += 1
-            await ws.close(code=1008, reason="websockets are blocked")
-
+        interception = PageInterception(spec=spec, fetchers=self._fetchers)
         try:
-            await context.route("**/*", on_request)
-            await context.route_web_socket("**/*", on_websocket)
-            page = await context.new_page()
-            # Pages it opens (window.open) are closed at once: one page per job.
-            context.on(
-                "page", lambda extra: asyncio.ensure_future(extra.close()) if extra is not page else None
-            )
-            await page.goto(spec.url, wait_until=options.get("wait_until", "load"), timeout=_left_ms(spec))
-            selector = options.get("wait_for_selector")
-            if selector:
-                await page.wait_for_selector(selector, state="attached", timeout=_left_ms(spec))
-            html = await page.content()
-            screenshot = None
-            if options.get("screenshot"):
-                screenshot = await page.screenshot(full_page=True, type="png", timeout=_left_ms(spec))
-            return Rendered(html=html, screenshot=screenshot, made=counts["made"], blocked=counts["blocked"])
+            return await page_render(context, spec, interception)
         finally:
-            closed = True
-            for future in list(pending):
-                future.cancel()
-            try:
-                await asyncio.wait_for(context.close(), timeout=CONTEXT_CLOSE_TIMEOUT_S)
-            except TimeoutError:
-                # A hung Chromium: no new page for it, and killed now rather than when its
-                # last page ends (this one may be its last, and hung).
-                logger.warning(
-                    "closing a browser context took over %ss: its Chromium is killed", CONTEXT_CLOSE_TIMEOUT_S
-                )
-                self._retire(chromium)
-                if chromium.pid is not None and _alive(chromium.pid):
-                    _kill_group(chromium.pid)
-            except Exception:  # noqa: BLE001 - the browser is gone: nothing left to close
-                logger.debug("closing a browser context failed", exc_info=True)
+            interception.close()
+            await self._context_close(context, chromium)
 
-
-def _answer_in_thread(answer: Answer, *args: Any) -> SubAnswer:
-    """``answer`` on a fetch thread; the thread's database connection (a domain policy read) is
-    given back when it is done, since the thread outlives the page."""
-    try:
-        return answer(*args)
-    finally:
-        connection.close()
-
-
-def _left_ms(spec: RenderSpec) -> float:
-    left = spec.deadline - time.monotonic()
-    if left <= 0:
-        raise FetchError("timeout", "the render did not end within the job's timeout", permanent=False)
-    return left * 1000
+    async def _context_close(self, context: Any, chromium: _Chromium) -> None:
+        try:
+            await asyncio.wait_for(context.close(), timeout=CONTEXT_CLOSE_TIMEOUT_S)
+        except TimeoutError:
+            # A hung Chromium: no new page for it, and killed now rather than when its
+            # last page ends (this one may be its last, and hung).
+            logger.warning(
+                "closing a browser context took over %ss: its Chromium is killed", CONTEXT_CLOSE_TIMEOUT_S
+            )
+            self._retire(chromium)
+            if chromium.pid is not None and process_alive(chromium.pid):
+                process_group_kill(chromium.pid)
+        except Exception:  # noqa: BLE001 - the browser is gone: nothing left to close
+            logger.debug("closing a browser context failed", exc_info=True)
 
 
 _pool: BrowserPool | None = None

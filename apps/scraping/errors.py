@@ -30,7 +30,7 @@ invalid_url            yes        a URL urllib3 cannot use (intake validates fir
 robots_disallowed      yes        the host's robots.txt disallows the URL; it was not requested
 proxy_auth             yes        the egress proxy answered 407: its credentials are wrong
 redirect_deferred      (none)     not a failure: a redirect hop's domain had no turn; the attempt
-                                  is ``deferred`` and not counted (apps.scraping.fetch)
+                                  is ``deferred`` and not counted (apps.scraping.redirect_hops)
 =====================  =========  ============================================================
 """
 

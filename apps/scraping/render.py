@@ -45,9 +45,11 @@ from apps.jobs.receipts import ResultStored
 from apps.outbound.interrupt import FetchInterrupt
 from apps.politeness.limiter import domain_token_try
 from apps.results.storage import result_key, result_store, screenshot_key
-from apps.scraping.browser import RenderSpec, SubAnswer, browser_pool
+from apps.scraping.browser import browser_pool
+from apps.scraping.browser_page import Rendered, RenderSpec, SubAnswer
 from apps.scraping.errors import FetchError
-from apps.scraping.fetch import Fetched, FetchLimits, FetchRequest, fetch_open
+from apps.scraping.fetch import FetchRequest, fetch_open
+from apps.scraping.fetched import Fetched, FetchLimits
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +111,7 @@ def _declared_length(headers: Mapping[str, str]) -> int | None:
 
 
 class PageRequests:
-    """Every request of one page (``browser.Answer``): the document from what the worker fetched,
+    """Every request of one page (``browser_page.Answer``): the document from what the worker fetched,
     the rest as the module docstring says. Called from several fetch threads at once."""
 
     def __init__(self, *, document: Document, options: dict, deadline: float, limits: FetchLimits):
@@ -180,6 +182,13 @@ class PageRequests:
                 headers={"content-type": self.document.content_type or "text/html"},
                 body=self.document.body,
             )
+        refused = self._refusal(url, method=method, resource_type=resource_type)
+        if refused is not None:
+            return refused
+        return self._fetched(url, method=method, headers=headers, body=body)
+
+    def _refusal(self, url: str, *, method: str, resource_type: str) -> SubAnswer | None:
+        """Why the page's request is blocked before any fetch; None when it may be fetched."""
         self.asked += 1  # an approximate count across threads is enough for a cap
         if self.asked > MAX_SUBREQUESTS:
             return SubAnswer("block", reason="too many requests")
@@ -195,6 +204,11 @@ class PageRequests:
                 return SubAnswer("block", reason=f"no token of {host} now")
         except redis.RedisError:
             return SubAnswer("block", reason="politeness state unavailable")
+        return None
+
+    def _fetched(self, url: str, *, method: str, headers: dict[str, str], body: bytes | None) -> SubAnswer:
+        """The page's request fetched through the guarded fetcher, its answer within the page's
+        budget of time and bytes."""
         left = self.deadline - time.monotonic()
         if left <= 0:
             return SubAnswer("fail", reason="the job's timeout passed")
@@ -240,13 +254,7 @@ def render_and_store(
     what ``check`` raises, or ``ResultStoreFailed``, as the plain fetch does."""
     deadline = time.monotonic() + claimed.timeout_s  # timeout_s bounds the whole render
     limits = FetchLimits.from_settings()
-    with fetch_open(request=request, limits=limits, check=check, interrupt=interrupt) as fetched:
-        document = Document(
-            url=fetched.url,
-            status=fetched.status,
-            content_type=fetched.content_type,
-            body=b"".join(fetched.chunks()),
-        )
+    document = _document_fetch(request=request, limits=limits, check=check, interrupt=interrupt)
     options = claimed.browser_options or {}
     user_agent = next((v for k, v in claimed.headers.items() if k.lower() == "user-agent"), limits.user_agent)
     page_limits = FetchLimits(
@@ -266,6 +274,28 @@ def render_and_store(
             "body_too_large", f"rendered page larger than {limits.max_bytes} bytes", permanent=True
         )
     check()
+    return _rendered_store(
+        claimed=claimed, rendered=rendered, html=html, document=document, store_deadline=store_deadline
+    )
+
+
+def _document_fetch(
+    *, request: FetchRequest, limits: FetchLimits, check: Callable[[], None], interrupt: FetchInterrupt | None
+) -> Document:
+    """The page's document, fetched as a plain job's body is (redirects, politeness, robots.txt)."""
+    with fetch_open(request=request, limits=limits, check=check, interrupt=interrupt) as fetched:
+        return Document(
+            url=fetched.url,
+            status=fetched.status,
+            content_type=fetched.content_type,
+            body=b"".join(fetched.chunks()),
+        )
+
+
+def _rendered_store(
+    *, claimed: ClaimedJob, rendered: Rendered, html: bytes, document: Document, store_deadline: float
+) -> RenderedAttempt:
+    """Store the screenshot (when taken) and the rendered HTML, the job's result."""
     if rendered.screenshot is not None:
         body_key = result_key(job_id=claimed.id, attempt=claimed.attempt)
         result_store(

@@ -16,7 +16,7 @@ from apps.jobs.claims import job_claim
 from apps.jobs.intake import job_create
 from apps.jobs.models import Attempt, Job, JobStatus
 from apps.jobs.receipt_fold import attempts_apply_finished
-from apps.scraping.attempt import claimed_attempt_fetch_and_store
+from apps.scraping.fetch_and_store import claimed_attempt_fetch_and_store
 from apps.tenants.models import Tenant
 from apps.tenants.services import tenant_create
 from tests.support.target import TargetServer, body_for

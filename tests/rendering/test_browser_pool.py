@@ -12,8 +12,10 @@ from django.conf import settings
 
 from apps.politeness.models import DomainPolicy
 from apps.politeness.selectors import domain_limits_cache_clear
-from apps.scraping.browser import BrowserPool, RenderSpec
-from apps.scraping.fetch import FetchLimits, FetchRequest, fetch_open
+from apps.scraping.browser import BrowserPool
+from apps.scraping.browser_page import RenderSpec
+from apps.scraping.fetch import FetchRequest, fetch_open
+from apps.scraping.fetched import FetchLimits
 from apps.scraping.render import Document, PageRequests
 from tests.rendering.pages import Page
 

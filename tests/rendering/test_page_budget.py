@@ -13,8 +13,9 @@ import pytest
 
 from apps.politeness.models import DomainPolicy
 from apps.politeness.selectors import domain_limits_cache_clear
-from apps.scraping.browser import CHROMIUM_ARGS, PAGE_FETCH_THREADS
-from apps.scraping.fetch import FetchLimits
+from apps.scraping.browser import CHROMIUM_ARGS
+from apps.scraping.browser_page import PAGE_FETCH_THREADS
+from apps.scraping.fetched import FetchLimits
 from apps.scraping.render import MAX_SUBREQUESTS, PAGE_MAX_BYTES, Document, PageRequests
 
 pytestmark = pytest.mark.django_db

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import pytest
 from django.test import Client, override_settings
 
-from apps.scraping.browser import main_chromiums
+from apps.scraping.chromium_processes import main_chromiums
 from tests.rendering.pages import Page, PageServer
 from tests.support.connect_proxy import ConnectProxy
 from tests.support.procs import wait_for

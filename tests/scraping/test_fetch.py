@@ -10,7 +10,8 @@ from django.test import override_settings
 
 from apps.outbound import addresses, connections
 from apps.scraping.errors import FetchError, parse_retry_after
-from apps.scraping.fetch import FetchLimits, FetchRequest, fetch_open
+from apps.scraping.fetch import FetchRequest, fetch_open
+from apps.scraping.fetched import FetchLimits
 from tests.scraping.servers import extra_server
 from tests.support.target import body_for
 

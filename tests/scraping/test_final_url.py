@@ -14,7 +14,7 @@ from apps.jobs.receipt_fold import attempts_apply_finished
 from apps.jobs.receipts import receipt_decode, receipt_encode
 from apps.jobs.singleflight import job_fetch_decide
 from apps.scraping.attempt import job_run_attempt
-from apps.scraping.fetch import MAX_KEPT_HEADERS, response_headers_kept
+from apps.scraping.fetched import MAX_KEPT_HEADERS, response_headers_kept
 from tests.scraping.test_attempts import _job
 
 pytestmark = pytest.mark.django_db

@@ -12,7 +12,8 @@ from apps.outbound import addresses, connections
 from apps.outbound.addresses import resolve_allowed
 from apps.outbound.interrupt import FetchInterrupt
 from apps.scraping.errors import FetchError
-from apps.scraping.fetch import FetchLimits, FetchRequest, fetch_open
+from apps.scraping.fetch import FetchRequest, fetch_open
+from apps.scraping.fetched import FetchLimits
 from tests.support.procs import wait_for
 
 LIMITS = FetchLimits(connect_timeout_s=5, max_bytes=1_000_000, max_redirects=5, user_agent="scrapejobs-test")

@@ -10,11 +10,12 @@ import pytest
 
 from apps.jobs.cancel_requeue import job_cancel
 from apps.jobs.claims import job_claim
+from apps.jobs.fetch_keys import normalised_url, request_fingerprint
 from apps.jobs.intake import job_create
 from apps.jobs.models import Attempt, AttemptOutcome, InFlightFetch, Job
 from apps.jobs.receipt_fold import attempts_apply_finished
 from apps.jobs.receipts import AttemptFinished, ResultStored
-from apps.jobs.singleflight import job_fetch_decide, normalised_url, request_fingerprint
+from apps.jobs.singleflight import job_fetch_decide
 from apps.jobs.sweeping import jobs_lose_expired_leases
 from tests.support.factories import job_make
 

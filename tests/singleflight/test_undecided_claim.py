@@ -17,7 +17,7 @@ import pytest
 import redis
 from django.conf import settings
 
-from apps.jobs import singleflight
+from apps.jobs import fetch_keys, singleflight
 from apps.jobs.models import Attempt, Job, JobStatus
 from apps.publishing.publisher import outbox_publish
 from apps.scraping.tasks import scrape_job
@@ -75,7 +75,7 @@ def _deliver(job: Job, *, drop: tuple[str, ...] = ()) -> Job:
 
 def _expected_key(job: Job) -> str:
     tenant = Tenant.objects.get(id=job.tenant_id)
-    return singleflight.job_fetch_key(
+    return fetch_keys.job_fetch_key(
         method=job.method,
         url=job.url,
         headers=job.headers,
