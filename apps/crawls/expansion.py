@@ -39,7 +39,7 @@ from apps.crawls.services import crawl_end_if_done
 from apps.crawls.sitemaps import MAX_BYTES as SITEMAP_MAX_BYTES
 from apps.crawls.sitemaps import SitemapEntries, SitemapRefused, sitemap_read
 from apps.jobs.singleflight import normalised_url
-from apps.politeness.robots import product_token
+from apps.politeness.robots_rules import product_token
 from apps.redis_clients import state_redis
 from apps.results.storage import result_read_chunks
 
