@@ -27,7 +27,8 @@ import pyarrow.compute as pc
 from django.conf import settings
 
 from apps.batches.columns import Checked, plain_rows, plain_table, rows_table
-from apps.intake.serializers import JobCreateInput, hostname_of, job_create_input_lean
+from apps.intake.lean import job_create_input_lean
+from apps.intake.serializers import JobCreateInput, hostname_of
 
 # Rows checked together: a chunk's columns and its part rows stay a few MB. A chunk of a JSON,
 # JSON-lines or CSV file also ends at CHUNK_BYTES of its text, so that its rows in Python stay a
