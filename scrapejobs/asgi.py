@@ -12,24 +12,19 @@ streamed any amount of it to the disk. A body is refused unread when its declare
 path's methods (405) or the missing token (401) rule it out; one still arriving
 ``SCRAPEJOBS_REQUEST_BODY_TIMEOUT_S`` after its headers is cut with 408. A batch is written once,
 as it arrives, to its spool file, charged to its tenant's share of spool space in flight
-(``SpoolQuota``): past it, 503 with Retry-After.
+(``SpoolQuota``, scrapejobs/bodies.py): past it, 503 with Retry-After.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
-import math
 import os
-import tempfile
-import threading
-from collections.abc import Awaitable, Callable, Mapping
-from typing import IO, Any
+from collections.abc import Mapping
+from typing import Any
 
 import django
 from asgiref.sync import sync_to_async
-from django.core.exceptions import RequestAborted
-from django.core.handlers.asgi import ASGIHandler
 from django.urls import Resolver404, get_resolver
 
 from apps.runtime.logs import secrets_masked
@@ -41,233 +36,33 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "settings.base")
 tracing_start(component="web", instrument=("django", "psycopg", "redis", "urllib3"), url_mask=secrets_masked)
 django.setup(set_prefix=False)
 
-from django.conf import settings  # noqa: E402 - after Django is set up
 from django.db import connection  # noqa: E402
 
-from apps.api.errors import ApiError, api_error_response  # noqa: E402
 from apps.api.paths import API_PATH_PREFIX  # noqa: E402
 from apps.operators.checks import refuse_insecure_start  # noqa: E402
 from apps.query.fast_read import answer_from_cache  # noqa: E402
 from apps.tenants.models import TokenScope  # noqa: E402
 from apps.tenants.services import token_authenticate  # noqa: E402
+from scrapejobs.bodies import (  # noqa: E402
+    BATCH_TENANT,
+    BoundedBodyHandler,
+    Message,
+    Receive,
+    Scope,
+    Send,
+    body_limit,
+    has_header,
+    header_value,
+    send_django_response,
+    with_length,
+)
 from scrapejobs.middleware import BATCHES_PATH, too_large_response  # noqa: E402
 
-Scope = dict[str, Any]
-Message = Mapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Mapping[str, Any]], Awaitable[None]]
-
-
-class BodyTooLarge(Exception):
-    """The body went past its path's limit while it was being read."""
-
-    def __init__(self, *, path: str, limit: int):
-        super().__init__(f"{path}: body over {limit} bytes")
-        self.path, self.limit = path, limit
-
-
-class BodyTimedOut(Exception):
-    """The body was still arriving SCRAPEJOBS_REQUEST_BODY_TIMEOUT_S after the headers."""
-
-
-class SpoolFull(Exception):
-    """The tenant's batch uploads in flight hold their share of spool space."""
-
-
-class SpoolQuota:
-    """Bytes of batch bodies in spool files in this process, per tenant: a
-    tenant's uploads in flight together stay under ``limit`` (SCRAPEJOBS_BATCH_SPOOL_TENANT_BYTES),
-    so that tenants uploading at once cannot fill the pod's temporary volume for one another.
-    Charged as the body arrives, released when the request is over (its file is gone then)."""
-
-    def __init__(self, *, limit: int):
-        self.limit = limit
-        self._held: dict[Any, int] = {}
-        self._lock = threading.Lock()  # charged on the loop, released from Django's threads too
-
-    def charge(self, tenant: Any, size: int) -> None:
-        with self._lock:
-            held = self._held.get(tenant, 0) + size
-            if held > self.limit:
-                raise SpoolFull
-            self._held[tenant] = held
-
-    def release(self, tenant: Any, size: int) -> None:
-        with self._lock:
-            left = self._held.get(tenant, 0) - size
-            if left > 0:
-                self._held[tenant] = left
-            else:
-                self._held.pop(tenant, None)
-
-    def held(self, tenant: Any) -> int:
-        return self._held.get(tenant, 0)
-
-
-spool_quota = SpoolQuota(limit=settings.SCRAPEJOBS_BATCH_SPOOL_TENANT_BYTES)
-# The scope key under which a batch's spool file reaches its view (apps/batches/views.py).
-SPOOLED_BODY = "scrapejobs.spooled_body"
-
-
-class _CountedBody:
-    """The server's ``receive``, counting body bytes: one message past ``limit`` raises
-    BodyTooLarge, so at most the limit plus one message (the server's read, 64 KiB for uvicorn)
-    is ever taken from the client; a body not all in by ``deadline`` (the event loop's clock)
-    raises BodyTimedOut. ``tenant`` is set for a batch: its body goes to a spool file, charged to
-    that tenant (BoundedBodyHandler.read_body)."""
-
-    def __init__(self, receive: Receive, *, path: str, limit: int, deadline: float, tenant: Any = None):
-        self._receive, self._path, self._limit, self._deadline = receive, path, limit, deadline
-        self.tenant = tenant
-        self.read = 0
-        self._ended = False
-
-    async def __call__(self) -> Message:
-        if self._ended:  # Django's disconnect listener: no deadline on waiting for the close
-            return await self._receive()
-        left = self._deadline - asyncio.get_running_loop().time()
-        try:
-            message = await asyncio.wait_for(self._receive(), timeout=max(left, 0))
-        except TimeoutError:
-            raise BodyTimedOut from None
-        if message["type"] == "http.request":
-            self.read += len(message.get("body", b""))
-            if self.read > self._limit:
-                raise BodyTooLarge(path=self._path, limit=self._limit)
-            self._ended = not message.get("more_body", False)
-        return message
-
-
-class BoundedBodyHandler(ASGIHandler):
-    """Django's ASGI handler, reading the body through ``_CountedBody`` (Django's own
-    ``read_body``: a file in memory up to FILE_UPLOAD_MAX_MEMORY_SIZE, on disk past it, so a batch
-    is never held in memory) and answering the documented 413 the moment it goes past its
-    limit."""
-
-    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope["path"]
-        limit = body_limit(path, scope.get("method", ""))
-        deadline = asyncio.get_running_loop().time() + settings.SCRAPEJOBS_REQUEST_BODY_TIMEOUT_S
-        counted = _CountedBody(receive, path=path, limit=limit, deadline=deadline, tenant=scope.get(_TENANT))
-        try:
-            await super().handle(scope, counted, send)
-        except BodyTooLarge as refused:
-            await _send_django_response(
-                send, too_large_response(path=refused.path, limit=refused.limit), close=True
-            )
-        except BodyTimedOut:
-            await _send_django_response(send, api_error_response(_body_timed_out()), close=True)
-        except SpoolFull:
-            await _send_django_response(send, _spool_full_response(), close=True)
-
-    async def read_body(self, receive: Any) -> Any:
-        tenant = getattr(receive, "tenant", None)
-        if tenant is None:
-            return await super().read_body(receive)
-        # A batch: written once, to the file its view reads (Django's read_body would spool it to
-        # a file of its own, which the view copied again), charged to its tenant as it arrives.
-        # An unnamed temporary file: whatever ends the request, nothing of it is left on disk.
-        # Unbuffered: each message's body (up to 64 KiB) is one write either way, and the file's
-        # size is then exactly the bytes charged for it, none held back in a buffer.
-        spool = tempfile.TemporaryFile(dir=settings.FILE_UPLOAD_TEMP_DIR, buffering=0)  # noqa: SIM115 - Django closes it
-        charged = 0
-        try:
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    raise RequestAborted
-                chunk = message.get("body", b"")
-                if chunk:
-                    spool_quota.charge(tenant, len(chunk))
-                    charged += len(chunk)
-                    written = memoryview(chunk)
-                    while written:  # a raw write may take part of it
-                        written = written[spool.write(written) :]
-                if not message.get("more_body", False):
-                    break
-        except BaseException:
-            spool.close()
-            spool_quota.release(tenant, charged)
-            raise
-        spool.seek(0)
-        return _ChargedSpool(spool, tenant=tenant, size=charged)
-
-    def create_request(self, scope: Mapping[str, Any], body_file: Any) -> Any:
-        if isinstance(body_file, _ChargedSpool):
-            scope = {**scope, SPOOLED_BODY: body_file}
-        # A chunked body comes without a Content-Length, which Django and DRF read as no body:
-        # now that it is read (and bounded), it has a length.
-        if not _has_length(scope):
-            size = body_file.seek(0, os.SEEK_END)
-            body_file.seek(0)
-            if size:
-                scope = _with_length(dict(scope), size)
-        return super().create_request(scope, body_file)
-
-
-class _ChargedSpool:
-    """A batch's spool file, handing its bytes back to the tenant's spool share when it is
-    closed (by the view, or by Django's handler when the request is over: once either way)."""
-
-    def __init__(self, file: IO[bytes], *, tenant: Any, size: int):
-        self._file, self._tenant, self._size = file, tenant, size
-
-    def close(self) -> None:
-        if self._size is not None:
-            spool_quota.release(self._tenant, self._size)
-            self._size = None  # type: ignore[assignment]
-        self._file.close()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._file, name)
-
-    def __enter__(self) -> _ChargedSpool:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __iter__(self) -> Any:
-        return iter(self._file)
-
-
 django_application = BoundedBodyHandler()
-_TENANT = "scrapejobs.batch_tenant"  # scope key: the tenant a batch body is charged to
-
-
-def body_limit(path: str, method: str) -> int:
-    """SCRAPEJOBS_BATCH_MAX_BYTES for POST /batches, SCRAPEJOBS_MAX_REQUEST_BYTES for every other
-    path and method (docs/limits.md)."""
-    if path == BATCHES_PATH and method == "POST":
-        return settings.SCRAPEJOBS_BATCH_MAX_BYTES
-    return settings.SCRAPEJOBS_MAX_REQUEST_BYTES
-
-
-def _body_timed_out() -> ApiError:
-    return ApiError(
-        status_code=408,
-        type="invalid_request",
-        code="request_timeout",
-        detail=f"The request body did not arrive within {settings.SCRAPEJOBS_REQUEST_BODY_TIMEOUT_S:g} s.",
-    )
-
-
-def _spool_full_response() -> Any:
-    response = api_error_response(
-        ApiError(
-            status_code=503,
-            type="unavailable",
-            code="spool_full",
-            detail="This tenant's batch uploads in progress hold all of its spool space; "
-            "send this one when one of them is over.",
-        )
-    )
-    response["Retry-After"] = str(math.ceil(settings.SCRAPEJOBS_REQUEST_BODY_TIMEOUT_S))
-    return response
 
 
 def _has_body(scope: Scope) -> bool:
-    return _declared_length(scope) is not None or _has_header(scope, b"transfer-encoding")
+    return _declared_length(scope) is not None or has_header(scope, b"transfer-encoding")
 
 
 def _method_refused(scope: Scope) -> bool:
@@ -298,11 +93,11 @@ async def application(scope: Scope, receive: Receive, send: Send) -> None:
     declared = _declared_length(scope)
     if declared is not None and declared > limit:
         # Refused unread: the connection is closed after the answer, so nothing more is taken.
-        await _send_django_response(send, too_large_response(path=path, limit=limit), close=True)
+        await send_django_response(send, too_large_response(path=path, limit=limit), close=True)
         return
     cached = await answer_from_cache(scope)
     if cached is not None:
-        await _send_django_response(send, cached)
+        await send_django_response(send, cached)
         return
     if _has_body(scope) and path.startswith(API_PATH_PREFIX):
         if not _bearer(scope) or _method_refused(scope):
@@ -317,12 +112,12 @@ async def application(scope: Scope, receive: Receive, send: Send) -> None:
             # from the view), one with a read token its 403, before any of it is read.
             await django_application(_without_body(scope), _no_body(), _closing(send))
             return
-        scope = {**scope, _TENANT: tenant}
+        scope = {**scope, BATCH_TENANT: tenant}
     await django_application(scope, receive, send)
 
 
 def _bearer(scope: Scope) -> str:
-    scheme, _, raw = _header(scope, b"authorization").decode("latin-1").partition(" ")
+    scheme, _, raw = header_value(scope, b"authorization").decode("latin-1").partition(" ")
     return raw.strip() if scheme.lower() == "bearer" else ""
 
 
@@ -345,35 +140,18 @@ def _authenticate(raw: str) -> Any:
             connection.close()
 
 
-def _header(scope: Scope, name: bytes) -> bytes:
-    return next((v for n, v in scope["headers"] if n == name), b"")
-
-
-def _has_header(scope: Mapping[str, Any], name: bytes) -> bool:
-    return any(n == name for n, _ in scope["headers"])
-
-
-def _has_length(scope: Mapping[str, Any]) -> bool:
-    return _has_header(scope, b"content-length")
-
-
 def _declared_length(scope: Scope) -> int | None:
     """The Content-Length, None without one (or a zero one); the ASGI server has already
     refused a malformed one."""
-    value = _header(scope, b"content-length")
+    value = header_value(scope, b"content-length")
     try:
         return int(value) or None
     except ValueError:
         return None
 
 
-def _with_length(scope: Scope, length: int) -> Scope:
-    headers = [(n, v) for n, v in scope["headers"] if n not in (b"transfer-encoding", b"content-length")]
-    return {**scope, "headers": [*headers, (b"content-length", str(length).encode())]}
-
-
 def _without_body(scope: Scope) -> Scope:
-    return _with_length(scope, 0)
+    return with_length(scope, 0)
 
 
 def _no_body() -> Receive:
@@ -401,14 +179,6 @@ def _closing(send: Send) -> Send:
         await send(message)
 
     return closing
-
-
-async def _send_django_response(send: Send, response: Any, *, close: bool = False) -> None:
-    headers = [(k.encode("latin1"), v.encode("latin1")) for k, v in response.items()]
-    if close:
-        headers.append((b"connection", b"close"))
-    await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
-    await send({"type": "http.response.body", "body": response.content})
 
 
 refuse_insecure_start()  # no web with a public secret key, outside development (DJANGO_DEBUG)

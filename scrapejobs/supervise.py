@@ -247,7 +247,9 @@ def _taken_ports(wanted: Sequence[tuple[str, str, int]]) -> list[str]:
     return taken
 
 
-def main() -> int:
+def _dev_env() -> tuple[dict[str, str], Path]:
+    """The children's environment, with development's defaults, and the run directory (its
+    secret key made on first use)."""
     env = dict(os.environ)
     env.setdefault("DJANGO_SETTINGS_MODULE", "settings.base")
     env.setdefault("SCRAPEJOBS_ALLOW_PRIVATE_TARGETS", "true")  # development: local targets work
@@ -259,43 +261,11 @@ def main() -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     env.setdefault("SCRAPEJOBS_BEAT_SCHEDULE", str(run_dir / "celerybeat-schedule"))
     _dev_secret_ensure(run_dir / "secret-key")
-    port = int(env.get("PORT", "8000"))
-    host = env.get("SCRAPEJOBS_WEB_HOST", "127.0.0.1")
-    base = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{port}"
-    flower_port = int(env.get("FLOWER_PORT", "5555"))
-    shutdown_timeout = float(env.get("SCRAPEJOBS_SHUTDOWN_TIMEOUT_S", "30"))
-    taken = _taken_ports(
-        [("PORT", host, port), ("FLOWER_PORT", env.get("FLOWER_ADDRESS", "127.0.0.1"), flower_port)]
-    )
-    for line in taken:
-        _say("run", line)
-    if taken:
-        return 2
+    return env, run_dir
 
-    stop_signal: list[int] = []
 
-    def on_signal(signum: int, _frame: object) -> None:
-        if stop_signal:  # a second Ctrl-C: no more waiting
-            for c in children:
-                if c.proc is not None and c.returncode() is None:
-                    try:
-                        os.killpg(c.pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-        stop_signal.append(signum)
-
-    children: list[Child] = []
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
-
-    _say("setup", "migrating the database")
-    _manage("migrate", "--noinput", "-v", "0", env=env)
-    _manage("collectstatic", "--noinput", "-v", "0", env=env)
-    demo = _manage("ensure_demo_tenant", "--token-file", str(run_dir / "demo-token"), env=env)
-    admin = _manage("ensure_admin", "--password-file", str(run_dir / "admin-password"), env=env)
-    if stop_signal:
-        return 0
-
+def _component_names(env: dict[str, str]) -> list[str]:
+    """The components to start: all of them, the browser only when a Chromium is there."""
     names = ["web", "worker", "control", "beat", "flower"]
     # Rendered jobs (FR-30) need a Chromium; without one their component is not started, and
     # rendered jobs wait on their queue (jobs.browser) until one runs somewhere.
@@ -312,7 +282,73 @@ def main() -> int:
             f"no Chromium at {processes.chromium_path(env)} (SCRAPEJOBS_BROWSER_EXECUTABLE): the browser "
             'component is not started; jobs with render "browser" wait until one runs',
         )
-    for i, name in enumerate(names):
+    return names
+
+
+def _running_announce(*, base: str, admin: dict[str, str], demo: dict[str, str], flower_port: int) -> None:
+    for line in (
+        "scrapejobs is running. Ctrl-C stops everything.",
+        f"  API:          {base}/api/v1/jobs",
+        f"  API docs:     {base}/api/v1/docs",
+        f"  admin:        {base}/admin/   login {admin.get('username')} / {admin.get('password')}",
+        f"  demo tenant:  {demo.get('tenant')}   token {demo.get('token')}",
+        f"  Flower:       http://127.0.0.1:{flower_port}/",
+        f"  try:          curl -s -X POST {base}/api/v1/jobs -H 'Authorization: Bearer {demo.get('token')}'"
+        " -H 'Content-Type: application/json' -d '{\"url\": \"https://example.com/\"}'",
+        # The same with the client's command line (clients/python, docs/client.md).
+        f"  or:           SCRAPEJOBS_URL={base} SCRAPEJOBS_TOKEN={demo.get('token')}"
+        " scrapejobs submit https://example.com/ --wait",
+    ):
+        _say("run", line)
+
+
+def _stop_signals_catch(children: list[Child]) -> list[int]:
+    """SIGINT and SIGTERM from now on: each is added to the list returned (stop, after waiting for
+    the children); a second one kills every child at once."""
+    stop_signal: list[int] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        if stop_signal:  # a second Ctrl-C: no more waiting
+            for c in children:
+                if c.proc is not None and c.returncode() is None:
+                    try:
+                        os.killpg(c.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+        stop_signal.append(signum)
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    return stop_signal
+
+
+def main() -> int:
+    env, run_dir = _dev_env()
+    port = int(env.get("PORT", "8000"))
+    host = env.get("SCRAPEJOBS_WEB_HOST", "127.0.0.1")
+    base = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{port}"
+    flower_port = int(env.get("FLOWER_PORT", "5555"))
+    shutdown_timeout = float(env.get("SCRAPEJOBS_SHUTDOWN_TIMEOUT_S", "30"))
+    taken = _taken_ports(
+        [("PORT", host, port), ("FLOWER_PORT", env.get("FLOWER_ADDRESS", "127.0.0.1"), flower_port)]
+    )
+    for line in taken:
+        _say("run", line)
+    if taken:
+        return 2
+
+    children: list[Child] = []
+    stop_signal = _stop_signals_catch(children)
+
+    _say("setup", "migrating the database")
+    _manage("migrate", "--noinput", "-v", "0", env=env)
+    _manage("collectstatic", "--noinput", "-v", "0", env=env)
+    demo = _manage("ensure_demo_tenant", "--token-file", str(run_dir / "demo-token"), env=env)
+    admin = _manage("ensure_admin", "--password-file", str(run_dir / "admin-password"), env=env)
+    if stop_signal:
+        return 0
+
+    for i, name in enumerate(_component_names(env)):
         children.append(Child(name, processes.from_env(name, env), _COLORS[i % len(_COLORS)]))
     # Every child is forked before any pump thread exists (preexec_fn and threads do not mix).
     for c in children:
@@ -327,20 +363,7 @@ def main() -> int:
         exit_code = _restart_dead(children, env)
         if not announced and _web_is_up(base):
             announced = True
-            for line in (
-                "scrapejobs is running. Ctrl-C stops everything.",
-                f"  API:          {base}/api/v1/jobs",
-                f"  API docs:     {base}/api/v1/docs",
-                f"  admin:        {base}/admin/   login {admin.get('username')} / {admin.get('password')}",
-                f"  demo tenant:  {demo.get('tenant')}   token {demo.get('token')}",
-                f"  Flower:       http://127.0.0.1:{flower_port}/",
-                f"  try:          curl -s -X POST {base}/api/v1/jobs -H 'Authorization: Bearer {demo.get('token')}'"
-                " -H 'Content-Type: application/json' -d '{\"url\": \"https://example.com/\"}'",
-                # The same with the client's command line (clients/python, docs/client.md).
-                f"  or:           SCRAPEJOBS_URL={base} SCRAPEJOBS_TOKEN={demo.get('token')}"
-                " scrapejobs submit https://example.com/ --wait",
-            ):
-                _say("run", line)
+            _running_announce(base=base, admin=admin, demo=demo, flower_port=flower_port)
         time.sleep(0.25)
     if stop_signal:
         _say("run", f"got {signal.Signals(stop_signal[0]).name}; stopping")

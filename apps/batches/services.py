@@ -61,6 +61,42 @@ def batch_submit(
     (apps/batches/completion.py)."""
     if source.count is not None and source.count > settings.SCRAPEJOBS_BATCH_MAX_ROWS:
         raise TooManyRows(source.count)
+    batch, created = _batch_begin(
+        tenant_id=tenant_id,
+        source=source,
+        format=format,
+        idempotency_key=idempotency_key,
+        fingerprint=fingerprint,
+        callback_url=callback_url,
+    )
+    if not created:
+        return batch, False
+    total, rejected, rejected_rows, manifest = _batch_write(batch=batch, tenant_id=tenant_id, source=source)
+    with transaction.atomic():
+        Batch.objects.filter(id=batch.id, status=BatchStatus.RECEIVING).update(
+            status=BatchStatus.ACCEPTED,
+            total=total,
+            rejected=rejected,
+            rejected_rows=rejected_rows,
+            manifest_key=manifest,
+            updated_at=Now(),
+        )
+        transaction.on_commit(lambda: on_accepted(batch.id))
+    batch.refresh_from_db()
+    return batch, True
+
+
+def _batch_begin(
+    *,
+    tenant_id: uuid.UUID,
+    source: RowSource,
+    format: str,
+    idempotency_key: str | None,
+    fingerprint: str,
+    callback_url: str | None,
+) -> tuple[Batch, bool]:
+    """The batch's row, ``receiving``, once the tenant's caps leave room for it; or the batch its
+    key already made (``created`` False)."""
     try:
         with transaction.atomic():  # a savepoint when the caller holds a transaction
             # A JSON list is counted as it is read (NFR-20): up front it takes no room, and its
@@ -87,6 +123,15 @@ def batch_submit(
         if existing.idempotency_fingerprint != fingerprint:
             raise BatchIdempotencyConflict() from None
         return existing, False
+    return batch, True
+
+
+def _batch_write(
+    *, batch: Batch, tenant_id: uuid.UUID, source: RowSource
+) -> tuple[int, int, list[dict[str, Any]], str]:
+    """The batch's parts and its manifest, written last: (total, rejected, rejected rows, the
+    manifest's key). On any failure nothing stays published, and the batch row goes (the client's
+    file) or is marked failed (ours)."""
     try:
         parts, total, rejected_rows, rejected = _rows_to_parts(batch.id, source)
         if source.count is None:
@@ -110,18 +155,7 @@ def batch_submit(
                 status=BatchStatus.FAILED, error=f"intake failed: {e}", finished_at=Now()
             )
         raise
-    with transaction.atomic():
-        Batch.objects.filter(id=batch.id, status=BatchStatus.RECEIVING).update(
-            status=BatchStatus.ACCEPTED,
-            total=total,
-            rejected=rejected,
-            rejected_rows=rejected_rows,
-            manifest_key=manifest,
-            updated_at=Now(),
-        )
-        transaction.on_commit(lambda: on_accepted(batch.id))
-    batch.refresh_from_db()
-    return batch, True
+    return total, rejected, rejected_rows, manifest
 
 
 _IN_PROGRESS = (BatchStatus.RECEIVING, BatchStatus.ACCEPTED, BatchStatus.LOADING)

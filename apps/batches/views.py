@@ -17,14 +17,8 @@ from rest_framework.views import APIView
 from apps.api.errors import ApiError, backlog_refused, not_found
 from apps.api.serializers import ErrorOutput, base_url
 from apps.batches import selectors
-from apps.batches.rows import (
-    CONTENT_TYPES,
-    EXTENSIONS,
-    TooManyColumns,
-    TooManyRows,
-    UnreadableFile,
-    rows_open,
-)
+from apps.batches.formats import CONTENT_TYPES, EXTENSIONS, rows_open
+from apps.batches.rows import TooManyColumns, TooManyRows, UnreadableFile
 from apps.batches.serializers import BatchCancelOutput, BatchOutput, batch_representation
 from apps.batches.services import (
     BatchIdempotencyConflict,

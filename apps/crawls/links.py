@@ -10,7 +10,7 @@ Scope and patterns: ``same_origin`` keeps links to a seed's scheme, host and por
 to any host of a seed's registrable domain (the public suffix list politeness uses,
 apps/politeness/domains.py); ``prefix`` to a seed's origin under the seed's path up to its last
 ``/`` (``/docs/intro`` keeps ``/docs/…``). ``include`` / ``exclude`` are path patterns matched as robots.txt
-rules are (``*`` any run, a final ``$`` the end; the linear matcher of apps/politeness/robots.py,
+rules are (``*`` any run, a final ``$`` the end; the linear matcher of apps/politeness/robots_rules.py,
 no regular expressions): a link is kept when it matches no ``exclude`` and, if any ``include`` is
 given, at least one of them.
 """
@@ -26,7 +26,8 @@ from lxml import etree
 
 from apps.jobs.fetch_keys import normalised_url
 from apps.politeness.domains import registrable_domain
-from apps.politeness.robots import RobotsRule, RobotsRules, robots_rules_cached
+from apps.politeness.robots import robots_rules_cached
+from apps.politeness.robots_rules import RobotsRule, RobotsRules
 from apps.politeness.selectors import domain_limits_get
 
 MAX_PATTERNS = 20

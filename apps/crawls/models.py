@@ -88,7 +88,7 @@ class Crawl(models.Model):
         ]
         indexes = [
             models.Index(fields=["tenant", "-id"], name="crawls_tenant_newest"),
-            # crawls_expand (apps/crawls/services.py): the crawls still running.
+            # crawls_expand (apps/crawls/expansion.py): the crawls still running.
             models.Index(fields=["id"], condition=Q(status="running"), name="crawls_running"),
             # crawls_ended_between (apps/crawls/rollups.py): the rollup's window of ended crawls.
             models.Index(

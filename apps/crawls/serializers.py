@@ -17,7 +17,7 @@ from apps.intake.serializers import (
     StrictCharField,
     StrictIntegerField,
     StrictObjectInput,
-    _http_url,
+    http_url_check,
 )
 
 MAX_DEPTH = 100
@@ -112,7 +112,7 @@ class CrawlCreateInput(StrictObjectInput):
         problems: dict[int, list[str]] = {}
         for i, seed in enumerate(value):
             try:
-                _http_url(seed, what="seed")
+                http_url_check(seed, what="seed")
             except serializers.ValidationError as e:
                 problems[i] = [str(d) for d in e.detail]  # type: ignore[union-attr]
         if problems:
@@ -120,7 +120,7 @@ class CrawlCreateInput(StrictObjectInput):
         return list(value)
 
     def validate_callback_url(self, value: str | None) -> str | None:
-        return None if value is None else _http_url(value, what="callback_url")
+        return None if value is None else http_url_check(value, what="callback_url")
 
     def validate_max_pages(self, value: int) -> int:
         cap = settings.SCRAPEJOBS_CRAWL_MAX_PAGES

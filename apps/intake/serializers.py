@@ -66,13 +66,14 @@ FORBIDDEN_HEADERS = frozenset(
 
 LOCALHOST = "localhost"
 
-# A URL that _http_url accepts under any settings, as a pattern that whole columns are checked
+# A URL that http_url_check accepts under any settings, as a pattern that whole columns are checked
 # with (RE2 syntax; apps/batches/columns.py): http or https, a host of ASCII labels of 1 to 63
 # characters whose last label starts with a letter (so never an IP literal), an optional port of
 # at most 4 digits, then printable ASCII only (no whitespace, no control character). The group
-# ``host`` is urlsplit's hostname before lowercasing. It is narrower than _http_url on purpose: a
-# URL it does not match is decided by _http_url, never refused for not matching. Its host must
-# still be checked against MAX_HOSTNAME and LOCALHOST, and the whole against MAX_URL_LENGTH.
+# ``host`` is urlsplit's hostname before lowercasing. It is narrower than http_url_check on
+# purpose: a URL it does not match is decided by http_url_check, never refused for not matching.
+# Its host must still be checked against MAX_HOSTNAME and LOCALHOST, and the whole against
+# MAX_URL_LENGTH.
 PLAIN_HTTP_URL = (
     r"^[hH][tT][tT][pP][sS]?://(?P<host>(?:[A-Za-z0-9-]{1,63}\.)*[A-Za-z][A-Za-z0-9-]{0,62})"
     r"(?::[0-9]{1,4})?(?:[/?#][!-~]*)?$"
@@ -206,7 +207,7 @@ def browser_options_complete(options: Mapping[str, Any] | None) -> dict[str, Any
     }
 
 
-def _http_url(value: str, *, what: str) -> str:
+def http_url_check(value: str, *, what: str) -> str:
     if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in value):
         raise serializers.ValidationError(f"{what} must not contain whitespace or control characters.")
     try:
@@ -231,7 +232,7 @@ def _http_url(value: str, *, what: str) -> str:
     return value
 
 
-def _headers_check(value: dict[str, str]) -> dict[str, str]:
+def headers_check(value: dict[str, str]) -> dict[str, str]:
     if len(value) > MAX_HEADERS:
         raise serializers.ValidationError(f"At most {MAX_HEADERS} headers.")
     for name, header_value in value.items():
@@ -298,13 +299,13 @@ class JobCreateInput(StrictObjectInput):
     )
 
     def validate_url(self, value: str) -> str:
-        return _http_url(value, what="url")
+        return http_url_check(value, what="url")
 
     def validate_callback_url(self, value: str | None) -> str | None:
-        return None if value is None else _http_url(value, what="callback_url")
+        return None if value is None else http_url_check(value, what="callback_url")
 
     def validate_headers(self, value: dict[str, str]) -> dict[str, str]:
-        return _headers_check(value)
+        return headers_check(value)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs.get("body") is not None and attrs["method"] != Method.POST:
@@ -347,89 +348,15 @@ def callback_url_validate(raw: str | None) -> str | None:
         return None
     field = JobCreateInput().fields["callback_url"]
     try:
-        return _http_url(field.run_validation(raw), what="callback_url")
+        return http_url_check(field.run_validation(raw), what="callback_url")
     except serializers.ValidationError as e:
         raise serializers.ValidationError({"callback_url": e.detail}) from None
 
 
-# --- The lean path ----------------------------------------------------------------------
-# JobCreateInput is the specification and the source of every error message, but building a DRF
-# serializer (a deep copy of its fields) and running it costs more CPU than the rest of a submit
-# together (22% of intake's CPU in a py-spy profile). job_create_input_lean accepts exactly what
-# the serializer accepts, with the same validated data, and returns None for anything else so
-# that the caller runs the serializer for its answer: a lean path can only ever be too strict,
-# never let through what the serializer refuses (tests/intake/test_lean_validation.py checks both
-# on every case of FR-1's bounds).
-
-_LEAN_FIELDS = frozenset(
-    ("url", "method", "headers", "body", "priority", "callback_url", "max_attempts", "timeout_s", "max_age_s")
-)
+# The choices as sets: the lean path (apps/intake/lean.py) and a batch's column pass
+# (apps/batches/columns.py) check a value against them.
 METHODS = frozenset(Method.values)
 PRIORITIES = frozenset(Priority.values)
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _plain_text(value: object, max_length: int | None = None) -> bool:
-    """What StrictCharField takes: a string, no NUL, no lone surrogate, not too long."""
-    return (
-        isinstance(value, str)
-        and (max_length is None or len(value) <= max_length)
-        and "\0" not in value
-        and (value.isascii() or not _SURROGATE.search(value))
-    )
-
-
-def _lean_url(value: object, what: str) -> bool:
-    if not (_plain_text(value, MAX_URL_LENGTH) and value):
-        return False
-    try:
-        _http_url(value, what=what)  # type: ignore[arg-type]
-    except serializers.ValidationError:
-        return False
-    return True
-
-
-def job_create_input_lean(data: object) -> dict[str, Any] | None:
-    """JobCreateInput's validated data for ``data`` when the serializer would accept it, else
-    None (the serializer then says why)."""
-    if not isinstance(data, dict) or not data.keys() <= _LEAN_FIELDS:
-        return None
-    url = data.get("url")
-    if not _lean_url(url, "url"):
-        return None
-    method = data.get("method", Method.GET)
-    priority = data.get("priority", Priority.NORMAL)
-    if not (
-        isinstance(method, str) and method in METHODS and isinstance(priority, str) and priority in PRIORITIES
-    ):
-        return None
-    headers = data.get("headers", {})
-    if not isinstance(headers, dict) or not all(_plain_text(v, MAX_HEADER_VALUE) for v in headers.values()):
-        return None
-    try:
-        _headers_check(headers)
-    except serializers.ValidationError:
-        return None
-    body = data.get("body")
-    if body is not None and not (_plain_text(body) and method == Method.POST):
-        return None
-    callback_url = data.get("callback_url")
-    if callback_url is not None and not _lean_url(callback_url, "callback_url"):
-        return None
-    validated: dict[str, Any] = {
-        "url": url,
-        "method": method,
-        "headers": dict(headers),
-        "body": body,
-        "priority": priority,
-        "callback_url": callback_url,
-    }
-    for name, (low, high, default) in INT_BOUNDS.items():
-        value = data.get(name, default)
-        if type(value) is not int or not low <= value <= high:
-            return None
-        validated[name] = value
-    return validated
 
 
 def request_fingerprint(validated: Mapping[str, Any]) -> str:

@@ -18,13 +18,13 @@ from apps.api import selectors
 from apps.api.errors import ApiError, backlog_refused, error_body, not_found
 from apps.api.job_view import job_links
 from apps.api.serializers import ErrorOutput, base_url
+from apps.intake.lean import job_create_input_lean
 from apps.intake.parsers import BoundedJSONParser
 from apps.intake.serializers import (
     JobCreatedOutput,
     JobCreateInput,
     hostname_of,
     idempotency_key_validate,
-    job_create_input_lean,
     request_fingerprint,
 )
 from apps.jobs.cancel_requeue import job_cancel
@@ -98,6 +98,53 @@ def _accepted(job: Any, links: dict[str, str]) -> dict[str, Any]:
     }
 
 
+def _lean_shaped(request: HttpRequest) -> bool:
+    """Whether the request is an ordinary JSON submission the lean path may answer: UTF-8 JSON
+    in, JSON out (no ``?format=``), a body of a length Django reads."""
+    meta = request.META
+    if (
+        request.content_type != "application/json"
+        or (request.content_params or {}).get("charset", "utf-8").lower() not in ("utf-8", "utf8")
+        or meta.get("HTTP_ACCEPT", "*/*") not in ("*/*", "application/json")
+        or meta.get("QUERY_STRING")  # ?format= would change the renderer
+    ):
+        return False
+    try:
+        length = int(meta.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        return False
+    # A body over SCRAPEJOBS_MAX_REQUEST_BYTES never gets here (scrapejobs/asgi.py, middleware.py);
+    # Django's own bound, the same number in settings, is the one request.body raises on.
+    return 0 < length <= (settings.DATA_UPLOAD_MAX_MEMORY_SIZE or length)
+
+
+def _lean_created(
+    request: HttpRequest, principal: TenantPrincipal, data: dict[str, Any], key: str | None
+) -> HttpResponse:
+    """The lean path's answer once the job is valid and its token spent: 202, or DRF's 422 for a
+    reused key and 429 for a full backlog, written as DRF writes them."""
+    try:
+        job, created = _create(principal.tenant, data, key)
+    except IdempotencyConflict:
+        conflict = _idempotency_conflict()
+        return _json(
+            error_body(type=conflict.type, code=conflict.code, detail=str(conflict.detail)), status=422
+        )
+    except ApiError as refused:  # the tenant's backlog is full
+        response = _json(
+            error_body(type=refused.type, code=refused.code, detail=str(refused.detail)),
+            status=refused.status_code,
+        )
+        response["Retry-After"] = str(refused.wait)  # type: ignore[attr-defined]
+        return response
+    links = job_links(base=base_url(request), job_id=job.id)
+    response = _json(_accepted(job, links), status=202)
+    response["Location"] = links["self"]
+    if not created:
+        response["Idempotent-Replayed"] = "true"
+    return response
+
+
 class JobCreateView(APIView):
     parser_classes = [BoundedJSONParser]
 
@@ -115,21 +162,7 @@ class JobCreateView(APIView):
         """The answer to a valid submission, or None when DRF's path must answer. Nothing with a
         side effect runs before the last None: the token bucket is spent only for a request that
         is then created (a refused one is counted once, by DRF's path)."""
-        meta = request.META
-        if (
-            request.content_type != "application/json"
-            or (request.content_params or {}).get("charset", "utf-8").lower() not in ("utf-8", "utf8")
-            or meta.get("HTTP_ACCEPT", "*/*") not in ("*/*", "application/json")
-            or meta.get("QUERY_STRING")  # ?format= would change the renderer
-        ):
-            return None
-        try:
-            length = int(meta.get("CONTENT_LENGTH") or 0)
-        except ValueError:
-            return None
-        # A body over SCRAPEJOBS_MAX_REQUEST_BYTES never gets here (scrapejobs/asgi.py, middleware.py);
-        # Django's own bound, the same number in settings, is the one request.body raises on.
-        if not 0 < length <= (settings.DATA_UPLOAD_MAX_MEMORY_SIZE or length):
+        if not _lean_shaped(request):
             return None
         try:
             found = BearerTokenAuthentication().authenticate(request)  # type: ignore[arg-type]
@@ -140,7 +173,7 @@ class JobCreateView(APIView):
         principal: TenantPrincipal = found[0]
         if principal.token.scope == TokenScope.READ:
             return None  # DRF's path refuses it: 403 token_scope_insufficient (FR-36)
-        raw_key = meta.get("HTTP_IDEMPOTENCY_KEY")
+        raw_key = request.META.get("HTTP_IDEMPOTENCY_KEY")
         try:
             key = idempotency_key_validate(raw_key)
             data = job_create_input_lean(json.loads(request.body.decode(), parse_constant=_no_constant))
@@ -151,25 +184,7 @@ class JobCreateView(APIView):
         allowed, _ = token_rate_take(principal)
         if not allowed:
             return None  # DRF's throttle refuses it too (a refusal spends no token) and says 429
-        try:
-            job, created = _create(principal.tenant, data, key)
-        except IdempotencyConflict:
-            conflict = _idempotency_conflict()
-            response = _json(
-                error_body(type=conflict.type, code=conflict.code, detail=str(conflict.detail)), status=422
-            )
-        except ApiError as refused:  # the tenant's backlog is full
-            response = _json(
-                error_body(type=refused.type, code=refused.code, detail=str(refused.detail)),
-                status=refused.status_code,
-            )
-            response["Retry-After"] = str(refused.wait)  # type: ignore[attr-defined]
-        else:
-            links = job_links(base=base_url(request), job_id=job.id)
-            response = _json(_accepted(job, links), status=202)
-            response["Location"] = links["self"]
-            if not created:
-                response["Idempotent-Replayed"] = "true"
+        response = _lean_created(request, principal, data, key)
         response["Allow"] = ", ".join(self.allowed_methods)
         return response
 

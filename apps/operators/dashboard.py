@@ -1,7 +1,6 @@
-"""The dashboard's figures (FR-9, FR-14): charts over a window of 1 h, 24 h or
-7 d, read from the rollup tables (apps/operators/rollup_runner.py) with one GROUP BY per chart over the
-window's rows, plus the live queue and writer. Nothing here reads jobs_job or jobs_attempt beyond
-the bounded ``queue_snapshot``."""
+"""The dashboard's charts (FR-9, FR-14): over a window of 1 h, 24 h or 7 d, read from the rollup
+tables (apps/operators/rollup_runner.py) with one GROUP BY per chart over the window's rows. Nothing
+here reads jobs_job or jobs_attempt; the live figures above the charts are apps/operators/live.py's."""
 
 from __future__ import annotations
 
@@ -12,15 +11,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.db import DatabaseError, connection
 from django.utils import timezone
 
-from apps.crawls.models import Crawl
-from apps.crawls.rollups import crawls_running_count, crawls_running_newest
-from apps.jobs.rollups import queue_snapshot
-from apps.operators.models import CrawlTotal, RollupState
-from apps.operators.rollup_runner import FAILED_OUTCOMES, FIRST_ATTEMPT_BUCKETS, writer_reading
+from apps.operators.rollup_runner import FAILED_OUTCOMES, FIRST_ATTEMPT_BUCKETS
 from apps.tenants.models import Tenant
 
 log = logging.getLogger(__name__)
@@ -376,56 +370,3 @@ def dashboard_charts(*, window: Window, now: datetime | None = None) -> list[Cha
         ("not-modified-bytes", "Bytes not transferred", lambda: chart_not_modified_bytes(buckets)),
     ]
     return [_guarded(chart_id, title, build) for chart_id, title, build in builders]
-
-
-@dataclass(frozen=True)
-class Now:
-    """The live figures above the charts; ``problems`` are said in words at the top of the page."""
-
-    figures: list[tuple[str, str]]
-    problems: list[str]
-    # The newest running crawls (FR-46), each linked to its admin page.
-    crawls: list[Crawl] = field(default_factory=list)
-
-
-RUNNING_CRAWLS_SHOWN = 10
-
-
-def dashboard_now() -> Now:
-    problems: list[str] = []
-    figures: list[tuple[str, str]] = []
-    try:
-        snap = queue_snapshot()
-        figures += [
-            ("queued", str(snap.queued)),
-            ("oldest queued", f"{snap.oldest_queued_age_s:.0f} s"),
-            ("dispatchable", str(sum(snap.dispatchable_by_priority().values()))),
-            ("oldest dispatchable", f"{snap.oldest_dispatchable_age_s:.0f} s"),
-            ("running", str(snap.running)),
-            ("running past lease", str(snap.running_past_lease)),
-        ]
-    except DatabaseError as exc:
-        problems.append(f"The queue could not be read: {exc.__class__.__name__}: {exc}")
-    crawls: list[Crawl] = []
-    try:
-        ended = dict(CrawlTotal.objects.values_list("status", "crawls"))
-        figures += [
-            ("crawls running", str(crawls_running_count())),
-            ("crawls completed", str(ended.get("completed", 0))),
-            ("crawls cancelled", str(ended.get("cancelled", 0))),
-        ]
-        crawls = crawls_running_newest(limit=RUNNING_CRAWLS_SHOWN)
-    except DatabaseError as exc:
-        problems.append(f"The crawls could not be read: {exc.__class__.__name__}: {exc}")
-    lag_s, dead = writer_reading()
-    if lag_s is None:
-        problems.append("The writer's state could not be read: Redis did not answer.")
-    else:
-        figures += [("writer lag", f"{lag_s:.1f} s"), ("writer dead receipts", str(dead))]
-    last = RollupState.objects.filter(pk=1).values_list("updated_at", flat=True).first()
-    stale_after = timedelta(seconds=3 * settings.SCRAPEJOBS_ROLLUP_INTERVAL_S)
-    if last is None:
-        problems.append("The rollup task has never run: the charts stay empty until beat runs it.")
-    elif timezone.now() - last > stale_after:
-        problems.append(f"The rollup task last ran at {last:%Y-%m-%d %H:%M:%S} UTC: is beat running?")
-    return Now(figures=figures, problems=problems, crawls=crawls)

@@ -17,7 +17,8 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from apps.operators.dashboard import DEFAULT_WINDOW, WINDOWS, dashboard_charts, dashboard_now
+from apps.operators.dashboard import DEFAULT_WINDOW, WINDOWS, dashboard_charts
+from apps.operators.live import dashboard_now
 from apps.operators.metrics import metrics_registry
 from apps.outbound.proxy_status import egress_proxy_auth_failure_get
 

@@ -62,7 +62,7 @@ class WebhookDelivery(models.Model):
             # webhook_deliveries_of_tenant (apps/webhooks/selectors.py): a tenant's deliveries,
             # newest first, by cursor (FR-38).
             models.Index(fields=["tenant", "-id"], name="webhooks_by_tenant"),
-            # webhook_deliveries_claim_due (apps/webhooks/services.py): pending deliveries by due time.
+            # webhook_deliveries_claim_due (apps/webhooks/delivering.py): pending deliveries by due time.
             models.Index(
                 fields=["next_attempt_at"],
                 condition=Q(status="pending"),

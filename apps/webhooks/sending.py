@@ -67,17 +67,7 @@ def webhook_post(*, url: str, body: bytes, headers: dict[str, str]) -> PostOutco
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return PostOutcome(None, 0, f"unusable callback url {url!r}", permanent=True)
-    host = parts.hostname
-    request_headers = {
-        "Host": host if parts.port is None else f"{host}:{parts.port}",
-        "User-Agent": USER_AGENT,
-        "Content-Type": "application/json",
-        "Content-Length": str(len(body)),
-        "Connection": "close",
-        # No Accept-Encoding: the answer is logged as it comes (urllib3 would add one otherwise).
-        "Accept-Encoding": SKIP_HEADER,
-        **headers,
-    }
+    request_headers = _request_headers(host=parts.hostname, port=parts.port, body=body, headers=headers)
 
     interrupt = FetchInterrupt()
     # The hard bound: whatever the callback does, its socket is shut at the deadline.
@@ -103,13 +93,7 @@ def webhook_post(*, url: str, body: bytes, headers: dict[str, str]) -> PostOutco
                 ),
             )
             answer = response.read(MAX_ANSWER_BYTES)
-        error = None if 200 <= response.status < 300 else f"HTTP {response.status}: {answer[:200]!r}"
-        retry_after = (
-            parse_retry_after(response.headers.get("Retry-After"))
-            if response.status in RETRY_AFTER_STATUSES
-            else None
-        )
-        return PostOutcome(response.status, elapsed_ms(), error, retry_after_s=retry_after)
+        return _answered(response, answer, duration_ms=elapsed_ms())
     except AddressRefused as exc:
         return PostOutcome(None, elapsed_ms(), str(exc), permanent=True)
     except ProxyFailed as exc:  # the proxy's failure (a 407 too): retried, as any delivery is
@@ -126,3 +110,28 @@ def webhook_post(*, url: str, body: bytes, headers: dict[str, str]) -> PostOutco
         if response is not None:
             response.close()
             response.release_conn()
+
+
+def _request_headers(*, host: str, port: int | None, body: bytes, headers: dict[str, str]) -> dict[str, str]:
+    return {
+        "Host": host if port is None else f"{host}:{port}",
+        "User-Agent": USER_AGENT,
+        "Content-Type": "application/json",
+        "Content-Length": str(len(body)),
+        "Connection": "close",
+        # No Accept-Encoding: the answer is logged as it comes (urllib3 would add one otherwise).
+        "Accept-Encoding": SKIP_HEADER,
+        **headers,
+    }
+
+
+def _answered(response: urllib3.BaseHTTPResponse, answer: bytes, *, duration_ms: int) -> PostOutcome:
+    """The outcome of a call the receiver answered: ok on a 2xx, else its status and the start of
+    its answer, with the pause it asked for on a 429, 502, 503 or 504 (FR-23)."""
+    error = None if 200 <= response.status < 300 else f"HTTP {response.status}: {answer[:200]!r}"
+    retry_after = (
+        parse_retry_after(response.headers.get("Retry-After"))
+        if response.status in RETRY_AFTER_STATUSES
+        else None
+    )
+    return PostOutcome(response.status, duration_ms, error, retry_after_s=retry_after)

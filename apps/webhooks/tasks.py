@@ -9,7 +9,7 @@ from redis.exceptions import LockError
 from apps.redis_clients import state_redis
 from apps.runtime.shutdown import worker_is_stopping
 from apps.tenants.services import webhook_secrets_drop_expired as _webhook_secrets_drop_expired
-from apps.webhooks.services import webhooks_deliver_due as _webhooks_deliver_due
+from apps.webhooks.delivering import webhooks_deliver_due as _webhooks_deliver_due
 from apps.webhooks.services import webhooks_enqueue_final as _webhooks_enqueue_final
 
 # One deliverer at a time: a slow callback can then hold one thread of the process that runs the

@@ -218,6 +218,10 @@ def writer_flush_once(*, reclaim_idle_ms: int | None = None) -> FlushStats:
     return writer_flush(budget_s=None, reclaim_idle_ms=reclaim_idle_ms)
 
 
+# Entries claimed from the stream: (id, fields), fields None for an id whose entry was deleted.
+_Claimed = list[tuple[str, dict[str, str] | None]]
+
+
 def _entries_take(
     r: Any, *, count: int, reclaim_idle_ms: int, busy: frozenset[str], sweep: bool, stats: FlushStats
 ) -> list[Entry]:
@@ -225,10 +229,24 @@ def _entries_take(
     being applied right now (a slow round may outlast RECLAIM_IDLE_MS: not taken twice).
     ``sweep``: look at due retries and abandoned entries too, not only at new receipts."""
     now_ms = int(time.time() * 1000)
-    raw: list[tuple[str, dict[str, str] | None]] = []
-    fresh: list[tuple[str, list[str]]] = []
+    raw: _Claimed = []
+    due: list[str] = []
+    if sweep:
+        due, raw = _swept_take(r, count=count, reclaim_idle_ms=reclaim_idle_ms, busy=busy, now_ms=now_ms)
+    # 3. New receipts.
+    fresh = stream_read_new(r, count=count - len(raw)) if len(raw) < count else []
+    stats.read += len(raw) + len(fresh)
+    return _entries_fold(r, raw=raw, fresh=fresh, retried=set(due), stats=stats)
+
+
+def _swept_take(
+    r: Any, *, count: int, reclaim_idle_ms: int, busy: frozenset[str], now_ms: int
+) -> tuple[list[str], _Claimed]:
+    """The receipts due for a retry (their ids), and up to ``count`` entries: those, then those a
+    dead writer read but never acknowledged."""
+    raw: _Claimed = []
     # 1. Receipts whose backoff has passed. XCLAIM (idle 0) makes them ours whoever held them.
-    due = r.zrangebyscore(RETRY_AT, "-inf", now_ms, start=0, num=count) if sweep else []
+    due = r.zrangebyscore(RETRY_AT, "-inf", now_ms, start=0, num=count)
     if due:
         claimed = r.xclaim(STREAM, GROUP, CONSUMER, 0, due)
         # Out of the schedule while in flight (the next round is read before this one ends); a
@@ -239,7 +257,7 @@ def _entries_take(
         if gone:  # deleted from the stream meanwhile (dropped by hand): forget them
             r.pipeline().zrem(RETRY_AT, *gone).hdel(TRIES, *gone).execute()
     # 2. Receipts a dead writer read but never acknowledged.
-    if sweep and len(raw) < count:
+    if len(raw) < count:
         _next, reclaimed, *_ = r.xautoclaim(
             STREAM, GROUP, CONSUMER, reclaim_idle_ms, "0-0", count=count - len(raw)
         )
@@ -251,14 +269,16 @@ def _entries_take(
                 for e, wait in zip(reclaimed, waits, strict=True)
                 if e[0] not in seen and (wait is None or wait <= now_ms)
             ]
-    # 3. New receipts.
-    if len(raw) < count:
-        fresh = stream_read_new(r, count=count - len(raw))
-    stats.read += len(raw) + len(fresh)
+    return due, raw
+
+
+def _entries_fold(
+    r: Any, *, raw: _Claimed, fresh: list[tuple[str, list[str]]], retried: set[str], stats: FlushStats
+) -> list[Entry]:
+    """The entries read, decoded, one per (job, attempt) with its duplicates; an entry deleted
+    from the stream acknowledged, an undecodable one dead at once."""
     entries: dict[tuple[str, int], Entry] = {}
     undecodable: list[tuple[str, str, str]] = []
-
-    retried = set(due)
 
     def add(entry_id: str, text: str, *, swept: bool) -> None:
         try:

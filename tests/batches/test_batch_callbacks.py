@@ -17,8 +17,9 @@ from apps.batches.completion import batch_completion_check, batches_completion_a
 from apps.batches.loader import batch_load
 from apps.batches.models import Batch
 from apps.jobs.models import Job
+from apps.webhooks.delivering import webhook_deliveries_claim_due
 from apps.webhooks.models import DeliveryStatus, DisabledCallback, WebhookDelivery
-from apps.webhooks.services import url_digest, webhook_deliveries_claim_due
+from apps.webhooks.services import url_digest
 from tests.batches.test_batches import BATCHES, _results_here, rows  # noqa: F401
 
 HOOK = "http://hooks.example/batch"

@@ -468,9 +468,9 @@ def test_a_json_list_that_does_not_read_to_its_end_is_400_and_creates_nothing(ap
 
 
 def test_a_json_list_read_row_by_row_across_reads_gives_every_row(api, monkeypatch):
-    from apps.batches import rows as batch_rows
+    from apps.batches import formats
 
-    monkeypatch.setattr(batch_rows, "JSON_READ_BYTES", 7)  # every value cut across reads
+    monkeypatch.setattr(formats, "JSON_READ_BYTES", 7)  # every value cut across reads
     body = b' \n[ {"url": "http://t.example/1", "max_attempts": 12} ,\n 42, {"url": "http://t.example/\xc3\xa9"} ] \n'
     receipt = accepted(api, body)
     assert (receipt["total"], receipt["accepted"], receipt["rejected"]) == (3, 2, 1)

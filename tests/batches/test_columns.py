@@ -13,7 +13,8 @@ import pytest
 from django.test import override_settings
 
 from apps.batches.columns import ids_new, plain_rows
-from apps.batches.rows import _messages, _parquet_checked, _parquet_value
+from apps.batches.parquet_rows import _parquet_checked, _parquet_value
+from apps.batches.rows import _messages
 from apps.intake.serializers import JobCreateInput, hostname_of
 
 URLS = [
@@ -205,7 +206,7 @@ def test_rows_read_from_json_or_csv_are_decided_by_the_column_pass_as_one_by_one
 
     numbered = list(enumerate(_python_rows(), start=1))
     with override_settings(SCRAPEJOBS_ALLOW_PRIVATE_TARGETS=private):
-        want = rows_module._validated_one_by_one(numbered)
+        want = rows_module.validated_one_by_one(numbered)
         one_by_one: list[object] = []
         real = rows_module.row_validate
         monkeypatch.setattr(rows_module, "row_validate", lambda row: one_by_one.append(row) or real(row))

@@ -13,7 +13,7 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from apps.crawls import services
+from apps.crawls import expansion, pages
 from apps.crawls.links import Scope, links_of, links_read, robots_header_nofollow
 from apps.crawls.models import Crawl, CrawlPage
 from apps.jobs.models import Job
@@ -129,7 +129,7 @@ def test_an_expansion_takes_new_in_scope_links_one_depth_down_and_counts_the_res
         _job(crawl_id, START),
         _page(["/a", "/b", "/a#x", "/site/0", "/private/1", "http://elsewhere.example/", "/c", "/d"]),
     )
-    assert services.crawl_expand(crawl_id) == 1
+    assert expansion.crawl_expand(crawl_id) == 1
     crawl = Crawl.objects.get(id=crawl_id)
     pages = list(
         CrawlPage.objects.filter(crawl_id=crawl_id)
@@ -156,7 +156,7 @@ def test_an_expansion_takes_new_in_scope_links_one_depth_down_and_counts_the_res
     for url in ("http://127.0.0.1:9/a", "http://127.0.0.1:9/b"):
         _succeed(_job(crawl_id, url), _page(["/e", "/f"]))
     Job.objects.filter(batch_id=crawl_id, url="http://127.0.0.1:9/c").update(status="failed")
-    services.crawl_expand(crawl_id)
+    expansion.crawl_expand(crawl_id)
     crawl.refresh_from_db()
     assert (crawl.status, crawl.pages, crawl.discovered) == ("completed", 4, 7)
     assert crawl.finished_at is not None
@@ -167,12 +167,12 @@ def test_an_expansion_takes_new_in_scope_links_one_depth_down_and_counts_the_res
 def test_a_page_that_is_not_html_is_not_read_and_a_crawl_of_failures_completes(api):
     crawl_id = _crawl(api, max_pages=10)
     _succeed(_job(crawl_id, START), _page(["/a"]), content_type="application/json")
-    services.crawl_expand(crawl_id)
+    expansion.crawl_expand(crawl_id)
     crawl = Crawl.objects.get(id=crawl_id)
     assert (crawl.status, crawl.pages, crawl.discovered) == ("completed", 1, 0)
     failing = _crawl(api, max_pages=10)
     Job.objects.filter(batch_id=failing).update(status="failed")
-    services.crawl_expand(failing)
+    expansion.crawl_expand(failing)
     assert Crawl.objects.get(id=failing).status == "completed"
     assert api.get(f"/api/v1/crawls/{failing}").json()["pages"]["failed"] == 1
 
@@ -207,7 +207,7 @@ def test_racing_expanders_never_take_more_than_max_pages(api, round_):
         # Each expander brings 40 links, half of them shared with the next one.
         links = [f"http://127.0.0.1:9/p/{n}" for n in range(i * 20, i * 20 + 40)]
         with transaction.atomic():
-            services._pages_take(crawl_id, [services.Candidate(url=u, depth=1, found_on=1) for u in links])
+            pages.pages_take(crawl_id, [pages.Candidate(url=u, depth=1, found_on=1) for u in links])
 
     assert _race(8, take) == []
     crawl = Crawl.objects.get(id=crawl_id)
@@ -224,11 +224,11 @@ def test_racing_expansions_of_one_crawl_read_each_page_once_and_stay_within_the_
     crawl_id = _crawl(api, max_pages=30, max_depth=5)
     # The start page links to 10 pages, each of which links to 10 more (some shared).
     _succeed(_job(crawl_id, START), _page([f"/l1/{n}" for n in range(10)]))
-    services.crawl_expand(crawl_id)
+    expansion.crawl_expand(crawl_id)
     for job in Job.objects.filter(batch_id=crawl_id).exclude(url=START):
         n = int(job.url.rsplit("/", 1)[1])
         _succeed(job, _page([f"/l2/{m}" for m in range(n * 5, n * 5 + 10)]))
-    assert _race(6, lambda i: services.crawl_expand(crawl_id)) == []
+    assert _race(6, lambda i: expansion.crawl_expand(crawl_id)) == []
     crawl = Crawl.objects.get(id=crawl_id)
     assert crawl.pages == 30 and Job.objects.filter(batch_id=crawl_id).count() == 30
     # Every page read once: 10 links from the start page, 10 from each of the 10 others.
@@ -244,7 +244,7 @@ def test_at_the_tenants_backlog_cap_a_crawl_is_refused_or_its_expansion_pauses(m
     _crawl(api, url="http://127.0.0.1:9/other", max_pages=50)  # 2 queued of 3
     _succeed(_job(crawl_id, START), _page([f"/a/{n}" for n in range(4)]))
     # 1 queued now; 4 new pages do not fit in the 2 left: the page waits, unread, the crawl runs.
-    assert services.crawl_expand(crawl_id) == 0
+    assert expansion.crawl_expand(crawl_id) == 0
     crawl = Crawl.objects.get(id=crawl_id)
     assert (crawl.status, crawl.pages, crawl.discovered) == ("running", 1, 0)
     assert CrawlPage.objects.get(crawl_id=crawl_id).expanded_at is None
@@ -257,7 +257,7 @@ def test_at_the_tenants_backlog_cap_a_crawl_is_refused_or_its_expansion_pauses(m
     assert Crawl.objects.filter(tenant_id=tenant.id).count() == 4
     # With no job queued, a page with more new links than the whole cap still goes (no deadlock).
     Job.objects.filter(tenant_id=tenant.id, status="queued").update(status="cancelled")
-    assert services.crawl_expand(crawl_id) == 1
+    assert expansion.crawl_expand(crawl_id) == 1
     assert Crawl.objects.get(id=crawl_id).pages == 5
 
 
@@ -269,17 +269,17 @@ def test_a_body_the_storage_cannot_give_now_is_read_later_and_one_that_is_gone_h
     def failing(**_):
         raise RuntimeError("storage down")
 
-    monkeypatch.setattr(services, "result_read_chunks", failing)
-    assert services.crawls_expand() == 0
+    monkeypatch.setattr(expansion, "result_read_chunks", failing)
+    assert expansion.crawls_expand() == 0
     assert CrawlPage.objects.get(crawl_id=crawl_id).expanded_at is None  # left for the next time
     monkeypatch.undo()
-    assert services.crawl_expand(crawl_id) == 1
+    assert expansion.crawl_expand(crawl_id) == 1
     assert Crawl.objects.get(id=crawl_id).pages == 2
     gone = _crawl(api, url="http://127.0.0.1:9/gone", max_pages=10)
     Job.objects.filter(batch_id=gone).update(
         status="succeeded", result_key="nowhere/at/all", result_content_type="text/html"
     )
-    assert services.crawl_expand(gone) == 1
+    assert expansion.crawl_expand(gone) == 1
     assert Crawl.objects.get(id=gone).status == "completed"
 
 
@@ -330,7 +330,7 @@ def test_a_crawl_honours_nofollow_in_its_three_forms_and_counts_what_it_did_not_
         _job(crawl_id, START),
         _page(["/meta", "/header", "/other-header"]) + '<a rel="nofollow" href="/not-followed">x</a>',
     )
-    services.crawl_expand(crawl_id)
+    expansion.crawl_expand(crawl_id)
     _succeed(
         _job(crawl_id, "http://127.0.0.1:9/meta"),
         '<meta name="robots" content="nofollow">' + _page(["/m1", "/m2"]),
@@ -345,7 +345,7 @@ def test_a_crawl_honours_nofollow_in_its_three_forms_and_counts_what_it_did_not_
         _page(["/o1"]),
         headers={"x-robots-tag": "otherbot: nofollow"},
     )
-    services.crawl_expand(crawl_id)
+    expansion.crawl_expand(crawl_id)
     urls = set(CrawlPage.objects.filter(crawl_id=crawl_id).values_list("url_key", flat=True))
     assert urls == {START, *(f"http://127.0.0.1:9/{p}" for p in ("meta", "header", "other-header", "o1"))}
     discovery = api.get(f"/api/v1/crawls/{crawl_id}").json()["discovery"]
@@ -362,7 +362,7 @@ def test_one_page_under_three_spellings_is_one_page_and_base_href_resolves_links
         + _page(["/a", "HTTP://127.0.0.1:9/a#top", "../a", "c"]),
         final_url="http://127.0.0.1:9/site/0",
     )
-    services.crawl_expand(crawl_id)
+    expansion.crawl_expand(crawl_id)
     pages = list(
         CrawlPage.objects.filter(crawl_id=crawl_id).order_by("seq").values_list("url_key", flat=True)
     )
@@ -375,7 +375,7 @@ def test_one_page_under_three_spellings_is_one_page_and_base_href_resolves_links
 def test_the_links_of_a_redirected_page_resolve_against_its_final_url(api):
     crawl_id = _crawl(api, max_pages=20, max_depth=3, scope="same_origin")
     _succeed(_job(crawl_id, START), _page(["x"]), final_url="http://127.0.0.1:9/moved/here")
-    services.crawl_expand(crawl_id)
+    expansion.crawl_expand(crawl_id)
     assert CrawlPage.objects.filter(crawl_id=crawl_id, url_key="http://127.0.0.1:9/moved/x").exists()
 
 
@@ -389,7 +389,7 @@ def test_a_body_is_read_in_bounded_chunks_up_to_the_page_limit(api, settings):
     key = Job.objects.get(id=job.id).result_key
     chunks = list(result_read_chunks(key=key, max_bytes=2048, chunk_size=500))
     assert [len(c) for c in chunks] == [500, 500, 500, 500, 48]
-    services.crawl_expand(crawl_id)
+    expansion.crawl_expand(crawl_id)
     urls = set(CrawlPage.objects.filter(crawl_id=crawl_id).values_list("url_key", flat=True))
     assert urls == {START, "http://127.0.0.1:9/early"}
 
@@ -398,7 +398,7 @@ def test_a_body_is_read_in_bounded_chunks_up_to_the_page_limit(api, settings):
 def test_a_page_redirected_out_of_the_scope_has_its_links_unread_and_is_counted(api):
     crawl_id = _crawl(api, max_pages=20, max_depth=3)
     _succeed(_job(crawl_id, START), _page(["/away", "/inside"]))
-    services.crawl_expand(crawl_id)
+    expansion.crawl_expand(crawl_id)
     # /away ended on another host, /inside on another page of the same origin.
     _succeed(
         _job(crawl_id, "http://127.0.0.1:9/away"),
@@ -406,7 +406,7 @@ def test_a_page_redirected_out_of_the_scope_has_its_links_unread_and_is_counted(
         final_url="http://other.example/x",
     )
     _succeed(_job(crawl_id, "http://127.0.0.1:9/inside"), _page(["/i1"]), final_url="http://127.0.0.1:9/in/x")
-    services.crawl_expand(crawl_id)
+    expansion.crawl_expand(crawl_id)
     urls = set(CrawlPage.objects.filter(crawl_id=crawl_id).values_list("url_key", flat=True))
     assert urls == {START, "http://127.0.0.1:9/away", "http://127.0.0.1:9/inside", "http://127.0.0.1:9/i1"}
     discovery = api.get(f"/api/v1/crawls/{crawl_id}").json()["discovery"]
@@ -415,6 +415,6 @@ def test_a_page_redirected_out_of_the_scope_has_its_links_unread_and_is_counted(
     # Its page is still a page of the crawl that succeeded (it was fetched), and the crawl ends.
     for url in ("http://127.0.0.1:9/i1",):
         _succeed(_job(crawl_id, url), _page([]))
-    services.crawl_expand(crawl_id)
+    expansion.crawl_expand(crawl_id)
     state = api.get(f"/api/v1/crawls/{crawl_id}").json()
     assert (state["status"], state["pages"]["succeeded"]) == ("completed", 4)

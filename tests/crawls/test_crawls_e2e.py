@@ -11,7 +11,7 @@ from collections import Counter
 
 import pytest
 
-from apps.crawls import services as crawl_services
+from apps.crawls import expansion as crawl_expansion
 from apps.crawls.models import Crawl
 from apps.jobs.models import Job
 from apps.webhooks.models import WebhookDelivery
@@ -127,7 +127,7 @@ def test_cancel_stops_a_crawl(services, api, target):
         interval=0.3,
         what="every job of the crawl to end",
     )
-    crawl_services.crawls_expand()  # an expansion after the cancel adds nothing
+    crawl_expansion.crawls_expand()  # an expansion after the cancel adds nothing
     assert Job.objects.filter(batch_id=crawl_id).count() == taken
     assert Job.objects.filter(batch_id=crawl_id, status="cancelled").exists()
     assert _state(api, crawl_id)["status"] == "cancelled"

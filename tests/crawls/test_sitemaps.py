@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from apps.crawls import services
+from apps.crawls import expansion
 from apps.crawls.models import Crawl, CrawlPage
 from apps.crawls.sitemaps import SitemapRefused, sitemap_read
 from apps.jobs.models import Job
@@ -165,7 +165,7 @@ def test_a_billion_laughs_sitemap_is_refused_without_memory_growth(tmp_path):
 def test_include_takes_sitemap_xml_an_index_and_its_gzipped_sitemap_outside_max_pages(api):
     crawl_id = _crawl(api, max_pages=3, max_depth=1)
     _succeed(crawl_id, START, '<a href="/linked">x</a>')
-    services.crawl_expand(crawl_id)
+    expansion.crawl_expand(crawl_id)
     # The seed's origin's /sitemap.xml is a document of the crawl: not one of its pages.
     assert _pages(crawl_id) == [
         ("page", START, 0),
@@ -173,13 +173,13 @@ def test_include_takes_sitemap_xml_an_index_and_its_gzipped_sitemap_outside_max_
         ("sitemap", f"{ORIGIN}/sitemap.xml", 0),
     ]
     _succeed(crawl_id, f"{ORIGIN}/sitemap.xml", index(["/s1.xml.gz"]), "application/xml")
-    services.crawl_expand(crawl_id)
+    expansion.crawl_expand(crawl_id)
     assert _pages(crawl_id)[-1] == ("sitemap", f"{ORIGIN}/s1.xml.gz", 1)
     gz = gzip.compress(
         urlset([f"{ORIGIN}/from-sitemap/{i}" for i in range(3)] + ["http://elsewhere.example/"]).encode()
     )
     _succeed(crawl_id, f"{ORIGIN}/s1.xml.gz", gz, "application/gzip")
-    services.crawl_expand(crawl_id)
+    expansion.crawl_expand(crawl_id)
     pages = _pages(crawl_id)
     assert pages[-1] == ("page", f"{ORIGIN}/from-sitemap/0", 1)  # max_pages 3: one more page fits
     state = api.get(f"/api/v1/crawls/{crawl_id}").json()
@@ -198,7 +198,7 @@ def test_robots_txt_sitemap_lines_as_cached_are_the_crawls_sitemaps(api):
     try:
         crawl_id = _crawl(api, max_pages=10, max_depth=1)
         _succeed(crawl_id, START, "<p>no links</p>")
-        services.crawl_expand(crawl_id)
+        expansion.crawl_expand(crawl_id)
     finally:
         state_redis().delete(robots_keys(f"{ORIGIN}")[0])
         robots_local_cache_clear()
@@ -213,12 +213,12 @@ def test_robots_txt_sitemap_lines_as_cached_are_the_crawls_sitemaps(api):
 def test_only_takes_the_sitemaps_urls_and_follows_no_link(api):
     crawl_id = _crawl(api, max_pages=10, max_depth=5, sitemaps="only")
     _succeed(crawl_id, START, '<a href="/linked">x</a>')
-    services.crawl_expand(crawl_id)
+    expansion.crawl_expand(crawl_id)
     _succeed(crawl_id, f"{ORIGIN}/sitemap.xml", urlset([f"{ORIGIN}/a", f"{ORIGIN}/b"]), "text/xml")
-    services.crawl_expand(crawl_id)
+    expansion.crawl_expand(crawl_id)
     _succeed(crawl_id, f"{ORIGIN}/a", '<a href="/from-a">x</a>')
     _succeed(crawl_id, f"{ORIGIN}/b", "")
-    services.crawl_expand(crawl_id)
+    expansion.crawl_expand(crawl_id)
     assert [(kind, url) for kind, url, _ in _pages(crawl_id)] == [
         ("page", START),
         ("sitemap", f"{ORIGIN}/sitemap.xml"),
@@ -233,15 +233,15 @@ def test_only_takes_the_sitemaps_urls_and_follows_no_link(api):
 def test_skip_fetches_no_sitemap_and_the_setting_bounds_how_many_are_taken(api, settings):
     crawl_id = _crawl(api, max_pages=10, sitemaps="skip")
     _succeed(crawl_id, START, "<p></p>")
-    services.crawl_expand(crawl_id)
+    expansion.crawl_expand(crawl_id)
     assert [kind for kind, _, _ in _pages(crawl_id)] == ["page"]
     assert Crawl.objects.get(id=crawl_id).status == "completed"
     settings.SCRAPEJOBS_CRAWL_MAX_SITEMAPS = 2
     bounded = _crawl(api, max_pages=10)
     _succeed(bounded, START, "<p></p>")
-    services.crawl_expand(bounded)
+    expansion.crawl_expand(bounded)
     _succeed(bounded, f"{ORIGIN}/sitemap.xml", index([f"/s{i}.xml" for i in range(5)]), "application/xml")
-    services.crawl_expand(bounded)
+    expansion.crawl_expand(bounded)
     assert [url for kind, url, _ in _pages(bounded) if kind == "sitemap"] == [
         f"{ORIGIN}/sitemap.xml",
         f"{ORIGIN}/s0.xml",
@@ -252,8 +252,8 @@ def test_skip_fetches_no_sitemap_and_the_setting_bounds_how_many_are_taken(api, 
 def test_a_hostile_sitemap_of_a_crawl_gives_no_page_and_the_crawl_ends(api):
     crawl_id = _crawl(api, max_pages=10)
     _succeed(crawl_id, START, "<p></p>")
-    services.crawl_expand(crawl_id)
+    expansion.crawl_expand(crawl_id)
     _succeed(crawl_id, f"{ORIGIN}/sitemap.xml", BOMB, "application/xml")
-    services.crawl_expand(crawl_id)
+    expansion.crawl_expand(crawl_id)
     crawl = Crawl.objects.get(id=crawl_id)
     assert (crawl.status, crawl.pages, crawl.discovered) == ("completed", 1, 0)

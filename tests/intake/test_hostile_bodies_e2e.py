@@ -138,7 +138,7 @@ def _rows(count: int, pad: int) -> bytes:
 def _spooled(session: int) -> list[int]:
     """The sizes of the unnamed (deleted) files the processes of ``session`` hold open: the web
     component's process group, whose batch bodies are spooled to such files, unbuffered, so a
-    file's size is the bytes charged to its tenant's share (scrapejobs/asgi.py)."""
+    file's size is the bytes charged to its tenant's share (scrapejobs/bodies.py)."""
     sizes = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:

@@ -12,7 +12,8 @@ import pytest
 from django.test import override_settings
 
 from apps.intake import serializers as intake_serializers
-from apps.intake.serializers import JobCreateInput, job_create_input_lean, request_fingerprint
+from apps.intake.lean import job_create_input_lean
+from apps.intake.serializers import JobCreateInput, request_fingerprint
 from apps.jobs.models import Job
 from tests.intake.test_submit import MALFORMED
 

@@ -13,7 +13,8 @@ import pytest
 from apps.jobs.models import Attempt, Job, JobStatus
 from apps.jobs.receipt_fold import attempts_apply_finished
 from apps.politeness.models import DomainPolicy
-from apps.politeness.robots import RobotsAnswer, robots_local_cache_clear, robots_parse, robots_rules_get
+from apps.politeness.robots import RobotsAnswer, robots_local_cache_clear, robots_rules_get
+from apps.politeness.robots_rules import robots_parse
 from apps.politeness.selectors import domain_limits_cache_clear, domain_state_get
 from apps.scraping.attempt import job_run_attempt
 from tests.e2e.fault_support import submit, wait_all_final

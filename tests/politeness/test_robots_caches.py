@@ -9,14 +9,12 @@ import pytest
 from apps.politeness import robots
 from apps.politeness.keys import robots_keys
 from apps.politeness.robots import (
-    MAX_PARSE_BYTES,
-    MAX_RULES_BYTES,
     RobotsAnswer,
     robots_local_cache_clear,
-    robots_parse,
     robots_rules_cached,
     robots_rules_get,
 )
+from apps.politeness.robots_rules import MAX_PARSE_BYTES, MAX_RULES_BYTES, robots_parse
 from apps.redis_clients import state_redis
 
 

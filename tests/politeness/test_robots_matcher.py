@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from apps.politeness.robots import robots_parse
+from apps.politeness.robots_rules import robots_parse
 
 
 def allowed(rules: str, path: str) -> bool:

@@ -1,4 +1,4 @@
-"""Decode a batch file the way POST /batches does (apps.batches.rows.rows_open, every chunk
+"""Decode a batch file the way POST /batches does (apps.batches.formats.rows_open, every chunk
 checked), in a process of its own, and print how its peak resident memory grew: a test of a
 hostile file's cost that another test's memory cannot blur.
 
@@ -27,7 +27,7 @@ def main(fmt: str, path: str) -> None:
     import django  # noqa: PLC0415
 
     django.setup()
-    from apps.batches.rows import rows_open  # noqa: PLC0415
+    from apps.batches.formats import rows_open  # noqa: PLC0415
 
     # The peak is reset here (Linux: clear_refs 5), so that start-up's own peak (imports, Django)
     # is not what the decoding is compared with.

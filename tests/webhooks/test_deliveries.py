@@ -20,15 +20,14 @@ from apps.jobs.models import Job
 from apps.jobs.receipt_fold import attempts_apply_finished
 from apps.jobs.receipts import AttemptFinished
 from apps.outbound import addresses
-from apps.webhooks.models import DeliveryStatus, WebhookAttempt, WebhookDelivery
-from apps.webhooks.sending import PostOutcome
-from apps.webhooks.services import (
+from apps.webhooks.delivering import (
     webhook_attempt_record,
     webhook_deliveries_claim_due,
-    webhook_deliveries_redeliver,
     webhooks_deliver_due,
-    webhooks_enqueue_final,
 )
+from apps.webhooks.models import DeliveryStatus, WebhookAttempt, WebhookDelivery
+from apps.webhooks.sending import PostOutcome
+from apps.webhooks.services import webhook_deliveries_redeliver, webhooks_enqueue_final
 from apps.webhooks.signing import SIGNATURE_HEADER, signature_verify
 from tests.scheduling.factories import queued_job
 from tests.support.procs import wait_for
