@@ -18,6 +18,9 @@ statement counts, at the top of a module or inside a function. Forbidden:
 - settings importing apps or the project package.
 
 A failure prints each offending chain, one import per line with its file and line.
+
+And sizes: no module of apps/ or scrapejobs/ over 400 lines, no function over 60 (migrations and
+the declarative beat schedule exempt; settings/ is a table of settings).
 """
 
 from __future__ import annotations
@@ -37,12 +40,26 @@ UPPER_KINDS = ("views", "serializers", "urls")
 # The lower layer's modules whose names say what they hold rather than "services": each was an
 # app's services module, and is held to the same rule.
 LOWER_MODULES = (
+    "apps.batches.formats",
+    "apps.batches.parquet_rows",
+    "apps.crawls.expansion",
+    "apps.crawls.pages",
     "apps.exports.export",
     "apps.politeness.limiter",
+    "apps.politeness.robots_rules",
+    "apps.publishing.fair_order",
     "apps.publishing.publisher",
     "apps.scraping.attempt",
+    "apps.scraping.fetch_and_store",
+    "apps.webhooks.delivering",
     "apps.writer.flush",
 )
+# What a newcomer reads without scrolling (docs/development.md): no module of apps/ or scrapejobs/
+# over MODULE_MAX_LINES, no function over FUNCTION_MAX_LINES (its whole body, docstring and SQL
+# included). Migrations are generated; SIZE_EXEMPT are declarative tables, read as tables.
+MODULE_MAX_LINES = 400
+FUNCTION_MAX_LINES = 60
+SIZE_EXEMPT = {"scrapejobs/celery.py:_beat_schedule"}
 
 
 @dataclass(frozen=True)
@@ -365,3 +382,41 @@ def test_the_thread_scan_sees_named_and_prefixed_threads(tmp_path: Path) -> None
     names = thread_names(root)
     assert {"keeper", "slot-", "poke"} <= set(names)
     assert any(name.startswith("<unnamed") for name in names)
+
+
+def oversized(root: Path) -> list[str]:
+    """Modules over MODULE_MAX_LINES and functions over FUNCTION_MAX_LINES under ``root``'s
+    apps/ and scrapejobs/, as ``path: N lines`` / ``path:line name: N lines``."""
+    found = []
+    for package in ("apps", "scrapejobs"):
+        for file in sorted((root / package).rglob("*.py")):
+            if "migrations" in file.parts:
+                continue
+            path = file.relative_to(root).as_posix()
+            text = file.read_text(encoding="utf-8")
+            if (lines := len(text.splitlines())) > MODULE_MAX_LINES:
+                found.append(f"{path}: {lines} lines")
+            for node in ast.walk(ast.parse(text)):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    length = (node.end_lineno or node.lineno) - node.lineno + 1
+                    if length > FUNCTION_MAX_LINES and f"{path}:{node.name}" not in SIZE_EXEMPT:
+                        found.append(f"{path}:{node.lineno} {node.name}: {length} lines")
+    return found
+
+
+def test_no_module_or_function_is_past_its_size() -> None:
+    assert oversized(ROOT) == []
+
+
+def test_the_size_check_finds_a_long_module_and_a_long_function(tmp_path: Path) -> None:
+    (tmp_path / "apps" / "a" / "migrations").mkdir(parents=True)
+    (tmp_path / "scrapejobs").mkdir()
+    body = "".join(f"    x{i} = {i}\n" for i in range(FUNCTION_MAX_LINES))
+    (tmp_path / "apps" / "a" / "long.py").write_text(f"def long():\n{body}" + "\n" * MODULE_MAX_LINES)
+    (tmp_path / "apps" / "a" / "fits.py").write_text(f"def fits():\n{body[: body.rindex('    x')]}")
+    (tmp_path / "apps" / "a" / "migrations" / "0001_x.py").write_text("\n" * (MODULE_MAX_LINES + 1))
+    (tmp_path / "scrapejobs" / "celery.py").write_text(f"def _beat_schedule():\n{body}")
+    assert oversized(tmp_path) == [
+        f"apps/a/long.py: {MODULE_MAX_LINES + FUNCTION_MAX_LINES + 1} lines",
+        f"apps/a/long.py:1 long: {FUNCTION_MAX_LINES + 1} lines",
+    ]
