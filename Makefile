@@ -23,13 +23,23 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/python -m scrapejobs.embedded exec --dir .run/dev -- $(BIN)/python -m scrapejobs.supervise
 
+# The whole suite, in two phases against one pair of embedded servers: every test not marked
+# `serial` in TEST_PROCS parallel processes (pytest-xdist; each its own test database, Redis
+# databases and results directory, see settings/test.py; the tests that start processes mostly
+# wait on them), then the `serial` ones (time itself is their subject) alone in one process.
+# Exit status 5 is pytest's "no test selected" (a PYTEST_ARGS path with none of one phase's).
+TEST_PROCS ?= 3
 test: $(STAMP) browser
-	$(BIN)/python -m scrapejobs.embedded exec --dir .run/test -- $(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m scrapejobs.embedded exec --dir .run/test -- bash -c '\
+	  $(BIN)/python -m pytest -n $(TEST_PROCS) --dist loadgroup -m "not serial" $(PYTEST_ARGS); a=$$?; \
+	  $(BIN)/python -m pytest -m serial $(PYTEST_ARGS); b=$$?; \
+	  echo "make test: parallel phase exit $$a, serial phase exit $$b"; \
+	  [ $$a -eq 0 -o $$a -eq 5 ] && [ $$b -eq 0 -o $$b -eq 5 ] && [ $$a -ne 5 -o $$b -ne 5 ]'
 
 # The fast loop while editing: every test that starts no service process (no web, worker, beat or
 # control component, no browser): `-m "not e2e"`, in TEST_FAST_PROCS parallel processes
 # (pytest-xdist; each its own test database, Redis databases and results directory, see
-# settings/test.py). `make test` stays the whole suite, in one process.
+# settings/test.py). `make test` is the whole suite.
 TEST_FAST_PROCS ?= 4
 test-fast: $(STAMP)
 	$(BIN)/python -m scrapejobs.embedded exec --dir .run/test -- $(BIN)/python -m pytest -m "not e2e" -q -n $(TEST_FAST_PROCS) $(PYTEST_ARGS)

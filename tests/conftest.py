@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -162,6 +163,17 @@ def services(transactional_db: None, request: pytest.FixtureRequest) -> Iterator
     if rep is not None and rep.failed:
         for s in started:
             print(s.logs())
+
+
+# The longest test first, then every test that starts processes: in parallel runs (make test's
+# first phase) the long ones start early instead of leaving one process busy at the end.
+_LONGEST_FIRST = "tests/test_bench_smoke.py"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not getattr(config.option, "numprocesses", None) and not os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # one process: the files' order
+    items.sort(key=lambda item: (_LONGEST_FIRST not in item.nodeid, item.get_closest_marker("e2e") is None))
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -16,7 +16,9 @@ import pytest
 from bench import intake
 from scrapejobs.processes import ROOT
 
-pytestmark = pytest.mark.e2e  # starts web servers: the whole suite's, not the fast loop's
+# Starts web servers (the whole suite's, not the fast loop's); an open loop's queue is a matter of time:
+# run alone (make test's serial phase).
+pytestmark = [pytest.mark.e2e, pytest.mark.serial]
 
 
 def test_the_benchmark_reads_its_settings() -> None:

@@ -19,7 +19,8 @@ from apps.politeness.selectors import domain_state_get
 from tests.e2e.fault_support import submit, wait_all_final
 from tests.support.target import TargetServer
 
-pytestmark = pytest.mark.e2e
+# Serial: settling and recovering within a minute is a matter of time (make test runs it alone).
+pytestmark = [pytest.mark.e2e, pytest.mark.serial]
 
 POLICY_RPS = 10.0
 BURST = 10
