@@ -20,6 +20,7 @@ from bench.capacity import worker_argv
 from bench.common import Proc, littles_law_share, percentile, post_job, share_within, target_stats
 from bench.peak import worker_db_pool, workers_needed
 from scrapejobs.processes import ROOT
+from tests.support.procs import wait_for
 
 
 def test_littles_law_share_is_throughput_over_slots_per_latency() -> None:
@@ -105,9 +106,9 @@ def test_the_benchmarks_read_their_settings() -> None:
 def test_the_slow_target_holds_many_slow_requests_at_once_and_counts_them() -> None:
     proc = Proc("slow-target", [sys.executable, "-m", "bench.slow_target"], dict(os.environ))
     try:
-        deadline = time.monotonic() + 10
-        while "http://" not in proc.output() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(
+            lambda: "http://" in proc.output(), timeout=10, interval=0.05, what="the slow target's address"
+        )
         base = proc.output().split()[0]
         n, delay = 300, 1.0
 

@@ -165,6 +165,7 @@ def test_a_job_backing_off_after_a_failed_attempt_says_retry_backoff_not_its_old
     _run(first)
     _run(job_id)
     assert _waiting(api, job_id)[0] == "domain_rate"
+    # time is the subject: the job's not_before (its domain token) comes due
     time.sleep(max(0.0, (Job.objects.get(id=job_id).not_before - timezone.now()).total_seconds()) + 0.1)
     _published(job_id)
     _run(job_id)
@@ -181,6 +182,7 @@ def test_a_deferred_job_whose_time_has_come_waits_for_its_tenants_turn(api, targ
     _run(first)
     _run(job_id)
     assert _waiting(api, job_id)[0] == "domain_rate"
+    # time is the subject: the job's not_before (its domain token) comes due
     time.sleep(max(0.0, (Job.objects.get(id=job_id).not_before - timezone.now()).total_seconds()) + 0.1)
     assert _waiting(api, job_id) == ("tenant_share", None)
 

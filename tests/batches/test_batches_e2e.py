@@ -137,6 +137,7 @@ def test_while_a_big_batch_loads_intake_stays_fast_and_another_tenants_jobs_star
         assert resp.status_code == 202
         if len(latencies) % 10 == 0:
             submitted.append(resp.json()["id"])
+        # time is the subject: single submissions at a steady pace while the batch loads
         time.sleep(0.02)
     loading = _loaded_parts(batch_id)
     p99 = statistics.quantiles(latencies, n=100)[98]

@@ -89,6 +89,7 @@ def test_a_crawl_survives_a_killed_worker_and_a_restarted_redis_with_every_page_
         what="half the pages",
     )
     own_redis.kill()
+    # time is the subject: Redis stays down a second
     time.sleep(1)
     own_redis.start()
 
@@ -99,6 +100,7 @@ def test_a_crawl_survives_a_killed_worker_and_a_restarted_redis_with_every_page_
             if not proc.alive():
                 crashed.append(slot)
                 slots[slot] = svc.start(slot) if slot != "worker" else svc.start("worker", concurrency=4)
+        # time is the subject: the supervision loop's interval (it restarts crashed processes)
         time.sleep(0.2)
     print(
         f"\ncrawl through faults: {time.monotonic() - started:.0f}s after the restart; restarted: {crashed}"

@@ -58,6 +58,7 @@ def wait_all_final(ids: list[Any], timeout: float, what: str = "jobs") -> None:
     while time.monotonic() < deadline:
         if final_count(ids) == len(ids):
             return
+        # time is the subject: the polling interval (a wait_for that reports the statuses on timeout)
         time.sleep(0.25)
     counts = Counter(Job.objects.filter(id__in=ids).values_list("status", flat=True))
     raise AssertionError(f"{what}: {final_count(ids)}/{len(ids)} final after {timeout}s {counts}")

@@ -156,6 +156,7 @@ def test_a_worker_that_cannot_reach_the_database_sends_the_message_again_and_eve
         )
         wait_for(lambda: broker.llen("jobs.normal") == 0, timeout=30, what="messages taken by the worker")
         wait_for(lambda: proxy.refused >= len(ids), timeout=30, what="the worker's claims refused")
+        # time is the subject: a pause in which a job wrongly claimed or fetched would show
         time.sleep(2)
         assert Job.objects.filter(id__in=ids, status=JobStatus.QUEUED).count() == len(ids)
         assert target.requests_for("/bytes/") == []

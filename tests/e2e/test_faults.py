@@ -251,6 +251,7 @@ def test_a_stopped_worker_puts_back_the_message_it_received_and_had_not_started(
         timeout=30,
         what="the worker to receive the second message",
     )
+    # time is the subject: a pause in which a thread wrongly given the held job would claim it
     time.sleep(0.5)
     held.refresh_from_db()
     assert (held.status, held.attempts) == (JobStatus.QUEUED, 0)

@@ -46,6 +46,7 @@ def _steady(tenant: Any, url: str, *, every_s: float, n: int, into: list[Job]) -
         try:
             for _ in range(n):
                 into.append(submit(tenant, url))
+                # time is the subject: the flow is steady, one job every every_s seconds
                 time.sleep(every_s)
         finally:
             connection.close()  # this thread's own connection, or the test database stays in use

@@ -87,6 +87,7 @@ def _run_outage(services, target, tmp_path: Path, pg: PrivatePostgres, outage_s:
     wait_until(claimed, 60, "every job claimed")
     db.close()
     pg.stop("fast")
+    # time is the subject: the database stays away outage_s seconds
     time.sleep(outage_s)
     pg.start()
     pg.wait_ready()

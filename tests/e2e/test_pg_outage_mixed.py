@@ -95,6 +95,7 @@ def _submit_over(pg: PrivatePostgres, urls: list[str], seconds: float) -> list[s
         "start = time.monotonic()\n"
         "ids = []\n"
         "for n, u in enumerate(urls):\n"
+        "    # time is the subject: submissions spread evenly over the window\n"
         "    time.sleep(max(0.0, start + n * gap - time.monotonic()))\n"
         "    tenant = tenants[urlsplit(u).hostname != '127.0.0.1']\n"
         "    ids.append(str(job_create(tenant_id=tenant.id, url=u, domain=urlsplit(u).hostname)[0].id))\n"
@@ -141,6 +142,7 @@ def test_an_outage_during_a_mixed_workload_redoes_no_finished_fetch(
     print(f"outage starts with {not_final} of {JOBS} jobs not final: {by_status}")
     assert not_final >= NOT_FINAL_AT_OUTAGE_MIN, by_status
     pg.stop("fast")
+    # time is the subject: the database stays away OUTAGE_S seconds
     time.sleep(OUTAGE_S)
     pg.start()
     pg.wait_ready()
@@ -225,6 +227,7 @@ def test_an_answer_that_arrives_while_the_database_is_away_is_not_lost(
     job_id = out.strip().splitlines()[-1]
     wait_until(lambda: target.requests_for("/bytes/4321"), 30, "the fetch to start")
     pg.stop("fast")  # the answer comes 8 s after the request, the database still away
+    # time is the subject: the database is away when the answer comes (8 s) and for 4 s more
     time.sleep(12)
     pg.start()
     pg.wait_ready()

@@ -225,6 +225,7 @@ def test_a_window_with_its_manifest_is_never_written_again(local_results, make_t
     assert export_window(since=SINCE, until=UNTIL).written
     before = {p: p.stat().st_mtime_ns for p in local_results.rglob("*.parquet")}
     _finish_at(helpers.succeeded(tenant), SINCE + timedelta(hours=1))
+    # time is the subject: a rewrite now would show as a later mtime
     time.sleep(0.01)
     again = export_window(since=SINCE, until=UNTIL)
     assert not again.written
@@ -330,6 +331,7 @@ def test_an_export_process_killed_halfway_leaves_no_manifest_and_a_rerun_complet
     third_part = tmp_path / prefix / "attempts" / "part-00002.parquet"
     deadline = time.monotonic() + 120
     while not third_part.exists() and proc.poll() is None and time.monotonic() < deadline:
+        # time is the subject: polled every 2 ms, so that the kill lands while the export is writing
         time.sleep(0.002)
     proc.send_signal(signal.SIGKILL)
     assert proc.wait(timeout=30) == -signal.SIGKILL  # killed halfway, not finished

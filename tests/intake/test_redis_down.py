@@ -183,6 +183,7 @@ def test_a_writer_holding_a_task_when_the_broker_dies_lives_on_and_publishes_onc
         )
         private_redis.kill()
         time.sleep(3)  # the consumer sees its connection break while the task is unacknowledged
+    # time is the subject: Redis stays down 3 s more, the lock gone, before the writer must be alive
     time.sleep(3)
     assert writer.alive(), writer.tail()
     accepted = [submit(tenant, f"http://a.example/during/{i}").id for i in range(3)]
@@ -283,6 +284,7 @@ def test_thirty_seconds_without_redis_cost_clients_nothing_and_every_job_ends_su
             client_round(phase, i)
             i += 1
             restart_dead()
+            # time is the subject: the client's pace, one round every 0.1 s
             time.sleep(0.1)
 
     assert not refused, refused[:10]

@@ -207,6 +207,7 @@ def _some_of_it(total: int = SENT_AT_MOST, *, chunked: bool = False) -> Iterator
     piece = b"x" * 65536
     for _ in range(total // len(piece)):
         yield b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece
+        # time is the subject: a client that sends its body slowly
         time.sleep(0.001)
 
 

@@ -30,6 +30,7 @@ def test_asking_returns_at_once_however_slow_the_nudge_is() -> None:
     wait_for(lambda: runs, timeout=5, what="the first run")
     release.set()
     # Everything asked while the first run was blocked is folded into at most one more run.
+    # time is the subject: a window in which a third run, were there one, would start
     time.sleep(0.2)
     assert len(runs) <= 2
 
@@ -40,7 +41,9 @@ def test_a_burst_of_asks_runs_at_most_once_per_interval() -> None:
     started = time.monotonic()
     while time.monotonic() - started < 0.5:
         nudge.ask()
+        # time is the subject: asks spread over 0.5 s, to count runs per interval
         time.sleep(0.001)
+    # time is the subject: the last interval ends, so its folded run has happened
     time.sleep(0.1)
     assert 2 <= len(runs) <= 0.6 / 0.05 + 1
     gaps = [b - a for a, b in zip(runs, runs[1:], strict=False)]
@@ -58,8 +61,9 @@ def test_a_nudge_that_fails_is_logged_and_the_next_ask_still_runs(caplog: pytest
     nudge = BackgroundNudge(flaky, name="flaky nudge", min_interval_s=0.0)
     with caplog.at_level(logging.WARNING, logger="apps.jobs.nudges"):
         nudge.ask()
-        wait_for(lambda: calls, timeout=5, what="the first run")
-        time.sleep(0.05)
+        wait_for(
+            lambda: "flaky nudge failed" in caplog.text, timeout=5, what="the first run's failure logged"
+        )
         nudge.ask()
         wait_for(lambda: len(calls) == 2, timeout=5, what="the run after the failure")
     assert "flaky nudge failed (redis is down)" in caplog.text
@@ -72,6 +76,7 @@ def test_a_repeated_warning_is_logged_once_per_interval_with_the_count_left_out(
     with caplog.at_level(logging.WARNING, logger="tests.warn_every"):
         for _ in range(50):
             warn("redis down")
+        # time is the subject: the 0.2 s warning interval passes
         time.sleep(0.25)
         warn("redis down")
     assert [r.getMessage() for r in caplog.records] == [

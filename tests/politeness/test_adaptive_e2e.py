@@ -63,6 +63,7 @@ def test_a_domain_shedding_one_request_in_five_settles_lower_and_recovers_within
 
     while time.time() - start < 20:  # shedding
         sample(target, start, table, "503 to 1 in 5")
+        # time is the subject: the rate is sampled twice a second
         time.sleep(0.5)
     shedding = [rate for t, rate, _, _ in table if t >= 10]
     target.shed_every = 0
@@ -72,8 +73,10 @@ def test_a_domain_shedding_one_request_in_five_settles_lower_and_recovers_within
         if sample(target, start, table, "200 again") >= POLICY_RPS * 0.999:
             recovered_after = time.time() - healed
             break
+        # time is the subject: the rate is sampled twice a second
         time.sleep(0.5)
     for _ in range(6):  # and it stays there
+        # time is the subject: the rate is sampled twice a second
         time.sleep(0.5)
         sample(target, start, table, "200 again")
     wait_all_final(ids, timeout=120)

@@ -114,6 +114,7 @@ def test_a_redirect_to_another_host_is_charged_there_and_deferred_when_it_has_no
     ]
     # Back at its turn in the line, 1.5 s after the first job's request (not by not_before: inside
     # this test's transaction the fold's now() is the transaction's start).
+    # time is the subject: the second job's token comes due
     time.sleep(max(0.0, target.requests_for("/bytes/7")[0][0] + 1.5 + SLACK_S - time.time()))
     Job.objects.filter(id=second.id).update(published_at=timezone.now(), not_before=None)
     second = run(second)
@@ -142,6 +143,7 @@ def test_every_hop_of_a_redirect_chain_within_a_domain_takes_a_token_without_wai
         if job.status != JobStatus.QUEUED:
             break
         # Its turn, 0.5 s after the chain's last request (not_before is the transaction's now()).
+        # time is the subject: the next hop's token comes due
         time.sleep(max(0.0, target.requests_for("/redirect/")[-1][0] + 0.5 + SLACK_S - time.time()))
         Job.objects.filter(id=job.id).update(published_at=timezone.now(), not_before=None)
         job = run(job)

@@ -19,6 +19,7 @@ from apps.jobs.models import Attempt, Job, JobStatus
 from apps.politeness.models import DomainPolicy
 from apps.politeness.selectors import domain_state_get
 from tests.e2e.fault_support import attempt_history, stored_body, submit, wait_all_final
+from tests.support.procs import wait_for
 from tests.support.target import TargetServer, body_for
 
 pytestmark = pytest.mark.e2e
@@ -38,10 +39,7 @@ def state(job_id: uuid.UUID) -> tuple[str, int, str | None]:
 
 
 def wait_for_request(server: TargetServer, path: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not server.requests_for(path):
-        assert time.monotonic() < deadline, f"no request for {path} within {timeout}s"
-        time.sleep(0.05)
+    wait_for(lambda: server.requests_for(path), timeout=timeout, interval=0.05, what=f"a request for {path}")
 
 
 @pytest.fixture
@@ -154,10 +152,12 @@ def test_a_port_refusing_the_jobs_own_connections_slows_neither_its_host_nor_ano
     svc.start("worker", concurrency=4)
     refused_tenant, live_tenant = make_tenant()[0], make_tenant()[0]
     dead = [submit(refused_tenant, f"http://127.0.0.1:{closed_port}/bytes/{40 + i}").id for i in range(3)]
-    deadline = time.monotonic() + 30
-    while not Attempt.objects.filter(job_id__in=dead, error_class="connection_error").exists():
-        assert time.monotonic() < deadline, "no refused attempt within 30s"
-        time.sleep(0.05)
+    wait_for(
+        lambda: Attempt.objects.filter(job_id__in=dead, error_class="connection_error").exists(),
+        timeout=30,
+        interval=0.05,
+        what="a refused attempt",
+    )
 
     started = time.monotonic()
     live = [submit(live_tenant, target.url(f"/bytes/{50 + i}")).id for i in range(3)]

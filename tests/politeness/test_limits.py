@@ -56,6 +56,7 @@ def test_the_bucket_gives_its_burst_then_refuses_until_a_token_is_due():
     refused = ask("h3")
     assert not refused.granted and refused.reason == "rate"
     assert 0.0 < refused.wait_s <= 0.5 + 0.01
+    # time is the subject: h3 asks again once its token is due
     time.sleep(refused.wait_s + 0.02)
     assert ask("h3").granted  # h3 comes back when its token is due
 
@@ -106,6 +107,7 @@ def test_the_slot_of_a_holder_that_died_without_releasing_frees_itself_after_its
     assert ask("killed", ttl=1.0).granted  # and never released
     refused = ask("next")
     assert not refused.granted and refused.reason == "concurrency"
+    # time is the subject: the dead holder's slot lease (1 s) must run out
     time.sleep(1.1)
     assert ask("next").granted  # back at its place in the line, which was first
     assert domain_state_get(domain=DOMAIN).in_flight == 1
@@ -121,6 +123,7 @@ def test_a_retry_after_cools_the_domain_down_for_everyone_then_lifts():
     assert 0.8 <= refused.wait_s <= 1.05
     # Another domain is not affected.
     assert ask("y", domain="other.example").granted
+    # time is the subject: the 1 s Retry-After cooldown must lift
     time.sleep(1.05)
     assert ask("x").granted  # the refused job comes back to its place, first in the line
 
@@ -202,9 +205,11 @@ def test_the_rate_never_falls_below_the_floor_and_climbs_back_while_answers_are_
         for _ in range(20):
             answer(503)
     assert adaptive_rate() == pytest.approx(2)
+    # time is the subject: the adaptive rate climbs with the time since the last answer
     time.sleep(0.3)
     answer(200)  # 0.3 s at 10/s per s: +3
     assert adaptive_rate() == pytest.approx(5, abs=0.3)
+    # time is the subject: 0.6 s more of recovery takes the rate past the policy's
     time.sleep(0.6)
     answer(200)
     assert adaptive_rate() == pytest.approx(10)  # never above the policy's rate
@@ -254,6 +259,7 @@ def test_refused_jobs_come_back_one_token_apart_and_a_newcomer_waits_behind_them
     assert [d.reason for d in refused] == ["rate", "queue", "queue", "queue"]
     for i, d in enumerate(refused):
         assert 0.5 * (i + 1) - 0.05 <= d.wait_s <= 0.5 * (i + 1) + 0.01, refused
+    # time is the subject: j0's token comes due
     time.sleep(refused[0].wait_s + 0.02)
     newcomer = ask("newcomer")
     assert not newcomer.granted and newcomer.reason == "queue" and newcomer.place == 4  # behind j0..j3

@@ -21,6 +21,7 @@ import pytest
 from apps.jobs.models import Attempt, Job, JobStatus
 from apps.politeness.models import DomainPolicy
 from tests.e2e.fault_support import stored_body, submit, wait_all_final
+from tests.support.procs import wait_for
 from tests.support.target import TargetServer, body_for
 
 pytestmark = pytest.mark.e2e
@@ -54,10 +55,9 @@ def test_hops_to_a_busy_domain_are_deferred_and_hold_no_thread(services, make_te
         submit(crawler, host.url(f"/go?to={slow.url(f'/bytes/{500 + i}')}")).id
         for i, host in enumerate(hosts)
     ]
-    deadline = time.monotonic() + 30
-    while not slow.requests_for("/bytes/"):
-        assert time.monotonic() < deadline, "no hop reached the busy domain"
-        time.sleep(0.05)
+    wait_for(
+        lambda: slow.requests_for("/bytes/"), timeout=30, interval=0.05, what="a hop to reach the busy domain"
+    )
 
     started = time.monotonic()
     shop_jobs = [submit(shop, other.url(f"/bytes/{900 + i}")).id for i in range(10)]

@@ -79,6 +79,7 @@ def test_forty_threads_asking_at_once_fetch_the_file_once(settings) -> None:
 
     def fetch() -> RobotsAnswer:
         fetches.append(time.time())
+        # time is the subject: a slow robots.txt fetch, so that the other threads wait for its copy
         time.sleep(0.3)
         return RobotsAnswer(status=200, text="User-agent: *\nDisallow: /no\n")
 
@@ -245,6 +246,7 @@ def test_two_worker_processes_fetch_the_file_once_per_ttl_and_never_request_a_di
     assert len(fetched) == 1
 
     # Past the TTL the next jobs fetch it again, once.
+    # time is the subject: the robots.txt copy's 5 s TTL runs out
     time.sleep(max(0.0, fetched[0] + 5.5 - time.time()))
     later = [submit(tenant, target.url(f"/bytes/{200 + i}")).id for i in range(10)]
     wait_all_final(later, timeout=60)

@@ -20,7 +20,7 @@ from django.db import connection
 from apps.jobs.final_notices import JOB_FINAL_CHANNEL
 from tests.query import helpers
 from tests.support.net import free_port
-from tests.support.procs import wait_for_web
+from tests.support.procs import wait_for, wait_for_web
 from tests.support.tcp_proxy import TcpProxy
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -54,12 +54,24 @@ def slow_redis_web(services, make_tenant) -> Iterator[Callable[[float], tuple[st
         proxy.stop()
 
 
+def _job_final_listeners() -> int:
+    """Backends (other than ours) whose last statement LISTENed on the final-notice channel: one per
+    web process's ?wait= listener."""
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE %s AND pid <> pg_backend_pid()",
+            [f'LISTEN "{JOB_FINAL_CHANNEL}"%'],
+        )
+        return int(cur.fetchone()[0])
+
+
 def _healthz_latencies(base: str, *, count: int = 20) -> list[float]:
     took = []
     for _ in range(count):
         started = time.monotonic()
         assert requests.get(f"{base}/healthz", timeout=30).status_code == 200
         took.append(time.monotonic() - started)
+        # time is the subject: /healthz is sampled every 50 ms, not back to back
         time.sleep(0.05)
     return took
 
@@ -71,6 +83,7 @@ def _healthz_meanwhile(base: str, work: Callable[[threading.Event], None], *, th
     for t in started:
         t.start()
     try:
+        # time is the subject: the load runs half a second before /healthz is timed
         time.sleep(0.5)
         return _healthz_latencies(base)
     finally:
@@ -105,7 +118,8 @@ def test_cached_reads_waiting_on_a_slow_redis_do_not_hold_up_other_requests(slow
 def test_job_final_notices_on_a_slow_redis_do_not_hold_up_other_requests(slow_redis_web):
     base, auth, tenant = slow_redis_web(0.05)
     waited = helpers.running(tenant)
-    # One ?wait= starts the process's listener; every notice then drops a read-cache key.
+    # The process's listener (started with its event loop, scrapejobs/web_worker.py) wakes this
+    # ?wait= and drops a read-cache key on every notice once its LISTEN is in force.
     waiter = threading.Thread(
         target=lambda: requests.get(
             f"{base}/api/v1/jobs/{waited.id}", params={"wait": 20}, headers=auth, timeout=60
@@ -113,7 +127,9 @@ def test_job_final_notices_on_a_slow_redis_do_not_hold_up_other_requests(slow_re
         daemon=True,
     )
     waiter.start()
-    time.sleep(1.5)
+    wait_for(
+        lambda: _job_final_listeners() >= 1, timeout=30, what="the web process's ?wait= listener LISTENing"
+    )
     jobs = [str(helpers.queued(tenant).id) for _ in range(50)]
     baseline = statistics.median(_healthz_latencies(base))
 
@@ -124,6 +140,7 @@ def test_job_final_notices_on_a_slow_redis_do_not_hold_up_other_requests(slow_re
                 while not stop.is_set():
                     for job_id in jobs:
                         cursor.execute("SELECT pg_notify(%s, %s)", [JOB_FINAL_CHANNEL, job_id])
+                    # time is the subject: a burst of 50 notices every 50 ms, about 1,000 a second
                     time.sleep(0.05)
         finally:
             connection.close()

@@ -63,6 +63,7 @@ def later(delay: float, action: Callable[[], object]) -> CheckedThread:
 
     def run() -> None:
         try:
+            # time is the subject: the action comes delay seconds into the wait
             time.sleep(delay)
             action()
         finally:
@@ -250,6 +251,7 @@ def _settled_scans(table: str) -> int:
     last, still_since, deadline = _scans(table), time.monotonic(), time.monotonic() + 20
     while time.monotonic() - still_since < 1.0:
         assert time.monotonic() < deadline, f"the scans of {table} never settled"
+        # time is the subject: the scans must stay still for a second
         time.sleep(0.2)
         now = _scans(table)
         if now != last:
@@ -280,6 +282,7 @@ def test_a_wait_authenticates_once_however_often_it_wakes(start_web):
     def notify_five_times() -> None:
         with connection.cursor() as cur:
             for _ in range(5):
+                # time is the subject: notices 0.4 s apart, all within the one wait
                 time.sleep(0.4)
                 cur.execute("SELECT pg_notify(%s, %s)", [JOB_FINAL_CHANNEL, str(job.id)])
 

@@ -70,6 +70,7 @@ def test_500_waiters_are_answered_within_1s_of_their_job_and_intake_stays_fast(s
         try:
             while not stop.is_set():
                 pg_connections.append(_connections())
+                # time is the subject: the connections are sampled twice a second
                 time.sleep(0.5)
         finally:
             connection.close()

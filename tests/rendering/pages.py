@@ -35,6 +35,7 @@ class _Handler(BaseHTTPRequestHandler):
         if page is None:
             page = Page(b"not here", "text/plain", 404)
         if page.delay_s:
+            # time is the subject: the delay this local page server simulates
             time.sleep(page.delay_s)
         self.send_response(page.status)
         headers = {"Content-Type": page.content_type, "Content-Length": str(len(page.body)), **page.headers}

@@ -100,6 +100,7 @@ def test_a_body_read_waiting_for_the_next_byte_stops_at_once_when_interrupted(ta
         lambda: _fetch(target.url("/drip?n=10&delay=5"), check=stopper.check, interrupt=stopper.interrupt)
     )
     wait_for(lambda: target.requests_for("/drip"), 10, what="the download to start")
+    # time is the subject: the fetch is half a second into its 5 s wait for the next byte
     time.sleep(0.5)
     stopper.stop()
     _stopped_within(thread, 1)

@@ -52,6 +52,7 @@ def test_a_chain_of_served_copies_never_makes_an_old_body_young(make_tenant, tar
         job = _run(_post(api, url, max_age_s=max_age_s))
         assert job.status == JobStatus.SUCCEEDED, job.last_error
         jobs.append(job)
+        # time is the subject: one identical job every 0.7 s, against a max_age_s of 2
         time.sleep(0.7)
     fetched = len(target.requests_for("/bytes/64"))
     assert fetched >= 2, "the URL was never fetched again"
@@ -108,6 +109,7 @@ def test_a_parked_job_is_not_republished_while_its_fetch_is_alive(settings, make
     redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()
 
     for _ in range(3):  # three sweeper ticks past the republish bound, each followed by a publish
+        # time is the subject: each tick comes past the 1 s republish bound
         time.sleep(1.2)
         jobs_sweep_stuck()
         outbox_publish(batch_size=100, budget_s=5)
@@ -118,6 +120,7 @@ def test_a_parked_job_is_not_republished_while_its_fetch_is_alive(settings, make
 
     # A parked job whose key has no live fetch any more (nothing should leave one) is sent again.
     Job.objects.filter(id=elected.id).update(status=JobStatus.CANCELLED)
+    # time is the subject: the 1 s republish bound passes
     time.sleep(1.2)
     jobs_sweep_stuck()
     outbox_publish(batch_size=100, budget_s=5)

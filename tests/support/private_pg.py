@@ -32,7 +32,7 @@ import psycopg
 import pytest
 
 from tests.support.net import free_port
-from tests.support.procs import ROOT
+from tests.support.procs import ROOT, wait_for
 
 # Found without importing pgserver (its import sets up a lock file and a user runtime directory).
 _SPEC = importlib.util.find_spec("pgserver")
@@ -142,18 +142,14 @@ class PrivatePostgres:
                     conn.execute("SELECT 1")
                 return
             except psycopg.OperationalError:
+                # time is the subject: the polling interval while the server comes up (a refused connect raises)
                 time.sleep(0.1)
         raise AssertionError("the private PostgreSQL did not come up")
 
 
 def wait_until(pred: Callable[[], object], timeout: float, what: str) -> None:
     """Poll ``pred`` (which may read the private server) until it is true."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    wait_for(pred, timeout=timeout, interval=0.2, what=what)
 
 
 def all_final(db: psycopg.Connection, count: int) -> bool:

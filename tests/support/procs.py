@@ -112,6 +112,7 @@ def wait_for(
         value = pred()
         if value:
             return value
+        # time is the subject: the polling interval of the shared wait
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what or pred}")
 

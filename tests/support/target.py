@@ -93,6 +93,7 @@ class _Handler(BaseHTTPRequestHandler):
                     self.server.robots[0], self.server.robots[1].encode(), {"Content-Type": "text/plain"}
                 )
             elif seg[0] in ("site", "private"):
+                # time is the subject: the delay this local target simulates
                 time.sleep(float(q.get("delay", "0")))
                 self._send(
                     200, _site_page(seg[0], int(seg[1]), q), {"Content-Type": "text/html; charset=utf-8"}
@@ -119,6 +120,7 @@ class _Handler(BaseHTTPRequestHandler):
                 time.sleep(float(q.get("delay", "0")))  # a slow failure (single-flight tests)
                 self._send(int(seg[1]), f"status {seg[1]}".encode(), {"Content-Type": "text/plain"})
             elif seg[0] == "slow":
+                # time is the subject: a target that takes this long to answer
                 time.sleep(float(q.get("delay", "60")))
                 self._send(200, b"finally")
             elif seg[0] == "drip":
@@ -129,6 +131,7 @@ class _Handler(BaseHTTPRequestHandler):
                 for _ in range(n):
                     self.wfile.write(b"x")
                     self.wfile.flush()
+                    # time is the subject: the pause between the bytes this target drips
                     time.sleep(delay)
             elif seg[0] == "flaky":
                 k = self.server.count(path)

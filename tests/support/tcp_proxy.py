@@ -134,6 +134,7 @@ class TcpProxy:
             while data := src.recv(chunk):
                 self._flowing.wait()  # a black hole holds what was sent until it ends
                 if delay_s:
+                    # time is the subject: the latency this proxy adds to every chunk
                     time.sleep(delay_s)
                 if self.reset_after_bytes is not None:
                     with self._lock:

@@ -123,6 +123,7 @@ def test_a_receipt_waiting_past_the_bound_no_longer_holds_back_the_sweep(setting
 
     r.xadd(STREAM, {FIELD: receipt_encode(receipt(waiting_job.id, 1))}, id=f"{old_ms}-0")
     _expire_lease_now(lost_job.id)
+    # time is the subject: the lease ages past its expiry, by more than the sweeper's margin
     time.sleep(1.2)
 
     settings.SCRAPEJOBS_SWEEP_RECEIPT_WAIT_MAX_S = 300

@@ -98,6 +98,7 @@ def test_a_receipt_that_timed_out_is_retried_and_applied_once_the_lock_is_gone(s
         receipt_submit(receipt(blocked.id, 1))
         receipt_submit(receipt(free.id, 1))
         stats = writer_flush_once()
+        # time is the subject: the receipt's 0.2 s retry backoff passes
         time.sleep(0.3)
         again = writer_flush_once()  # its retry is due: the row is still locked
     finally:
@@ -109,6 +110,7 @@ def test_a_receipt_that_timed_out_is_retried_and_applied_once_the_lock_is_gone(s
     assert dead_receipts_list() == [] and state_redis().hget(TRIES, pending_id) == "2"
     assert Job.objects.get(id=blocked.id).status == JobStatus.RUNNING
 
+    # time is the subject: the second retry's 0.4 s backoff passes
     time.sleep(0.5)
     assert writer_flush_once().applied == 1
     assert Job.objects.get(id=blocked.id).status == JobStatus.SUCCEEDED

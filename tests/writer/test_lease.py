@@ -66,6 +66,7 @@ def test_two_writer_processes_started_together_never_hold_the_lease_at_once() ->
             for s in specs[n % 10 :: 10]:
                 receipt_submit(receipt(s.id, 99, "failed_temporary"))
             n += 1
+            # time is the subject: receipts arrive at a steady rate while the writers run
             time.sleep(0.01)
 
     feeder = threading.Thread(target=feed, daemon=True)

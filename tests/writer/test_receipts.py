@@ -118,6 +118,7 @@ def test_writer_status_reports_lag_backlog_and_batches(capsys) -> None:
     running_jobs_create(specs)
     for s in specs:
         receipt_submit(receipt(s.id, 1))
+    # time is the subject: the receipts age 50 ms, the lag writer_status must show
     time.sleep(0.05)
     call_command("writer_status")
     out = dict(line.split(": ", 1) for line in capsys.readouterr().out.splitlines())
