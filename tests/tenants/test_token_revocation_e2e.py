@@ -21,7 +21,8 @@ def _listeners() -> int:
     """Backends whose last statement LISTENed on the revocation channel: one per web process."""
     with connection.cursor() as cur:
         cur.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE %s",
+            # Not this backend: its own query text holds the pattern too.
+            "SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND query LIKE %s",
             [f'%LISTEN "{TOKEN_REVOKED_CHANNEL}"%'],
         )
         return int(cur.fetchone()[0])
