@@ -10,7 +10,7 @@ Chromium every ``BENCH_BROWSER_SOAK_PAGES_PER_BROWSER`` pages (default
 seven requests made, none blocked (the page's domain is given a policy that never binds).
 
 At the same point of each restart cycle, after the cycle's last page and before the next page
-starts a fresh Chromium, it samples:
+starts a fresh Chromium, once that page's renderer processes have exited, it samples:
 
 - this process's resident set (the component: Playwright's client, the fetch threads, Django);
 - the resident sets of every Chromium process under this one, summed;
@@ -190,7 +190,25 @@ def chromium_processes() -> list[int]:
     return found
 
 
+def _renderers_gone(wait_s: float = 10.0) -> None:
+    """Wait (at most ``wait_s``) for the renderer processes of the pages just closed to exit: a
+    browser context's close returns before its renderer is gone, so without this the count would
+    depend on how far their exit got. One that never goes is counted, as a leak should be."""
+    until = time.monotonic() + wait_s
+    while time.monotonic() < until:
+        renderers = 0
+        for pid in chromium_processes():
+            try:
+                renderers += b"--type=renderer" in Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+        if not renderers:
+            return
+        time.sleep(0.1)
+
+
 def _sample(cycle: int, pages: int) -> Sample:
+    _renderers_gone()
     chromiums = chromium_processes()
     return Sample(
         cycle=cycle,
