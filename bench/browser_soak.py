@@ -310,6 +310,7 @@ def _plot(result: Soak) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
+    from matplotlib.ticker import MaxNLocator  # noqa: PLC0415
 
     cycles = [s.cycle for s in result.samples]
     titles = {
@@ -326,6 +327,7 @@ def _plot(result: Soak) -> None:
             ax.axhline(values[1] * (1 + GROWTH_LIMIT_PCT / 100), color="grey", linestyle="--", linewidth=0.8)
         ax.set_ylim(bottom=0)
         ax.set_title(titles[measure], fontsize=10)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     for ax in axes[1]:
         ax.set_xlabel(f"restart cycle ({result.pages_per_browser} pages each)")
     fig.suptitle(
