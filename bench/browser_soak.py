@@ -323,9 +323,12 @@ def _plot(result: Soak) -> None:
     for ax, measure in zip(axes.flat, MEASURES, strict=True):
         values = [getattr(s, measure) for s in result.samples]
         ax.plot(cycles, values, marker="o", markersize=3, color="tab:blue")
+        top = max(values)
         if len(values) >= 2:
-            ax.axhline(values[1] * (1 + GROWTH_LIMIT_PCT / 100), color="grey", linestyle="--", linewidth=0.8)
-        ax.set_ylim(bottom=0)
+            limit = values[1] * (1 + GROWTH_LIMIT_PCT / 100)
+            ax.axhline(limit, color="grey", linestyle="--", linewidth=0.8)
+            top = max(top, limit)
+        ax.set_ylim(0, top * 1.15 or 1)
         ax.set_title(titles[measure], fontsize=10)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     for ax in axes[1]:
