@@ -14,11 +14,14 @@ messages, beside a bare Celery task's Redis commands), peak (the seed's peak thr
 jobs/s against a 20 s target, six workers), capacity (fetches in flight one worker process holds
 at a 10 s target), scaling (a day of the seed's load through the worker autoscaling rule, with one
 worker's measured capacity), browser (a page a script fills, rendered at 1, 2 and 4 pages per
-process, against a plain fetch of it), revalidate (1,000 unchanged pages re-fetched plain and with
-``revalidate``: bytes received, target CPU, service CPU per job), hostile (log masking of one
+process, against a plain fetch of it), browser-soak (2,000 rendered pages through one browser
+pool, its and Chromium's memory, descriptors and processes sampled each restart cycle),
+revalidate (1,000 unchanged pages re-fetched plain and with ``revalidate``: bytes received,
+target CPU, service CPU per job), hostile (log masking of one
 long word, against the quadratic pattern it replaced), usage (GET /usage for 31 days and a year at
 1,000,000 jobs, from the per-tenant daily rollup), crawl (5,000 pages of a generated site at 100
-fetches at once, against Scrapy's CrawlSpider), each ``bench/<name>.py:run()``.
+fetches at once, against Scrapy's CrawlSpider), each ``bench/<name>.py:run()`` (a ``-`` in the name
+is a ``_`` in the module's).
 
 Each benchmark's figures are also written to ``bench/results/<name>.json`` with the machine, the
 commit and the ``BENCH_*`` settings of the run (``BENCH_RESULTS_DIR`` elsewhere; empty: not
@@ -54,6 +57,7 @@ ORDER = (
     "capacity",
     "scaling",
     "browser",
+    "browser-soak",
     "revalidate",
     "hostile",
     "usage",
@@ -63,7 +67,11 @@ ORDER = (
 
 def available() -> list[str]:
     here = Path(__file__).resolve().parent
-    return [name for name in ORDER if (here / f"{name}.py").exists()]
+    return [name for name in ORDER if (here / f"{_module(name)}.py").exists()]
+
+
+def _module(name: str) -> str:
+    return name.replace("-", "_")
 
 
 def main(argv: list[str]) -> int:
@@ -80,7 +88,7 @@ def main(argv: list[str]) -> int:
         sink = Path(tempfile.mkstemp(prefix=f"bench-{name}-", suffix=".figures")[1])
         os.environ["BENCH_FIGURES_FILE"] = str(sink)  # this process's and its children's figures
         try:
-            importlib.import_module(f"bench.{name}").run()
+            importlib.import_module(f"bench.{_module(name)}").run()
             figures = dict(json.loads(line) for line in sink.read_text().splitlines() if line)
         finally:
             del os.environ["BENCH_FIGURES_FILE"]

@@ -54,6 +54,8 @@ SMALL = {
     "BENCH_SCALING_MEASURE_JOBS": "20",
     "BENCH_BROWSER_PAGES": "3",
     "BENCH_BROWSER_ITEMS": "10",
+    "BENCH_BROWSER_SOAK_PAGES": "20",
+    "BENCH_BROWSER_SOAK_PAGES_PER_BROWSER": "5",  # four restart cycles: growth measured after the second
     "BENCH_REVALIDATE_PAGES": "20",
     "BENCH_REVALIDATE_BYTES": "4096",
     "BENCH_USAGE_JOBS": "2000",
@@ -77,6 +79,7 @@ def test_make_bench_runs_every_benchmark_to_the_end(tmp_path: Path) -> None:
         "DATABASE_URL": os.environ["DATABASE_URL"],
         "REDIS_URL": _redis_db(os.environ["REDIS_URL"], 10),
         "BENCH_SCALING_PLOT": str(tmp_path / "scaling.png"),
+        "BENCH_BROWSER_SOAK_PLOT": str(tmp_path / "browser-soak.png"),
         # Not bench/results/: a smoke run's figures are no figures (docs/benchmarks.md).
         "BENCH_RESULTS_DIR": str(tmp_path / "results"),
     }
@@ -100,5 +103,9 @@ def test_make_bench_runs_every_benchmark_to_the_end(tmp_path: Path) -> None:
     for name in names:
         result = json.loads((tmp_path / "results" / f"{name}.json").read_text())
         assert result["settings"], name
-        # The browser benchmark measures nothing where Chromium is not installed (it says so).
-        assert result["figures"] or (name == "browser" and not Path("/usr/bin/chromium").exists()), name
+        # The browser benchmarks measure nothing where Chromium is not installed (they say so).
+        assert result["figures"] or (name.startswith("browser") and not Path("/usr/bin/chromium").exists()), (
+            name
+        )
+    if Path("/usr/bin/chromium").exists():
+        assert (tmp_path / "browser-soak.png").exists()
