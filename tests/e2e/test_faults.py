@@ -210,6 +210,7 @@ def test_a_stopped_worker_gives_its_job_back_within_its_grace_period(services, m
     stopping.p.wait(timeout=10)
     took = time.monotonic() - asked
 
+    # time is the subject: a stop within 6 s of SIGTERM (a 2 s grace), where finishing the 8 s download would take longer
     assert took < 6, f"the worker took {took:.1f}s to stop"
     # Given back at once, not after the (60 s) lease: the attempt is lost, the job is queued.
     job.refresh_from_db()
