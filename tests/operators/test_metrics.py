@@ -64,7 +64,8 @@ def test_it_reports_the_queue_now_per_tenant_and_priority_with_the_oldest_age_an
 
     assert value(samples, "scrapejobs_jobs", status="queued") == 2
     assert value(samples, "scrapejobs_jobs", status="running") == 2
-    # time is the subject: an age gauge, read against a job backdated 120 s; the margin covers the test's own run
+    # time is the subject: an age gauge, read against a job backdated 120 s; the margin covers the test's own
+    # run
     assert 119 < value(samples, "scrapejobs_oldest_queued_job_age_seconds") < 180
     assert value(samples, "scrapejobs_jobs_running_past_lease") == 1
     assert value(samples, "scrapejobs_queue_depth", tenant="acme", priority="high") == 1
@@ -110,7 +111,8 @@ def test_the_dispatchable_figures_leave_out_retries_in_backoff_deferrals_and_par
     assert value(samples, "scrapejobs_jobs", status="queued") == 5
     # time is the subject: an age gauge, read against a parked job backdated 700 s and another 600 s
     assert value(samples, "scrapejobs_oldest_queued_job_age_seconds") > 800
-    # time is the subject: an age gauge: due for 40 s (its backoff ended 30 s ago, another was made at once) within the test's run
+    # time is the subject: an age gauge: due for 40 s (its backoff ended 30 s ago, another was made at once)
+    # within the test's run
     assert 39 < value(samples, "scrapejobs_oldest_dispatchable_job_age_seconds") < 60
     assert value(samples, "scrapejobs_dispatchable_jobs", priority="high") == 1
     assert value(samples, "scrapejobs_dispatchable_jobs", priority="normal") == 0
@@ -118,7 +120,8 @@ def test_the_dispatchable_figures_leave_out_retries_in_backoff_deferrals_and_par
 
     Job.objects.filter(id=due.id).update(status="cancelled", finished_at=timezone.now())
     samples = scrape()
-    # time is the subject: an age gauge: the retry due since its backoff ended 30 s ago, not since its intake 600 s ago
+    # time is the subject: an age gauge: the retry due since its backoff ended 30 s ago, not since its intake
+    # 600 s ago
     assert 29 < value(samples, "scrapejobs_oldest_dispatchable_job_age_seconds") < 40
     assert value(samples, "scrapejobs_dispatchable_jobs", priority="high") == 0
 
@@ -146,9 +149,11 @@ def test_jobs_to_render_have_their_own_dispatchable_figures_for_the_browser_comp
     samples = scrape()
 
     assert value(samples, "scrapejobs_dispatchable_browser_jobs") == 1
-    # time is the subject: an age gauge, read against a browser job backdated 50 s (the 300 s plain one not counted)
+    # time is the subject: an age gauge, read against a browser job backdated 50 s (the 300 s plain one not
+    # counted)
     assert 49 < value(samples, "scrapejobs_oldest_dispatchable_browser_job_age_seconds") < 80
-    assert value(samples, "scrapejobs_oldest_dispatchable_job_age_seconds") > 299  # every kind
+    # time is the subject: an age gauge over every kind, the plain job backdated 300 s
+    assert value(samples, "scrapejobs_oldest_dispatchable_job_age_seconds") > 299
 
 
 @pytest.mark.django_db

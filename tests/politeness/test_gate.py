@@ -215,7 +215,8 @@ def test_a_429_is_recorded_in_the_round_trip_that_hands_in_the_receipt(tenant, t
     receipt = job_run_attempt(job_id=job.id, worker="w:1:1", domain=DOMAIN, timeout_s=job.timeout_s)
     assert receipt is not None and receipt.http_status == 429
     assert apart == []
-    assert 28 <= domain_state_get(domain=DOMAIN).cooldown_s <= 30  # the Retry-After took effect
+    # time is the subject: a cooldown's length: the target's Retry-After of 30 s took effect
+    assert 28 <= domain_state_get(domain=DOMAIN).cooldown_s <= 30
     assert domain_state_get(domain=DOMAIN).in_flight == 0
 
 
