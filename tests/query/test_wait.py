@@ -82,8 +82,8 @@ def test_a_wait_returns_as_soon_as_another_process_finishes_the_job(start_web):
     elapsed, body = web.get_job(job.id, wait=20)
     t.join()
     assert body["status"] == "succeeded"
-    # time is the subject: the wait wakes on the finish at 0.5 s, within 3 s, where the recheck would come at
-    # 60 s and the wait end at 20 s
+    # time is the subject: the wait wakes on the finish at 0.5 s, within 3 s, where
+    # the recheck would come at 60 s and the wait end at 20 s
     assert 0.4 < elapsed < 3
 
 
@@ -96,8 +96,8 @@ def test_a_wait_is_woken_by_a_cancel(start_web):
     elapsed, body = web.get_job(job.id, wait=20)
     t.join()
     assert body["status"] == "cancelled"
-    # time is the subject: the wait wakes on the cancel at 0.3 s, within 3 s, where the recheck would come at
-    # 60 s and the wait end at 20 s
+    # time is the subject: the wait wakes on the cancel at 0.3 s, within 3 s, where
+    # the recheck would come at 60 s and the wait end at 20 s
     assert elapsed < 3
 
 

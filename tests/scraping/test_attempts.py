@@ -77,8 +77,8 @@ def test_a_temporary_failure_goes_back_to_the_queue_while_attempts_remain(tenant
     _attempt(job.id)
     job.refresh_from_db()
     assert (job.status, job.attempts, job.published_at) == ("queued", 1, None)
-    # time is the subject: a backoff's length: the 30 s Retry-After, measured from the attempt's end on the
-    # database's clock
+    # time is the subject: a backoff's length: the 30 s Retry-After, measured
+    # from the attempt's end on the database's clock
     assert 25 <= (job.not_before - Attempt.objects.get(job=job).finished_at).total_seconds() <= 31
     assert job.last_error["class"] == "http_429"
 

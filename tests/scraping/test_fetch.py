@@ -96,8 +96,8 @@ def test_a_read_timeout_is_a_temporary_timeout(target):
     started = time.monotonic()
     err = _error(target.url("/slow?delay=5"), timeout_s=0.5)
     assert (err.error_class, err.permanent) == ("timeout", False)
-    # time is the subject: a read timeout of 0.5 s stops the fetch within 3 s, where the target answers after
-    # 5 s
+    # time is the subject: a read timeout of 0.5 s stops the fetch
+    # within 3 s, where the target answers after 5 s
     assert time.monotonic() - started < 3
 
 

@@ -47,8 +47,8 @@ def _join_within(thread: threading.Thread, seconds: float) -> None:
     asked = time.monotonic()
     thread.join(30)
     elapsed = time.monotonic() - asked
-    # time is the subject: a stop within the caller's bound (1.5 s), where the target would answer only after
-    # 30 s
+    # time is the subject: a stop within the caller's bound (1.5 s),
+    # where the target would answer only after 30 s
     assert not thread.is_alive() and elapsed < seconds, f"the attempt took {elapsed:.2f}s to stop"
 
 
