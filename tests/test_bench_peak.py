@@ -123,7 +123,7 @@ def test_the_slow_target_holds_many_slow_requests_at_once_and_counts_them() -> N
         from tests.support.target import body_for
 
         assert bodies == [body_for(100)] * n
-        # Served side by side, not one after another (that would take n x delay).
+        # time is the subject: served side by side, not one after another (that would take n x delay).
         assert elapsed < 10 * delay, elapsed
         after = target_stats(base)
         assert after["requests"] == after["answered"] == n

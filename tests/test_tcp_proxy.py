@@ -109,7 +109,7 @@ def test_a_thin_pipe_carries_no_more_than_its_bandwidth(echo: int) -> None:
         started = time.monotonic()
         sock.sendall(b"x" * 40_000)
         assert _read(sock, 40_000) == b"x" * 40_000
-        # The bandwidth is the subject: 40 kB each way at 40 kB/s cannot take less than about a
+        # time is the subject: the bandwidth; 40 kB each way at 40 kB/s cannot take less than about a
         # second (the last tenth-of-a-second chunk is sent without its pause).
         assert time.monotonic() - started >= 0.9
     finally:

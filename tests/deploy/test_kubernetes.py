@@ -303,7 +303,8 @@ def test_every_setting_given_is_one_the_project_reads_and_documents() -> None:
 def test_the_worker_is_given_the_time_its_graceful_stop_takes() -> None:
     grace_s = float(config()["SCRAPEJOBS_WORKER_SHUTDOWN_GRACE_S"])
     worker = pod("worker")
-    # The grace to finish fetches, then the hand-back of the rest (apps/scheduling/shutdown_watchdog.py).
+    # time is the subject (a configured period): the grace to finish fetches, then the hand-back of the rest
+    # (apps/scheduling/shutdown_watchdog.py).
     assert grace_s + 10 <= worker["terminationGracePeriodSeconds"] <= grace_s + 30
     web = pod("web")
     argv = processes.web()

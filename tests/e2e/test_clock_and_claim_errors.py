@@ -97,6 +97,8 @@ def test_a_worker_whose_clock_is_30s_off_starts_every_job_within_the_normal_boun
     ]
     every = slow + flaky + paced
     wait_all_final([j.id for j in every], timeout=SKEW_BOUND_S, what=f"jobs with a worker {skew_s:+d}s off")
+    # time is the subject: every job ends within the skew bound, where a
+    # worker trusting its own clock would wait out the skew
     assert time.monotonic() - started < SKEW_BOUND_S
 
     for i, job in enumerate(slow):
@@ -164,6 +166,8 @@ def test_a_worker_that_cannot_reach_the_database_sends_the_message_again_and_eve
         proxy.restore()
         back = time.monotonic()
         wait_all_final(ids, timeout=OUTAGE_BOUND_S, what="jobs after the database came back")
+        # time is the subject: the jobs end within the outage bound after the
+        # database comes back, not after a lease or a sweep
         assert time.monotonic() - back < OUTAGE_BOUND_S
     finally:
         proxy.stop()

@@ -187,6 +187,8 @@ def test_the_gaps_of_a_long_retry_run_grow_and_stay_under_the_cap(services, make
     gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
     print("retry gaps:", [round(g, 2) for g in gaps])
     assert len(gaps) == 8
+    # time is the subject: backoff lengths: every gap within the cap, the
+    # first within the base, a later one past it
     assert all(g <= cap + slack for g in gaps)
     assert gaps[0] <= base + slack
     assert max(gaps[2:]) > base
@@ -210,6 +212,8 @@ def test_a_stopped_worker_gives_its_job_back_within_its_grace_period(services, m
     stopping.p.wait(timeout=10)
     took = time.monotonic() - asked
 
+    # time is the subject: a stop within 6 s of SIGTERM (a 2 s grace),
+    # where finishing the 8 s download would take longer
     assert took < 6, f"the worker took {took:.1f}s to stop"
     # Given back at once, not after the (60 s) lease: the attempt is lost, the job is queued.
     job.refresh_from_db()

@@ -124,4 +124,6 @@ def test_the_backoff_after_deferrals_is_the_counted_attempts_in_the_fold_and_the
     for name, jobs in (("fold", failed), ("sweeper", lost)):
         delays = _retry_delays_s(jobs)
         assert len(delays) == 20, name
+        # time is the subject: a backoff's length: within the first backoff's
+        # 100 s ceiling, where the fourth's is 800 s
         assert max(delays) <= 100.0 + 1, (name, sorted(delays))

@@ -33,6 +33,7 @@ def test_more_callers_than_connections_wait_for_one_instead_of_failing() -> None
         t.join()
     assert errors == []
     assert answers == [None] * callers
-    # The last 50 waited for the first 100 (about 0.5 s), well within the wait allowed.
+    # time is the subject: the last 50 waited for the first 100 (about 0.5 s), well within the
+    # 10 s wait for a free connection allowed, past which they would have failed.
     assert time.monotonic() - began < state.CONNECTION_WAIT_S
     assert client.connection_pool.max_connections == state.STATE_REDIS_MAX_CONNECTIONS

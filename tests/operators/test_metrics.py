@@ -64,6 +64,8 @@ def test_it_reports_the_queue_now_per_tenant_and_priority_with_the_oldest_age_an
 
     assert value(samples, "scrapejobs_jobs", status="queued") == 2
     assert value(samples, "scrapejobs_jobs", status="running") == 2
+    # time is the subject: an age gauge, read against a job backdated
+    # 120 s; the margin covers the test's own run
     assert 119 < value(samples, "scrapejobs_oldest_queued_job_age_seconds") < 180
     assert value(samples, "scrapejobs_jobs_running_past_lease") == 1
     assert value(samples, "scrapejobs_queue_depth", tenant="acme", priority="high") == 1
@@ -107,7 +109,10 @@ def test_the_dispatchable_figures_leave_out_retries_in_backoff_deferrals_and_par
     samples = scrape()
 
     assert value(samples, "scrapejobs_jobs", status="queued") == 5
+    # time is the subject: an age gauge over every queued job, the oldest backdated 900 s
     assert value(samples, "scrapejobs_oldest_queued_job_age_seconds") > 800
+    # time is the subject: an age gauge: the high job due since its intake 40 s ago
+    # (the 900, 800 and 700 s old ones are not due, the 600 s one only 30 s); the margin covers the run
     assert 39 < value(samples, "scrapejobs_oldest_dispatchable_job_age_seconds") < 60
     assert value(samples, "scrapejobs_dispatchable_jobs", priority="high") == 1
     assert value(samples, "scrapejobs_dispatchable_jobs", priority="normal") == 0
@@ -115,12 +120,15 @@ def test_the_dispatchable_figures_leave_out_retries_in_backoff_deferrals_and_par
 
     Job.objects.filter(id=due.id).update(status="cancelled", finished_at=timezone.now())
     samples = scrape()
+    # time is the subject: an age gauge: the retry due since its backoff
+    # ended 30 s ago, not since its intake 600 s ago
     assert 29 < value(samples, "scrapejobs_oldest_dispatchable_job_age_seconds") < 40
     assert value(samples, "scrapejobs_dispatchable_jobs", priority="high") == 0
 
     # The rollup keeps the minute's reading for the dashboard's chart.
     rollup_run(settle_s=0)
     reading = GaugeMinute.objects.get()
+    # time is the subject: the rollup keeps the same age as the gauge above (due 30 s ago)
     assert reading.dispatchable == 1 and 29 < reading.oldest_dispatchable_age_s < 40
 
 
@@ -141,8 +149,11 @@ def test_jobs_to_render_have_their_own_dispatchable_figures_for_the_browser_comp
     samples = scrape()
 
     assert value(samples, "scrapejobs_dispatchable_browser_jobs") == 1
+    # time is the subject: an age gauge, read against a browser job
+    # backdated 50 s (the 300 s plain one not counted)
     assert 49 < value(samples, "scrapejobs_oldest_dispatchable_browser_job_age_seconds") < 80
-    assert value(samples, "scrapejobs_oldest_dispatchable_job_age_seconds") > 299  # every kind
+    # time is the subject: an age gauge over every kind, the plain job backdated 300 s
+    assert value(samples, "scrapejobs_oldest_dispatchable_job_age_seconds") > 299
 
 
 @pytest.mark.django_db
@@ -191,6 +202,7 @@ def test_attempt_counters_and_the_first_attempt_histogram_come_from_the_rollups_
     assert value(samples, "scrapejobs_time_to_first_attempt_seconds_count") == 3
     assert value(samples, "scrapejobs_time_to_first_attempt_seconds_bucket", le="60.0") == 2
     assert value(samples, "scrapejobs_time_to_first_attempt_seconds_bucket", le="120.0") == 3
+    # time is the subject: a histogram's sum: about 90 s plus two short waits, within the test's run
     assert 85 < value(samples, "scrapejobs_time_to_first_attempt_seconds_sum") < 100
 
 

@@ -52,6 +52,7 @@ def test_a_job_whose_domain_cools_down_waits_in_the_database_without_spending_an
     asked = timezone.now()
     assert run(job) is None
     assert (job.status, job.attempts, job.published_at) == ("queued", 0, None)
+    # time is the subject: a deferral's length: the 2 s Retry-After, within a few tenths either side
     assert 1.7 <= (job.not_before - asked).total_seconds() <= 2.2
     assert not Attempt.objects.filter(job=job).exists() and target.requests == []
 
@@ -214,7 +215,8 @@ def test_a_429_is_recorded_in_the_round_trip_that_hands_in_the_receipt(tenant, t
     receipt = job_run_attempt(job_id=job.id, worker="w:1:1", domain=DOMAIN, timeout_s=job.timeout_s)
     assert receipt is not None and receipt.http_status == 429
     assert apart == []
-    assert 28 <= domain_state_get(domain=DOMAIN).cooldown_s <= 30  # the Retry-After took effect
+    # time is the subject: a cooldown's length: the target's Retry-After of 30 s took effect
+    assert 28 <= domain_state_get(domain=DOMAIN).cooldown_s <= 30
     assert domain_state_get(domain=DOMAIN).in_flight == 0
 
 
@@ -229,6 +231,7 @@ def test_an_answer_whose_policy_is_not_at_hand_is_recorded_after_the_receipt(ten
     receipt = job_run_attempt(job_id=job.id, worker="w:1:1", domain=DOMAIN, timeout_s=job.timeout_s)
     assert receipt is not None and receipt.http_status == 429
     assert [(c["domain"], c["http_status"], c["retry_after_s"]) for c in apart] == [(DOMAIN, 429, 30.0)]
+    # time is the subject: a cooldown's length: the target's Retry-After of 30 s, less the test's own run
     assert 28 <= domain_state_get(domain=DOMAIN).cooldown_s <= 30
 
 

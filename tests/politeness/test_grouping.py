@@ -169,6 +169,8 @@ def test_an_answer_after_a_redirect_moves_the_host_that_gave_it(make_tenant, tar
     job = run(published(make_tenant()[0], target.url("/go") + "?to=" + quote(landing, safe="")))
     assert job.status == JobStatus.QUEUED  # a temporary failure: retried later
     assert Attempt.objects.get(job=job).http_status == 429
+    # time is the subject: a cooldown's length: the landing page's Retry-After
+    # of 30 s, charged to localhost, not a few seconds
     assert domain_state_get(domain="localhost").cooldown_s > 20
     assert domain_state_get(domain="127.0.0.1").cooldown_s == 0
     refused = ask("localhost", "other")

@@ -55,6 +55,7 @@ def test_the_bucket_gives_its_burst_then_refuses_until_a_token_is_due():
     assert all(d.granted for d in granted)
     refused = ask("h3")
     assert not refused.granted and refused.reason == "rate"
+    # time is the subject: a token refill: at 2 tokens/s the next token is at most 0.5 s away
     assert 0.0 < refused.wait_s <= 0.5 + 0.01
     # time is the subject: h3 asks again once its token is due
     time.sleep(refused.wait_s + 0.02)
@@ -120,6 +121,7 @@ def test_a_retry_after_cools_the_domain_down_for_everyone_then_lifts():
     )
     refused = ask("x")
     assert not refused.granted and refused.reason == "cooldown"
+    # time is the subject: a cooldown: the 1 s Retry-After, less the time since it was recorded
     assert 0.8 <= refused.wait_s <= 1.05
     # Another domain is not affected.
     assert ask("y", domain="other.example").granted
@@ -131,6 +133,7 @@ def test_a_retry_after_cools_the_domain_down_for_everyone_then_lifts():
 def test_a_shorter_retry_after_never_shortens_a_cooldown_already_set():
     policy(rps=1000, burst=1000, concurrency=100)
     domain_outcome_record(domain=DOMAIN, http_status=503, retry_after_s=5)
+    # time is the subject: a cooldown's length: the 5 s one already set, not the shorter 1 s
     assert domain_outcome_record(domain=DOMAIN, http_status=429, retry_after_s=1) > 4
 
 
@@ -244,6 +247,7 @@ def test_without_adaptation_answers_move_nothing_and_retry_after_still_pauses(se
         answer(503)
     assert adaptive_rate() is None
     assert ask("free").granted
+    # time is the subject: a cooldown's length: the Retry-After of 1 s holds without the adaptive rate
     assert domain_outcome_record(domain=DOMAIN, http_status=503, retry_after_s=1) > 0.9
     assert ask("paused").reason == "cooldown"
 
@@ -258,6 +262,7 @@ def test_refused_jobs_come_back_one_token_apart_and_a_newcomer_waits_behind_them
     assert [d.place for d in refused] == [0, 1, 2, 3]
     assert [d.reason for d in refused] == ["rate", "queue", "queue", "queue"]
     for i, d in enumerate(refused):
+        # time is the subject: a token refill: each place in line waits one more 0.5 s token
         assert 0.5 * (i + 1) - 0.05 <= d.wait_s <= 0.5 * (i + 1) + 0.01, refused
     # time is the subject: j0's token comes due
     time.sleep(refused[0].wait_s + 0.02)

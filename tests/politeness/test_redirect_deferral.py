@@ -96,4 +96,6 @@ def test_hops_to_a_busy_domain_are_deferred_and_hold_no_thread(services, make_te
     arrivals = sorted(t for t, *_ in slow.requests_for("/bytes/"))
     assert len(arrivals) == HOSTS
     gaps = [b - a for a, b in zip(arrivals, arrivals[1:], strict=False)]
+    # time is the subject: the busy domain's rate: arrivals at least
+    # one token apart, less 0.1 s of clock slack
     assert min(gaps) >= 1 / RATE - SLACK_S, gaps

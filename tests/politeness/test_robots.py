@@ -171,6 +171,7 @@ def test_a_robots_file_answering_503_defers_the_job_and_pauses_its_origin_only(
     job = run(published(tenant, target.url("/bytes/10")))
     assert (job.status, error_class(job)) == (JobStatus.QUEUED, "robots_unavailable")
     assert job.not_before is not None
+    # time is the subject: a deferral's length: the 30 s robots-unavailable pause, not an immediate retry
     assert (job.not_before - job.updated_at).total_seconds() > 25
     again = run(published(tenant, target.url("/bytes/11")))
     assert (again.status, error_class(again)) == (JobStatus.QUEUED, "robots_unavailable")

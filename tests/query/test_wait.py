@@ -82,6 +82,8 @@ def test_a_wait_returns_as_soon_as_another_process_finishes_the_job(start_web):
     elapsed, body = web.get_job(job.id, wait=20)
     t.join()
     assert body["status"] == "succeeded"
+    # time is the subject: the wait wakes on the finish at 0.5 s, within 3 s, where
+    # the recheck would come at 60 s and the wait end at 20 s
     assert 0.4 < elapsed < 3
 
 
@@ -94,6 +96,8 @@ def test_a_wait_is_woken_by_a_cancel(start_web):
     elapsed, body = web.get_job(job.id, wait=20)
     t.join()
     assert body["status"] == "cancelled"
+    # time is the subject: the wait wakes on the cancel at 0.3 s, within 3 s, where
+    # the recheck would come at 60 s and the wait end at 20 s
     assert elapsed < 3
 
 
@@ -102,6 +106,7 @@ def test_a_wait_on_an_unfinished_job_answers_after_n_seconds_with_its_current_st
     job = helpers.running(web.tenant)
     elapsed, body = web.get_job(job.id, wait=2)
     assert body["status"] == "running", body
+    # time is the subject: a wait's length: ?wait=2 answers after its 2 s, not at once nor much later
     assert 1.9 < elapsed < 4
 
 
@@ -112,6 +117,7 @@ def test_another_jobs_notification_does_not_end_the_wait(start_web):
     elapsed, body = web.get_job(mine.id, wait=2)
     t.join()
     assert body["status"] == "running"
+    # time is the subject: a wait's length: another job's finish does not end this ?wait=2 before its 2 s
     assert elapsed > 1.9
 
 
@@ -140,6 +146,7 @@ def test_a_wait_on_a_final_job_answers_at_once(start_web):
     job = helpers.succeeded(web.tenant)
     elapsed, body = web.get_job(job.id, wait=30)
     assert body["status"] == "succeeded"
+    # time is the subject: a final job answers within 1 s, where the wait asked for is 30 s
     assert elapsed < 1
 
 
@@ -230,6 +237,7 @@ def test_a_wait_admitted_at_the_rate_limit_ends_with_its_answer_not_a_429(servic
     elapsed, body = web.get_job(job.id, wait=10)  # asserts the 200
     t.join()
     assert body["status"] == "succeeded"
+    # time is the subject: the wait wakes on the finish at 0.3 s, within 3 s, where the wait asked for is 10 s
     assert elapsed < 3
 
 
@@ -250,6 +258,7 @@ def _settled_scans(table: str) -> int:
     """``_scans`` once it has not moved for a second (the last backends have exited)."""
     last, still_since, deadline = _scans(table), time.monotonic(), time.monotonic() + 20
     while time.monotonic() - still_since < 1.0:
+        # time is the subject: a deadline of 20 s for the scan counts to stop moving, not a measurement
         assert time.monotonic() < deadline, f"the scans of {table} never settled"
         # time is the subject: the scans must stay still for a second
         time.sleep(0.2)
@@ -290,6 +299,7 @@ def test_a_wait_authenticates_once_however_often_it_wakes(start_web):
     t = later(0.2, notify_five_times)
     elapsed, body = web.get_job(job.id, wait=4)
     t.join()
+    # time is the subject: a wait's length: notices for other jobs do not end this ?wait=4 before its 4 s
     assert body["status"] == "running" and elapsed > 3.9
     job_reads = _settled_scans("jobs_job") - jobs
     assert job_reads >= 5, job_reads  # it was woken, and read the job again, each time

@@ -109,6 +109,7 @@ def test_a_local_link_downloads_the_exact_body_without_an_api_token(local_result
     job = _succeeded_job(tenant, result_store(job_id=uuid7(), attempt=1, chunks=_chunks(data)), "text/html")
     link = result_link(job=job, ttl_s=60)
     assert link.url.startswith("/results/")
+    # time is the subject: a link's lifetime: the 60 s asked for, less the test's own run
     assert 55 <= (link.expires_at.timestamp() - time.time()) <= 61
     response = Client().get(link.url)
     assert response.status_code == 200

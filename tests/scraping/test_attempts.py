@@ -77,6 +77,8 @@ def test_a_temporary_failure_goes_back_to_the_queue_while_attempts_remain(tenant
     _attempt(job.id)
     job.refresh_from_db()
     assert (job.status, job.attempts, job.published_at) == ("queued", 1, None)
+    # time is the subject: a backoff's length: the 30 s Retry-After, measured
+    # from the attempt's end on the database's clock
     assert 25 <= (job.not_before - Attempt.objects.get(job=job).finished_at).total_seconds() <= 31
     assert job.last_error["class"] == "http_429"
 
@@ -139,7 +141,8 @@ def test_a_running_attempt_stops_soon_after_a_cancel(tenant, target):
     assert job_cancel(job_id=job.id) == "cancel_requested"
     asked = time.monotonic()
     thread.join(10)
-    assert time.monotonic() - asked < 2  # the drip alone would take 10 s
+    # time is the subject: a stop within 2 s of the cancel, where the drip alone would take 10 s
+    assert time.monotonic() - asked < 2
     job.refresh_from_db()
     assert receipts[0].outcome == "cancelled" and job.status == "cancelled"
     assert Attempt.objects.get(job=job).outcome == "cancelled"

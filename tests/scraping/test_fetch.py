@@ -96,6 +96,8 @@ def test_a_read_timeout_is_a_temporary_timeout(target):
     started = time.monotonic()
     err = _error(target.url("/slow?delay=5"), timeout_s=0.5)
     assert (err.error_class, err.permanent) == ("timeout", False)
+    # time is the subject: a read timeout of 0.5 s stops the fetch
+    # within 3 s, where the target answers after 5 s
     assert time.monotonic() - started < 3
 
 
@@ -104,6 +106,7 @@ def test_a_drip_feed_cannot_outlast_the_overall_deadline(target):
     started = time.monotonic()
     err = _error(target.url("/drip?n=100&delay=0.05"), timeout_s=1)
     assert err.error_class == "timeout"
+    # time is the subject: an overall deadline of 1 s stops the fetch within 2.5 s, where the drip lasts 5 s
     assert time.monotonic() - started < 2.5
 
 

@@ -65,6 +65,8 @@ def _stopped_within(thread: threading.Thread, seconds: float) -> float:
     asked = time.monotonic()
     thread.join(10)
     elapsed = time.monotonic() - asked
+    # time is the subject: a stop within the caller's bound (1 s), where the
+    # stuck fetch would go on for its whole timeout
     assert not thread.is_alive() and elapsed < seconds, f"the fetch took {elapsed:.2f}s to stop"
     return elapsed
 
@@ -156,6 +158,8 @@ def test_a_resolution_that_outlasts_its_bound_is_a_temporary_resolution_failure(
     with pytest.raises(socket.gaierror) as info:
         resolve_allowed("silent.test", 80, resolver=stuck_resolver, timeout_s=0.3)
     assert info.value.errno == socket.EAI_AGAIN
+    # time is the subject: a resolution bound of 0.3 s: held at least
+    # that long and given up well within a second
     assert 0.3 <= time.monotonic() - started < 1
 
 
@@ -175,6 +179,7 @@ def test_a_silent_resolver_fails_the_fetch_as_a_dns_error_within_the_connect_tim
         ):
             pass
     assert (info.value.error_class, info.value.permanent) == ("dns_error", False)
+    # time is the subject: a stuck resolution gives up within 1.5 s, where the fetch's own timeout is 60 s
     assert time.monotonic() - started < 1.5
 
 
@@ -187,4 +192,6 @@ def test_a_silent_resolver_cannot_hold_a_fetch_past_the_jobs_deadline(stuck_reso
         ):
             pass
     assert (info.value.error_class, info.value.permanent) == ("dns_error", False)
+    # time is the subject: a stuck resolution gives up within 1.5 s of a
+    # 0.5 s timeout, not when the resolver would
     assert time.monotonic() - started < 1.5

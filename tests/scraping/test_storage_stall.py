@@ -165,6 +165,8 @@ def test_a_worker_stuck_before_its_upload_stops_renewing_the_lease_and_the_sweep
     # last renewal before it lasts one lease), one second for the clocks of two processes.
     for attempt in Attempt.objects.filter(job=job):
         bound = timeout_s + allowance_s + lease_s + 1
+        # time is the subject: a lease's renewals stop by the deadline plus the
+        # allowance and one lease (one second for two clocks)
         assert (latest[attempt.number] - attempt.started_at).total_seconds() <= bound, latest
 
 

@@ -120,6 +120,8 @@ def test_a_rotation_within_the_grace_period_keeps_two_signing_secrets_at_most(ma
     second = webhook_secret_rotate(tenant_id=tenant.pk, grace_s=60)
     tenant.refresh_from_db()
     assert tenant.webhook_secret == second.secret and tenant.webhook_secret_previous != second.secret
+    # time is the subject: a grace period's length: the previous secret
+    # signs for the 60 s asked, less the test's run
     assert timedelta(seconds=55) < second.previous_signs_until - timezone.now() <= timedelta(seconds=60)
 
 

@@ -272,6 +272,8 @@ def test_ten_thousand_receipts_survive_a_writer_killed_mid_batch_and_fold_exactl
             # not from the receipt's finished_at (the worker's clock).
             r_ = current[s.id]
             ceiling = max(min(cap_s, base_s * 2 ** (s.attempt - 1)), r_.retry_after_s or 0)
+            # time is the subject: a backoff never sooner than Retry-After,
+            # on the database's clock from the fold
             assert fold_from + timedelta(seconds=r_.retry_after_s or 0) <= not_before
             assert not_before <= fold_until + timedelta(seconds=ceiling)
         else:

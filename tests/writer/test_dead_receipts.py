@@ -61,7 +61,8 @@ def test_a_poison_receipt_lands_in_the_dead_receipts_after_max_attempts_while_it
     assert r.hmget(TRIES, poison_ids) == ["1", "1"]
 
     wait_for(lambda: writer_flush_once().dead == 2, timeout=10, interval=0.05, what="dead receipts")
-    assert time.monotonic() - started >= 0.3 + 0.6  # both backoffs were waited out
+    # time is the subject: both backoffs (0.3 s, then 0.6 s) were waited out before the receipts were dead
+    assert time.monotonic() - started >= 0.3 + 0.6
     dead = {d.receipt["job_id"]: d for d in dead_receipts_list() if d.receipt}
     assert set(dead) == {nul.id, huge.id}
     assert "0x00" in dead[nul.id].error and dead[nul.id].attempts == 3
