@@ -162,6 +162,7 @@ def test_a_429_with_retry_after_is_not_retried_before_the_target_allows(
     assert times[1] - times[0] >= 3.0
 
 
+@pytest.mark.serial  # the retry gaps' lengths are the subject: run alone
 def test_the_gaps_of_a_long_retry_run_grow_and_stay_under_the_cap(services, make_tenant, target, tmp_path):
     """NFR-3: backoff ceilings base * 2**(n-1) up to the cap (here 0.5 s doubling to 3 s),
     full jitter. Every gap stays under the cap plus scheduling slack; the first under its own

@@ -17,7 +17,8 @@ from apps.politeness.selectors import domain_state_get
 from tests.e2e.fault_support import submit, wait_all_final
 from tests.support.procs import wait_for
 
-pytestmark = pytest.mark.e2e
+# Serial: the gaps between a domain's requests are the subject (make test runs these alone).
+pytestmark = [pytest.mark.e2e, pytest.mark.serial]
 
 # The publisher's cadence here: a deferred job is sent again at the first tick after its time.
 ENV = {"SCRAPEJOBS_PUBLISH_INTERVAL_S": "0.25"}

@@ -24,7 +24,8 @@ from tests.e2e.fault_support import stored_body, submit, wait_all_final
 from tests.support.procs import wait_for
 from tests.support.target import TargetServer, body_for
 
-pytestmark = pytest.mark.e2e
+# Serial: the gaps between a domain's requests are the subject (make test runs these alone).
+pytestmark = [pytest.mark.e2e, pytest.mark.serial]
 
 HOSTS = 100
 RATE = 2.0  # the domain every host redirects to: requests per second
