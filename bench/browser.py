@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from bench.common import figure, note, throwaway_database
+from bench.common import figure, in_process_database, note
 
 LEVELS = (1, 2, 4)
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -187,16 +187,8 @@ _results: dict[tuple[str, int], float] = {}
 
 def run() -> None:
     # The fetches read the domain's policy (its egress proxy, FR-28): a migrated database of its own.
-    with throwaway_database("browser") as db:
-        server = os.environ["DATABASE_URL"]
-        os.environ["DATABASE_URL"] = db
-        try:
-            _run()
-        finally:
-            from django.db import connections  # noqa: PLC0415
-
-            connections.close_all()
-            os.environ["DATABASE_URL"] = server
+    with in_process_database("browser"):
+        _run()
 
 
 def _run() -> None:

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from bench.common import figure, note, throwaway_database
+from bench.common import figure, in_process_database, note
 
 ROOT = Path(__file__).resolve().parent.parent
 # Where the curve is drawn (BENCH_BROWSER_SOAK_PLOT: a smoke run of the benchmarks writes elsewhere).
@@ -346,16 +346,8 @@ def _plot(result: Soak) -> None:
 
 def run() -> None:
     # The fetches read the domain's policy: a migrated database of its own.
-    with throwaway_database("browser_soak") as db:
-        server = os.environ["DATABASE_URL"]
-        os.environ["DATABASE_URL"] = db
-        try:
-            _run()
-        finally:
-            from django.db import connections  # noqa: PLC0415
-
-            connections.close_all()
-            os.environ["DATABASE_URL"] = server
+    with in_process_database("browser_soak"):
+        _run()
 
 
 def _run() -> None:

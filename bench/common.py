@@ -183,6 +183,36 @@ def throwaway_database(name: str) -> Iterator[str]:
             conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
 
 
+@contextmanager
+def in_process_database(name: str) -> Iterator[str]:
+    """``throwaway_database(name)`` for a benchmark that runs the service's code in this process:
+    DATABASE_URL names it meanwhile, and so do Django's settings when an earlier benchmark of the
+    same run set Django up already (settings are read once per process: the browser benchmarks
+    run one after the other, and the second found the first's dropped database)."""
+    with throwaway_database(name) as db:
+        server = os.environ["DATABASE_URL"]
+        os.environ["DATABASE_URL"] = db
+        from django.conf import settings  # noqa: PLC0415 - only the in-process benchmarks need it
+
+        ready = settings.configured
+        if ready:
+            from django.db import connections  # noqa: PLC0415
+
+            connections.close_all()
+            named = settings.DATABASES["default"]
+            before = named["NAME"]
+            named["NAME"] = urlsplit(db).path.lstrip("/")
+        try:
+            yield db
+        finally:
+            from django.db import connections  # noqa: PLC0415
+
+            connections.close_all()
+            os.environ["DATABASE_URL"] = server
+            if ready:
+                named["NAME"] = before
+
+
 def sql(url: str, query: str, params: Sequence[object] = ()) -> list[tuple]:
     with _pg_connect(url) as conn:
         return conn.execute(query, params).fetchall()  # type: ignore[arg-type]
