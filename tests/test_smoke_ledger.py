@@ -12,13 +12,9 @@ from tests.support.factories import job_make
 pytestmark = pytest.mark.django_db
 
 
-def _job(tenant, **kw):
-    return job_make(tenant, **kw)
-
-
 def test_a_duplicate_claim_is_a_no_op(make_tenant):
     tenant, _, _ = make_tenant()
-    job = _job(tenant)
+    job = job_make(tenant)
     first = job_claim(job_id=job.id, worker="w1")
     assert first is not None and first.attempt == 1
     assert job_claim(job_id=job.id, worker="w2") is None
@@ -27,7 +23,7 @@ def test_a_duplicate_claim_is_a_no_op(make_tenant):
 
 def test_a_stale_attempt_receipt_cannot_move_a_finished_job(make_tenant):
     tenant, _, _ = make_tenant()
-    job = _job(tenant)
+    job = job_make(tenant)
     job_claim(job_id=job.id, worker="w1")
     ok = AttemptFinished(job_id=str(job.id), attempt=1, outcome="succeeded", finished_at=1e9, duration_ms=5)
     assert attempts_apply_finished([ok]).applied == 1
@@ -42,7 +38,7 @@ def test_a_stale_attempt_receipt_cannot_move_a_finished_job(make_tenant):
 
 def test_cancelling_a_queued_job_is_final_at_once(make_tenant):
     tenant, _, _ = make_tenant()
-    job = _job(tenant)
+    job = job_make(tenant)
     assert job_cancel(job_id=job.id) == "cancelled"
     assert Job.objects.get(id=job.id).status == JobStatus.CANCELLED
     assert job_claim(job_id=job.id, worker="w1") is None

@@ -6,24 +6,18 @@ read row by row, in chunks, the peak stays under the bound docs/limits.md states
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
 import pytest
 import requests
 
+from tests.support.net import free_port
 from tests.support.procs import wait_for, wait_for_web
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 # The bound docs/limits.md states for the growth of a web process's peak memory by one upload.
 PEAK_GROWTH_BOUND_MB = 256
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _children(pid: int) -> list[int]:
@@ -38,7 +32,7 @@ def _peak_mb(pid: int) -> float:
 
 
 def test_the_largest_json_list_of_small_rows_stays_under_the_memory_bound(services, make_tenant):
-    port = _free_port()
+    port = free_port()
     proc = services().start("web", port=port, workers=1)
     _, token, _ = make_tenant()
     wait_for_web(proc, port)

@@ -14,7 +14,8 @@ import requests
 
 from apps.batches.models import Batch
 from apps.jobs.models import Job
-from tests.intake.test_request_bodies_e2e import _free_port, _pieces, _read_answer, exchange
+from tests.intake.test_request_bodies_e2e import _pieces, _read_answer, exchange
+from tests.support.net import free_port
 from tests.support.procs import wait_for, wait_for_web
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -25,7 +26,7 @@ TIMEOUT_S = 2  # body and header timeouts of the web process under test
 @pytest.fixture
 def start_web(services):
     def start(**env: str) -> int:
-        port = _free_port()
+        port = free_port()
         settings = {
             "SCRAPEJOBS_REQUEST_BODY_TIMEOUT_S": str(TIMEOUT_S),
             "SCRAPEJOBS_REQUEST_HEADER_TIMEOUT_S": str(TIMEOUT_S),

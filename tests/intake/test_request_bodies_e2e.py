@@ -19,6 +19,7 @@ import requests
 from django.conf import settings
 
 from apps.jobs.models import Job
+from tests.support.net import free_port
 from tests.support.procs import wait_for_web
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -31,16 +32,10 @@ TOO_LARGE = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def web(services, make_tenant) -> Iterator[tuple[int, str]]:
     """(port, token) of a running web process."""
-    port = _free_port()
+    port = free_port()
     proc = services().start("web", port=port, workers=1)
     _, token, _ = make_tenant()
 
@@ -249,7 +244,7 @@ def test_a_batch_without_a_valid_token_is_a_401_before_its_body_is_read(web, tok
 
 
 def test_a_chunked_batch_past_the_batch_limit_is_a_413_while_it_streams(services, make_tenant):
-    port = _free_port()
+    port = free_port()
     proc = services(SCRAPEJOBS_BATCH_MAX_BYTES=str(4 << 20)).start("web", port=port, workers=1)
     _, token, _ = make_tenant()
     wait_for_web(proc, port)

@@ -31,13 +31,9 @@ def _attempt(job_id, worker="w:1:1"):
     return receipt
 
 
-def _job(tenant, url, **kw) -> Job:
-    return job_make(tenant, url, **kw)
-
-
 @pytest.mark.django_db
 def test_a_successful_attempt_stores_the_body_before_the_job_succeeds(tenant, target):
-    job = _job(tenant, target.url("/bytes/123456"))
+    job = job_make(tenant, target.url("/bytes/123456"))
     receipt = _attempt(job.id)
     job.refresh_from_db()
     assert receipt.outcome == "succeeded" and job.status == "succeeded"
@@ -51,7 +47,7 @@ def test_a_successful_attempt_stores_the_body_before_the_job_succeeds(tenant, ta
 
 @pytest.mark.django_db
 def test_a_duplicate_message_does_nothing(tenant, target):
-    job = _job(tenant, target.url("/bytes/10"))
+    job = job_make(tenant, target.url("/bytes/10"))
     assert _attempt(job.id) is not None
     assert _attempt(job.id, "w:1:2") is None
     assert len(target.requests_for("/bytes")) == 1
@@ -59,7 +55,7 @@ def test_a_duplicate_message_does_nothing(tenant, target):
 
 @pytest.mark.django_db
 def test_a_404_fails_the_job_at_once(tenant, target):
-    job = _job(tenant, target.url("/status/404"), max_attempts=5)
+    job = job_make(tenant, target.url("/status/404"), max_attempts=5)
     _attempt(job.id)
     job.refresh_from_db()
     assert (job.status, job.attempts, job.result_key) == ("failed", 1, None)
@@ -73,7 +69,7 @@ def test_a_404_fails_the_job_at_once(tenant, target):
 
 @pytest.mark.django_db
 def test_a_temporary_failure_goes_back_to_the_queue_while_attempts_remain(tenant, target):
-    job = _job(tenant, target.url("/retry-after/x?fail=5&after=30"), max_attempts=2)
+    job = job_make(tenant, target.url("/retry-after/x?fail=5&after=30"), max_attempts=2)
     _attempt(job.id)
     job.refresh_from_db()
     assert (job.status, job.attempts, job.published_at) == ("queued", 1, None)
@@ -85,7 +81,7 @@ def test_a_temporary_failure_goes_back_to_the_queue_while_attempts_remain(tenant
 
 @pytest.mark.django_db
 def test_the_last_temporary_failure_fails_the_job(tenant, target):
-    job = _job(tenant, target.url("/status/503"), max_attempts=1)
+    job = job_make(tenant, target.url("/status/503"), max_attempts=1)
     _attempt(job.id)
     job.refresh_from_db()
     assert (job.status, job.last_error["class"]) == ("failed", "http_503")
@@ -95,7 +91,7 @@ def test_the_last_temporary_failure_fails_the_job(tenant, target):
 @pytest.mark.django_db
 @override_settings(SCRAPEJOBS_ALLOW_PRIVATE_TARGETS=False)
 def test_a_private_target_fails_permanently_without_being_contacted(tenant, target, caplog):
-    job = _job(tenant, target.url("/bytes/10").replace("127.0.0.1", "localhost"))
+    job = job_make(tenant, target.url("/bytes/10").replace("127.0.0.1", "localhost"))
     _attempt(job.id)
     job.refresh_from_db()
     assert (job.status, job.last_error["class"]) == ("failed", "address_refused")
@@ -113,7 +109,7 @@ def test_a_storage_failure_is_a_temporary_failure(tenant, target, tmp_path):
         "BACKEND": "django.core.files.storage.FileSystemStorage",
         "OPTIONS": {"location": str(blocker)},
     }
-    job = _job(tenant, target.url("/bytes/10"), max_attempts=3)
+    job = job_make(tenant, target.url("/bytes/10"), max_attempts=3)
     with override_settings(STORAGES={**settings.STORAGES, "default": backend, "results": backend}):
         receipt = _attempt(job.id)
     job.refresh_from_db()
@@ -126,7 +122,7 @@ def test_a_storage_failure_is_a_temporary_failure(tenant, target, tmp_path):
 
 @pytest.mark.django_db(transaction=True)
 def test_a_running_attempt_stops_soon_after_a_cancel(tenant, target):
-    job = _job(tenant, target.url("/drip?n=200&delay=0.05"))
+    job = job_make(tenant, target.url("/drip?n=200&delay=0.05"))
     receipts = []
 
     def run() -> None:
@@ -150,7 +146,7 @@ def test_a_running_attempt_stops_soon_after_a_cancel(tenant, target):
 
 @pytest.mark.django_db
 def test_a_cancel_flag_set_before_the_fetch_stops_it_before_the_target_is_asked(tenant, target):
-    job = _job(tenant, target.url("/bytes/10"))
+    job = job_make(tenant, target.url("/bytes/10"))
     state_redis().set(cancel_flag_key(str(job.id), 1), "1")
     assert _attempt(job.id).outcome == "cancelled"
     assert target.requests == []
@@ -158,7 +154,7 @@ def test_a_cancel_flag_set_before_the_fetch_stops_it_before_the_target_is_asked(
 
 @pytest.mark.django_db
 def test_the_lease_keeper_renews_held_leases_and_flags_a_lost_one(tenant):
-    job = _job(tenant, "http://example.test/")
+    job = job_make(tenant, "http://example.test/")
     claimed = job_claim(job_id=job.id, worker="w:1:1")
     keeper = LeaseKeeper(interval_s=3600)  # driven by hand below
     with keeper.hold(job_id=claimed.id, attempt=claimed.attempt, worker="w:1:1") as lease:
@@ -180,7 +176,7 @@ def test_a_message_for_a_job_not_due_yet_puts_it_back_in_the_outbox_instead_of_d
 
     from django.db.models.functions import Now
 
-    job = _job(tenant, "http://example.test/")
+    job = job_make(tenant, "http://example.test/")
     Job.objects.filter(id=job.id).update(published_at=Now(), not_before=Now() + timedelta(seconds=60))
     not_before = Job.objects.get(id=job.id).not_before
 
@@ -196,7 +192,7 @@ def test_a_message_from_a_newer_publisher_with_arguments_this_release_does_not_k
     published until the sweeper's republish)."""
     from apps.scraping.tasks import scrape_job
 
-    job = _job(tenant, target.url("/bytes/77"))
+    job = job_make(tenant, target.url("/bytes/77"))
     result = scrape_job.apply(
         kwargs={"job_id": str(job.id), "domain": "127.0.0.1", "timeout_s": 30, "a_later_argument": [1]}
     )
@@ -224,9 +220,9 @@ def test_an_attempt_costs_its_thread_three_redis_round_trips(tenant, target, mon
             sent.append(packed)
         return send(self, command, check_health)
 
-    _attempt(_job(tenant, target.url("/bytes/10")).id)  # connections made, policy cached
+    _attempt(job_make(tenant, target.url("/bytes/10")).id)  # connections made, policy cached
     monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", counting)
-    job = _job(tenant, target.url("/bytes/11"))
+    job = job_make(tenant, target.url("/bytes/11"))
     receipt = job_run_attempt(job_id=job.id, worker="w:1:1", domain=job.domain, timeout_s=job.timeout_s)
     assert receipt is not None and receipt.outcome == "succeeded"
     assert len(sent) == 3, [p[:80] for p in sent]

@@ -15,7 +15,7 @@ from apps.jobs.receipts import receipt_decode, receipt_encode
 from apps.jobs.singleflight import job_fetch_decide
 from apps.scraping.attempt import job_run_attempt
 from apps.scraping.fetched import MAX_KEPT_HEADERS, response_headers_kept
-from tests.scraping.test_attempts import _job
+from tests.support.factories import job_make
 
 pytestmark = pytest.mark.django_db
 
@@ -30,9 +30,9 @@ def _run(job_id):
 
 def test_a_redirected_job_shows_the_url_that_answered_and_a_plain_one_its_own(make_tenant, target):
     tenant, _, api = make_tenant()
-    redirected = _job(tenant, target.url("/redirect/2"))
-    plain = _job(tenant, target.url("/bytes/10"))
-    queued = _job(tenant, target.url("/bytes/11"))
+    redirected = job_make(tenant, target.url("/redirect/2"))
+    plain = job_make(tenant, target.url("/bytes/10"))
+    queued = job_make(tenant, target.url("/bytes/11"))
 
     assert _run(redirected.id).result.final_url == target.url("/redirect/0")
     assert _run(plain.id).result.final_url is None  # a null in the receipt, not the URL again
@@ -46,9 +46,9 @@ def test_a_redirected_job_shows_the_url_that_answered_and_a_plain_one_its_own(ma
 
 def test_a_job_served_another_jobs_fetch_shows_that_fetchs_final_url(make_tenant, target):
     tenant, _, api = make_tenant()
-    first = _job(tenant, target.url("/redirect/1"), max_age_s=3600)
+    first = job_make(tenant, target.url("/redirect/1"), max_age_s=3600)
     _run(first.id)
-    second = _job(tenant, target.url("/redirect/1"), max_age_s=3600)
+    second = job_make(tenant, target.url("/redirect/1"), max_age_s=3600)
     assert job_fetch_decide(job_id=second.id).kind == "served"  # the worker's first decision
     answer = api.get(f"/api/v1/jobs/{second.id}").json()
     assert answer["status"] == "succeeded", answer
@@ -59,7 +59,7 @@ def test_a_job_served_another_jobs_fetch_shows_that_fetchs_final_url(make_tenant
 
 def test_a_receipt_of_the_older_layout_still_decodes(make_tenant, target):
     tenant, _, _ = make_tenant()
-    job = _job(tenant, target.url("/redirect/1"))
+    job = job_make(tenant, target.url("/redirect/1"))
     compact = json.loads(receipt_encode(job_run_attempt(job_id=job.id, worker="w:1:1")))
     assert compact[11][5] == target.url("/redirect/0")
     compact[11] = compact[11][:5]  # what a worker of the previous release sends
@@ -68,7 +68,7 @@ def test_a_receipt_of_the_older_layout_still_decodes(make_tenant, target):
 
 def test_the_result_carries_the_targets_response_headers_bounded_and_masked(make_tenant, target):
     tenant, _, api = make_tenant()
-    job = _job(tenant, target.url("/bytes/33"))
+    job = job_make(tenant, target.url("/bytes/33"))
     _run(job.id)
     result = api.get(f"/api/v1/jobs/{job.id}/result").json()
     assert result["headers"]["content-type"] == "application/octet-stream"

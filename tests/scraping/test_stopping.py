@@ -21,10 +21,6 @@ from tests.support.procs import wait_for
 FINAL = ("succeeded", "failed", "cancelled")
 
 
-def _job(tenant, url, **kw) -> Job:
-    return job_make(tenant, url, **kw)
-
-
 def _attempt_in_thread(job_id) -> tuple[threading.Thread, list]:
     """One attempt in its own thread, its receipt folded as the writer would."""
     receipts: list = []
@@ -54,7 +50,7 @@ def _join_within(thread: threading.Thread, seconds: float) -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_a_cancel_stops_an_attempt_still_waiting_for_the_targets_headers(tenant, target):
-    job = _job(tenant, target.url("/slow?delay=30"), timeout_s=60)
+    job = job_make(tenant, target.url("/slow?delay=30"), timeout_s=60)
     thread, receipts = _attempt_in_thread(job.id)
     wait_for(lambda: target.requests_for("/slow"), 10, what="the fetch to reach the target")
     time.sleep(0.7)  # past the fetch's last check before it blocked: only the watcher can see it now
@@ -67,7 +63,7 @@ def test_a_cancel_stops_an_attempt_still_waiting_for_the_targets_headers(tenant,
 
 @pytest.mark.django_db(transaction=True)
 def test_a_lost_lease_stops_an_attempt_still_waiting_for_the_targets_headers(tenant, target):
-    job = _job(tenant, target.url("/slow?delay=30"), timeout_s=60)
+    job = job_make(tenant, target.url("/slow?delay=30"), timeout_s=60)
     thread, receipts = _attempt_in_thread(job.id)
     wait_for(lambda: target.requests_for("/slow"), 10, what="the fetch to reach the target")
     # The sweeper gave the job to a newer attempt; the next renewal is refused.
@@ -80,7 +76,7 @@ def test_a_lost_lease_stops_an_attempt_still_waiting_for_the_targets_headers(ten
 @pytest.mark.django_db
 def test_the_watcher_stops_only_the_held_jobs_whose_cancel_flag_is_set(tenant):
     keeper = LeaseKeeper(interval_s=3600, watch_interval_s=3600)  # driven by hand below
-    jobs = [_job(tenant, f"http://example.test/{n}") for n in range(3)]
+    jobs = [job_make(tenant, f"http://example.test/{n}") for n in range(3)]
     claims = [job_claim(job_id=j.id, worker="w:1:1") for j in jobs]
     with (
         keeper.hold(job_id=claims[0].id, attempt=1, worker="w:1:1") as kept,

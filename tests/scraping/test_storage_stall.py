@@ -32,10 +32,6 @@ OPEN_STALLS = "tests.support.stalling_storage.OpenStallsStorage"
 DISK_FULL = "tests.support.stalling_storage.DiskFullStorage"
 
 
-def _job(tenant, url: str, **kw) -> Job:
-    return job_make(tenant, url, **kw)
-
-
 def test_the_storage_allowance_is_read_from_the_environment():
     assert settings.SCRAPEJOBS_STORAGE_ALLOWANCE_S == 60  # the default
     code = "import django; django.setup(); from django.conf import settings; print(settings.SCRAPEJOBS_STORAGE_ALLOWANCE_S)"
@@ -62,7 +58,7 @@ def test_the_storage_allowance_is_read_from_the_environment():
 @pytest.mark.django_db(transaction=True)
 def test_the_keeper_stops_renewing_a_lease_past_its_deadline(tenant):
     keeper = LeaseKeeper(interval_s=3600, watch_interval_s=3600)  # driven by hand below
-    overdue, current = (_job(tenant, f"http://example.test/{n}") for n in range(2))
+    overdue, current = (job_make(tenant, f"http://example.test/{n}") for n in range(2))
     for job in (overdue, current):
         assert job_claim(job_id=job.id, worker="w:1:1") is not None
     before = {j.id: Job.objects.get(id=j.id).lease_expires_at for j in (overdue, current)}
@@ -81,7 +77,7 @@ def test_an_upload_that_never_ends_is_given_up_after_the_deadline_and_the_allowa
     """In this process: the attempt's thread comes back with a `storage_error` receipt instead of
     waiting for the upload for ever."""
     backend = {"BACKEND": SAVE_STALLS}
-    job = _job(tenant, target.url("/bytes/10"), timeout_s=1)
+    job = job_make(tenant, target.url("/bytes/10"), timeout_s=1)
     receipts: list = []
 
     def run() -> None:
@@ -120,7 +116,7 @@ def test_a_worker_whose_uploads_stall_gives_each_attempt_up_and_the_job_fails_wh
         SCRAPEJOBS_TEST_RESULTS_BACKEND=SAVE_STALLS,
         SCRAPEJOBS_STORAGE_ALLOWANCE_S="2",
     ).start_all(worker_concurrency=1)
-    job = _job(tenant, target.url("/bytes/10"), timeout_s=1, max_attempts=2)
+    job = job_make(tenant, target.url("/bytes/10"), timeout_s=1, max_attempts=2)
     wait_all_final([job.id], 60, "the stalled job")
     job.refresh_from_db()
     assert (job.status, job.attempts) == ("failed", 2)
@@ -146,7 +142,7 @@ def test_a_worker_stuck_before_its_upload_stops_renewing_the_lease_and_the_sweep
         SCRAPEJOBS_TEST_RESULTS_BACKEND=OPEN_STALLS,
         SCRAPEJOBS_STORAGE_ALLOWANCE_S=str(allowance_s),
     ).start_all(worker_concurrency=2)
-    job = _job(tenant, target.url("/bytes/10"), timeout_s=timeout_s, max_attempts=2)
+    job = job_make(tenant, target.url("/bytes/10"), timeout_s=timeout_s, max_attempts=2)
 
     latest: dict[int, datetime] = {}  # attempt -> the latest lease expiry seen
 
@@ -188,8 +184,8 @@ def test_a_full_disk_fails_attempts_as_storage_errors_and_no_job_succeeds_withou
         SCRAPEJOBS_TEST_RESULTS_BACKEND=DISK_FULL,
         SCRAPEJOBS_TEST_DISK_FULL_FLAG=str(full),
     ).start_all(worker_concurrency=2)
-    retried = [_job(tenant, target.url(f"/bytes/{700 + i}"), max_attempts=20) for i in range(4)]
-    once = [_job(tenant, target.url(f"/bytes/{800 + i}"), max_attempts=1) for i in range(2)]
+    retried = [job_make(tenant, target.url(f"/bytes/{700 + i}"), max_attempts=20) for i in range(4)]
+    once = [job_make(tenant, target.url(f"/bytes/{800 + i}"), max_attempts=1) for i in range(2)]
     every = retried + once
 
     def each_met_the_full_disk() -> bool:
