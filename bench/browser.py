@@ -191,7 +191,9 @@ def run() -> None:
         _run()
 
 
-def _run() -> None:
+def chromium_ready(what: str) -> bool:
+    """Django set up in this process for a browser benchmark (the page on loopback, no sandbox as
+    root), and whether Chromium is there: where it is not, ``what`` says it cannot run."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "settings.base")
     os.environ.setdefault("DJANGO_SECRET_KEY", "bench-only-secret-key-never-used-in-a-deployment")
     os.environ.setdefault("SCRAPEJOBS_ALLOW_PRIVATE_TARGETS", "true")  # the page is on loopback
@@ -203,7 +205,13 @@ def _run() -> None:
     from django.conf import settings  # noqa: PLC0415
 
     if not os.access(settings.SCRAPEJOBS_BROWSER_EXECUTABLE, os.X_OK):
-        note(f"no Chromium at {settings.SCRAPEJOBS_BROWSER_EXECUTABLE}: the browser benchmark cannot run")
+        note(f"no Chromium at {settings.SCRAPEJOBS_BROWSER_EXECUTABLE}: {what} cannot run")
+        return False
+    return True
+
+
+def _run() -> None:
+    if not chromium_ready("the browser benchmark"):
         return
     pages = int(os.environ.get("BENCH_BROWSER_PAGES", "40"))
     items = int(os.environ.get("BENCH_BROWSER_ITEMS", "200"))

@@ -351,19 +351,12 @@ def run() -> None:
 
 
 def _run() -> None:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "settings.base")
-    os.environ.setdefault("DJANGO_SECRET_KEY", "bench-only-secret-key-never-used-in-a-deployment")
-    os.environ.setdefault("SCRAPEJOBS_ALLOW_PRIVATE_TARGETS", "true")  # the page is on loopback
-    if os.geteuid() == 0:  # Chromium cannot sandbox itself as root
-        os.environ.setdefault("SCRAPEJOBS_BROWSER_SANDBOX", "false")
-    import django  # noqa: PLC0415
+    from bench.browser import chromium_ready  # noqa: PLC0415
 
-    django.setup()
+    if not chromium_ready("the browser soak"):
+        return
     from django.conf import settings  # noqa: PLC0415
 
-    if not os.access(settings.SCRAPEJOBS_BROWSER_EXECUTABLE, os.X_OK):
-        note(f"no Chromium at {settings.SCRAPEJOBS_BROWSER_EXECUTABLE}: the browser soak cannot run")
-        return
     pages = int(os.environ.get("BENCH_BROWSER_SOAK_PAGES", "2000"))
     per_browser = int(
         os.environ.get("BENCH_BROWSER_SOAK_PAGES_PER_BROWSER", settings.SCRAPEJOBS_BROWSER_PAGES_PER_BROWSER)

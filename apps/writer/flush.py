@@ -146,11 +146,19 @@ def writer_flush(
             if trace_key:
                 r.rpush(trace_key, json.dumps([lease.token, started, time.time()]))
             lease.release()
-        if not lease.wanted or stats.down:  # nothing to drain, or no database to drain into
+        if stats.down:  # no database to drain into: the next flush tries again
+            break
+        if deadline is not None and time.monotonic() >= deadline:
+            # Out of time, with or without a mark: receipts may be left unread (a backlog larger
+            # than one budget, all appended before this flush took the lease, leaves no mark).
+            # Hand them on to a fresh flush rather than to the next beat tick.
+            writer_nudge()
+            break
+        if not lease.wanted:  # drained, and nobody asked meanwhile
             break
         redrains += 1
-        if redrains > MAX_REDRAINS or (deadline is not None and time.monotonic() >= deadline):
-            writer_nudge()  # out of time: hand the mark on to a fresh flush
+        if redrains > MAX_REDRAINS:
+            writer_nudge()  # still asked for: hand the mark on to a fresh flush
             break
     return stats
 
