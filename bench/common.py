@@ -196,21 +196,28 @@ def in_process_database(name: str) -> Iterator[str]:
 
         ready = settings.configured
         if ready:
-            from django.db import connections  # noqa: PLC0415
-
-            connections.close_all()
+            _django_connections_close()
             named = settings.DATABASES["default"]
             before = named["NAME"]
-            named["NAME"] = urlsplit(db).path.lstrip("/")
+            named["NAME"] = f"bench_{name}"  # throwaway_database's, on the same server
         try:
             yield db
         finally:
-            from django.db import connections  # noqa: PLC0415
-
-            connections.close_all()
+            _django_connections_close()
             os.environ["DATABASE_URL"] = server
             if ready:
                 named["NAME"] = before
+
+
+def _django_connections_close() -> None:
+    """Every connection of this process closed, and the pool too (SCRAPEJOBS_DB_POOL: a pool
+    keeps the database it was made for; the next one is made from the settings as they are)."""
+    from django.db import connections  # noqa: PLC0415
+
+    connections.close_all()
+    close_pool = getattr(connections["default"], "close_pool", None)
+    if close_pool is not None:
+        close_pool()
 
 
 def sql(url: str, query: str, params: Sequence[object] = ()) -> list[tuple]:
