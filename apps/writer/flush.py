@@ -146,19 +146,12 @@ def writer_flush(
             if trace_key:
                 r.rpush(trace_key, json.dumps([lease.token, started, time.time()]))
             lease.release()
-        if stats.down:  # no database to drain into: the next flush tries again
-            break
-        if deadline is not None and time.monotonic() >= deadline:
-            # Out of time, with or without a mark: receipts may be left unread (a backlog larger
-            # than one budget, all appended before this flush took the lease, leaves no mark).
-            # Hand them on to a fresh flush rather than to the next beat tick.
-            writer_nudge()
-            break
-        if not lease.wanted:  # drained, and nobody asked meanwhile
-            break
+        out_of_time = deadline is not None and time.monotonic() >= deadline
         redrains += 1
-        if redrains > MAX_REDRAINS:
-            writer_nudge()  # still asked for: hand the mark on to a fresh flush
+        if stats.down or (not out_of_time and not lease.wanted):  # no database, or drained
+            break
+        if out_of_time or redrains > MAX_REDRAINS:  # receipts may be left, marked or not
+            writer_nudge()  # hand them on to a fresh flush, not to the next beat tick
             break
     return stats
 

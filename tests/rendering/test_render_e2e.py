@@ -208,6 +208,7 @@ def _chromium_of(pid: int) -> list[int]:
     return sorted(main_chromiums(pid))
 
 
+@pytest.mark.serial  # the kill must land before the render's timeout: beside other tests it did not
 def test_a_browser_killed_mid_render_loses_no_job(rendering, api, site):
     slow = LATE.replace("1500", "6000")
     url = site.html("/slow-late", slow)
