@@ -94,6 +94,7 @@ def test_the_matcher_agrees_with_the_reference_parser(rules: str, path: str, exp
     assert allowed(rules, path) is expected
 
 
+@pytest.mark.serial
 def test_a_hostile_file_is_matched_in_time_linear_in_the_path() -> None:
     """The rules a backtracking regular expression takes forever on (``.*a.*a...`` against a run
     of ``a`` with no ``b``), as many as the cap allows, against the longest URL intake takes: well
@@ -105,9 +106,14 @@ def test_a_hostile_file_is_matched_in_time_linear_in_the_path() -> None:
     assert len(rules.rules) == 2000
 
     def timed(n: int) -> float:
-        started = time.perf_counter()
-        assert rules.allows("/" + "a" * n)
-        return time.perf_counter() - started
+        # time is the subject: how the match grows with the path. The best of five runs: a run
+        # the scheduler preempted says nothing of the matcher.
+        spent = []
+        for _ in range(5):
+            started = time.perf_counter()
+            assert rules.allows("/" + "a" * n)
+            spent.append(time.perf_counter() - started)
+        return min(spent)
 
     short, long = timed(4000), timed(8000)
     assert long < 1.0, long

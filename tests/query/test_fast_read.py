@@ -22,7 +22,8 @@ from apps.operators.request_metrics import recorder
 from apps.query import cache
 from tests.query import helpers
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# A loaded machine must not stand in for a slow Redis here (tests/query/conftest.py).
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("patient_fail_open_redis")]
 
 ROUTE = "api/v1/jobs/<str:job_id>"
 
