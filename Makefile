@@ -31,9 +31,9 @@ run: $(STAMP)
 TEST_PROCS ?= 3
 test: $(STAMP) browser
 	$(BIN)/python -m scrapejobs.embedded exec --dir .run/test -- bash -c '\
-	  $(BIN)/python -m pytest -n $(TEST_PROCS) --dist loadgroup -m "not serial" $(PYTEST_ARGS); a=$$?; \
+	  $(BIN)/python -m pytest -n $(TEST_PROCS) --dist loadgroup -m "not serial" $(PYTEST_ARGS); a=$$?; p=$$SECONDS; \
 	  $(BIN)/python -m pytest -m serial $(PYTEST_ARGS); b=$$?; \
-	  echo "make test: parallel phase exit $$a, serial phase exit $$b"; \
+	  echo "make test: parallel phase exit $$a in $${p}s, serial phase exit $$b in $$((SECONDS - p))s, $${SECONDS}s in all"; \
 	  [ $$a -eq 0 -o $$a -eq 5 ] && [ $$b -eq 0 -o $$b -eq 5 ] && [ $$a -ne 5 -o $$b -ne 5 ]'
 
 # The fast loop while editing: every test that starts no service process (no web, worker, beat or
