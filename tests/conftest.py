@@ -158,7 +158,9 @@ def services(transactional_db: None, request: pytest.FixtureRequest) -> Iterator
         return s
 
     yield make
-    stop_all([p for s in started for p in reversed(s.procs)])
+    # The test is over: a process still finishing a slow fetch or waiting on a server the test
+    # broke is not waited for past a short grace (its own shutdown has tests of its own).
+    stop_all([p for s in started for p in reversed(s.procs)], timeout=3)
     rep = getattr(request.node, "rep_call", None)
     if rep is not None and rep.failed:
         for s in started:

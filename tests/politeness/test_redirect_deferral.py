@@ -22,7 +22,7 @@ from apps.jobs.models import Attempt, Job, JobStatus
 from apps.politeness.models import DomainPolicy
 from tests.e2e.fault_support import stored_body, submit, wait_all_final
 from tests.support.procs import wait_for
-from tests.support.target import TargetServer, body_for
+from tests.support.target import TargetServer, body_for, stop_servers
 
 # Serial: the gaps between a domain's requests are the subject (make test runs these alone).
 pytestmark = [pytest.mark.e2e, pytest.mark.serial]
@@ -39,8 +39,7 @@ def servers() -> Iterator[tuple[list[TargetServer], TargetServer, TargetServer]]
     started = [TargetServer(f"127.0.1.{1 + i}").start() for i in range(HOSTS)]
     slow, other = TargetServer("127.0.0.3").start(), TargetServer("127.0.0.4").start()
     yield started, slow, other
-    for server in [*started, slow, other]:
-        server.stop()
+    stop_servers([*started, slow, other])
 
 
 def test_hops_to_a_busy_domain_are_deferred_and_hold_no_thread(services, make_tenant, servers, tmp_path):

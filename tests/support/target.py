@@ -31,6 +31,7 @@ import socket
 import threading
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
@@ -211,3 +212,10 @@ class TargetServer(ThreadingHTTPServer):
     def stop(self) -> None:
         self.shutdown()
         self.server_close()
+
+
+def stop_servers(servers: list[TargetServer]) -> None:
+    """Stop many target servers at once: each ``shutdown`` waits up to serve_forever's poll
+    interval (0.5 s) for its loop to notice, so a hundred stopped one after another took 50 s."""
+    with ThreadPoolExecutor(max_workers=len(servers) or 1) as pool:
+        list(pool.map(TargetServer.stop, servers))
