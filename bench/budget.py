@@ -72,6 +72,8 @@ JOBS = int(os.environ.get("BENCH_BUDGET_JOBS", "200"))
 PUBLISH_BATCH = int(os.environ.get("BENCH_BUDGET_PUBLISH_BATCH", "100"))
 WRITER_BATCH = int(os.environ.get("BENCH_BUDGET_WRITER_BATCH", "100"))
 WORKER_CONCURRENCY = int(os.environ.get("BENCH_BUDGET_WORKER_CONCURRENCY", "1"))
+# "off": no second measurement with tracing on (the smoke run: tests/test_job_budget.py measures it).
+TRACED = os.environ.get("BENCH_BUDGET_TRACED", "on") != "off"
 BODY_BYTES = 4096
 PHASES = ("intake", "publish", "work", "fold", "announce")
 LEDGER_TABLES = ("jobs_job", "jobs_attempt", "jobs_inflightfetch")
@@ -696,7 +698,7 @@ def run() -> None:
         )
         measured = measure(target=target)
         bare = bare_task_redis(jobs=JOBS, target=target)
-        traced = measure(target=target, tracing=True)
+        traced = measure(target=target, tracing=True) if TRACED else None
     finally:
         target_proc.stop()
     print(measured.table(), flush=True)
@@ -718,6 +720,8 @@ def run() -> None:
     bare_cmds = sum(bare.values())
     figure("budget_bare_redis_commands_per_job", round(bare_cmds, 3))
     figure("budget_redis_commands_to_bare_ratio", (state_cmds + broker_cmds) / bare_cmds)
+    if traced is None:
+        return
     # The same jobs with tracing on (FR-29): only the counts that differ from tracing off.
     traced_per_job = traced.per_job()
     figure("budget_tracing_spans_per_job", round(traced.spans / traced.jobs, 2))

@@ -33,6 +33,7 @@ SMALL = {
     "BENCH_BUDGET_JOBS": "10",
     "BENCH_BUDGET_PUBLISH_BATCH": "10",
     "BENCH_BUDGET_WRITER_BATCH": "10",
+    "BENCH_BUDGET_TRACED": "off",  # tests/test_job_budget.py measures the traced run
     "BENCH_WRITER_RECEIPTS": "200",
     "BENCH_WRITER_BASELINE_RECEIPTS": "50",
     "BENCH_POLITENESS_JOBS": "40",
