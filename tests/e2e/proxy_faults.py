@@ -3,11 +3,12 @@ one of their servers misbehaves, then forwards again (NFR-37): the run and the c
 test makes. A fault test adds its own (the stored objects of an S3 test, the attempts' classes).
 
 ``jobs_through_a_fault`` starts control, beat and a worker, submits ``len(delays)`` jobs (job i's
-target answers after ``delays[i]`` seconds), applies the fault once the slow ones are fetching,
-keeps it for ``fault_s``, ends it, and checks: every job ``succeeded`` (the exact final state of
-every job), no target fetched more often than its job's recorded attempts, every process alive,
-every job final within ``recovery_bound_s`` of the fault's end, and a job submitted then final
-within ``fresh_bound_s``: no process was left hanging on a connection the fault took.
+target answers after ``delays[i]`` seconds), applies the fault once the slow ones are fetching and
+the fast ones done, keeps it for ``fault_s``, ends it, and checks: every job ``succeeded`` (the
+exact final state of every job), no target fetched more often than its job's recorded attempts,
+every process alive, every job final within ``recovery_bound_s`` of the fault's end, and a job
+submitted then final within ``fresh_bound_s``: no process was left hanging on a connection the
+fault took.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from apps.jobs.models import Attempt, Job, JobStatus
-from tests.e2e.fault_support import submit, wait_all_final
+from tests.e2e.fault_support import attempt_history, submit, wait_all_final
 from tests.support.procs import Proc, wait_for
 from tests.support.target import TargetServer
 from tests.support.tcp_proxy import TcpProxy
@@ -103,14 +104,17 @@ def jobs_through_a_fault(
     ]
     ids = [j.id for j in jobs]
     slow = [j.id for j, d in zip(jobs, delays, strict=True) if d]
-    # The slow jobs are running (claimed, their targets fetching) when the fault starts.
+    fast = [j.id for j, d in zip(jobs, delays, strict=True) if not d]
+    # The slow jobs are running (claimed, their targets fetching) when the fault starts, the fast
+    # ones are done (a fast job caught by the fault could spend its attempts in it at once).
     wait_for(
         lambda: (
             Job.objects.filter(id__in=slow, status=JobStatus.RUNNING).count() == len(slow)
             and len(target.requests_for("/bytes/")) >= len(delays)
+            and Job.objects.filter(id__in=fast, status=JobStatus.SUCCEEDED).count() == len(fast)
         ),
         60,
-        what="every job claimed and fetching",
+        what="every slow job claimed and fetching, every fast one succeeded",
     )
 
     fault.apply(proxy)
@@ -138,7 +142,9 @@ def jobs_through_a_fault(
     assert time.monotonic() - fresh_at < fresh_bound_s
 
     statuses = Counter(Job.objects.filter(id__in=[*ids, fresh.id]).values_list("status", flat=True))
-    assert statuses == {JobStatus.SUCCEEDED: len(ids) + 1}, statuses
+    unsucceeded = Job.objects.filter(id__in=[*ids, fresh.id]).exclude(status=JobStatus.SUCCEEDED)
+    histories = {str(j.id): (j.status, attempt_history(j)) for j in unsucceeded}
+    assert statuses == {JobStatus.SUCCEEDED: len(ids) + 1}, (statuses, histories)
     # Never fetched more often than recorded: each target request belongs to an attempt row.
     attempts = Counter(Attempt.objects.filter(job_id__in=ids).values_list("job_id", flat=True))
     fetched = Counter(r[1] for r in target.requests_for("/bytes/"))
