@@ -26,18 +26,33 @@ from tests.support.target import TargetServer
 from tests.support.tcp_proxy import TcpProxy
 
 
+def heal(proxy: TcpProxy, *, strand: bool = False) -> None:
+    """The proxy forwards again, at full speed, and resets nothing (``strand``: TcpProxy.restore's)."""
+    proxy.reset_after_bytes = None
+    proxy.bytes_per_s = None
+    proxy.restore(strand=strand)
+
+
 @dataclass(frozen=True)
 class Fault:
-    """What the proxy does during the fault, and how a test knows it did it."""
+    """What the proxy does during the fault, how a test knows it did it, and how it ends."""
 
     name: str
     apply: Callable[[TcpProxy], None]
     happened: Callable[[TcpProxy], bool]
+    end: Callable[[TcpProxy], None] = heal
 
 
-def black_hole() -> Fault:
-    # Processes tried to connect and were never answered.
-    return Fault("black hole", lambda p: p.black_hole(), lambda p: p.held >= 1)
+def black_hole(*, strand: bool = False) -> Fault:
+    """Processes try to connect and are never answered (``held``). ``strand``: the connections
+    open during it never carry anything again (a firewall that forgot them): a process gets past
+    it only by its own timeouts, not by the black hole's end."""
+    return Fault(
+        "stranding black hole" if strand else "black hole",
+        lambda p: p.black_hole(),
+        lambda p: p.held >= 1,
+        lambda p: heal(p, strand=strand),
+    )
 
 
 def reset_after(n_bytes: int, *, at_least: int = 2) -> Fault:
@@ -55,13 +70,6 @@ def thin_pipe(bytes_per_s: float) -> Fault:
         p.bytes_per_s = bytes_per_s
 
     return Fault(f"a pipe of {bytes_per_s:.0f} bytes/s", apply, lambda p: True)
-
-
-def heal(proxy: TcpProxy) -> None:
-    """The proxy forwards again, at full speed, and resets nothing."""
-    proxy.reset_after_bytes = None
-    proxy.bytes_per_s = None
-    proxy.restore()
 
 
 @dataclass(frozen=True)
@@ -123,7 +131,7 @@ def jobs_through_a_fault(
     assert fault.happened(proxy), (
         f"{fault.name}: the proxy saw none of it (held {proxy.held}, resets {proxy.resets})"
     )
-    heal(proxy)
+    fault.end(proxy)
     back = time.monotonic()
 
     wait_all_final(ids, timeout=recovery_bound_s, what=f"jobs after the {fault.name}")

@@ -80,7 +80,11 @@ def _through_the_proxy(fault: Fault, services, make_tenant, target, tmp_path) ->
 def test_a_black_hole_in_front_of_the_broker_for_three_leases_hangs_no_process_and_every_job_succeeds(
     services, make_tenant, target, tmp_path
 ):
-    _through_the_proxy(black_hole(), services, make_tenant, target, tmp_path)
+    """The connections open during the black hole are stranded after it: every process whose
+    connection was in the middle of a call (beat's publish, the publisher's, the worker's BRPOP)
+    gets past it by the broker's socket timeout and health check only (without them beat and the
+    publisher waited for ever, and no job was published again)."""
+    _through_the_proxy(black_hole(strand=True), services, make_tenant, target, tmp_path)
 
 
 def test_broker_connections_reset_mid_stream_again_and_again_lose_no_job(

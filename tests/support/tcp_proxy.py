@@ -7,7 +7,9 @@ loopback only.
 - ``black_hole()``: a partition. New connections are accepted and never answered; open ones
   forward nothing either way (what was sent waits, as unacknowledged segments would).
   ``restore()`` ends it: open connections carry on with what waited, the connections accepted
-  during it are closed (their clients gave up on them).
+  during it are closed (their clients gave up on them). ``restore(strand=True)`` ends it for new
+  connections only: the ones open during it never carry another byte (a firewall or NAT that
+  forgot them: half-open for their clients, who learn it only from their own timeouts).
 - ``reset_after_bytes``: each connection is reset (RST) once it has carried that many bytes, both
   directions counted: a middlebox or a server dying in the middle of an answer.
 - ``bytes_per_s``: each direction of each connection carries at most that many bytes a second:
@@ -45,6 +47,7 @@ class TcpProxy:
         self._held: set[socket.socket] = set()  # accepted during a black hole, never answered
         self._carried: dict[int, int] = {}  # bytes carried per connection (its client socket's id)
         self._reset: set[int] = set()
+        self._stranded: set[int] = set()  # connections (their client socket's id) never forwarded again
         self._lock = threading.Lock()
         self._cut = threading.Event()
         self._flowing = threading.Event()  # cleared during a black hole
@@ -70,10 +73,12 @@ class TcpProxy:
     def black_hole(self) -> None:
         self._flowing.clear()
 
-    def restore(self) -> None:
+    def restore(self, *, strand: bool = False) -> None:
         self._cut.clear()
         with self._lock:
             held, self._held = list(self._held), set()
+            if strand and not self._flowing.is_set():
+                self._stranded |= {id(sock) for sock in self._open}
         for s in held:
             s.close()
         self._flowing.set()
@@ -133,6 +138,9 @@ class TcpProxy:
         try:
             while data := src.recv(chunk):
                 self._flowing.wait()  # a black hole holds what was sent until it ends
+                if id(client) in self._stranded:
+                    self._stopped.wait()  # ... or for ever, for a stranded connection
+                    return
                 if delay_s:
                     # time is the subject: the latency this proxy adds to every chunk
                     time.sleep(delay_s)
