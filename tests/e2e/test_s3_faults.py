@@ -129,10 +129,11 @@ def _storage_errors(run: Run) -> int:
 def test_a_black_hole_in_front_of_s3_during_uploads_loses_no_body(
     s3, services, make_tenant, target, tmp_path
 ):
-    """Three leases of black hole: an upload into it times out (1 s to connect, 2 s to read, two
-    tries) and its attempt is tried again; the uploads still waiting when it ends go through."""
+    """Three leases of black hole, after which the connections open during it are stranded: an
+    upload into it, or later on a stranded pooled connection, times out (1 s to connect, 2 s to
+    read, two tries) and its attempt is tried again."""
     run = _through_the_proxy(
-        black_hole(),
+        black_hole(strand=True),
         s3,
         services,
         make_tenant,
