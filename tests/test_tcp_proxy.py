@@ -133,5 +133,6 @@ def test_a_thin_pipe_carries_no_more_than_its_bandwidth(echo: int) -> None:
         # time is the subject: the bandwidth; 40 kB each way at 40 kB/s cannot take less than about a
         # second (the last tenth-of-a-second chunk is sent without its pause).
         assert time.monotonic() - started >= 0.9
+        assert proxy.throttled == 80_000  # both directions counted
     finally:
         proxy.stop()

@@ -69,7 +69,7 @@ def thin_pipe(bytes_per_s: float) -> Fault:
     def apply(p: TcpProxy) -> None:
         p.bytes_per_s = bytes_per_s
 
-    return Fault(f"a pipe of {bytes_per_s:.0f} bytes/s", apply, lambda p: True)
+    return Fault(f"a pipe of {bytes_per_s:.0f} bytes/s", apply, lambda p: p.throttled > 0)
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,7 @@ def jobs_through_a_fault(
     # The fault itself: its duration is the subject of this sleep.
     time.sleep(fault_s)
     assert fault.happened(proxy), (
-        f"{fault.name}: the proxy saw none of it (held {proxy.held}, resets {proxy.resets})"
+        f"{fault.name}: the proxy saw none of it (held {proxy.held}, resets {proxy.resets}, throttled {proxy.throttled} bytes)"
     )
     fault.end(proxy)
     back = time.monotonic()

@@ -13,7 +13,7 @@ loopback only.
 - ``reset_after_bytes``: each connection is reset (RST) once it has carried that many bytes, both
   directions counted: a middlebox or a server dying in the middle of an answer.
 - ``bytes_per_s``: each direction of each connection carries at most that many bytes a second:
-  a thin pipe.
+  a thin pipe (``throttled`` counts the bytes it carried so).
 - ``reply_delay_s`` holds every piece of the upstream's answer that long before passing it on: a
   slow server (a Redis that answers in 90 ms).
 """
@@ -56,6 +56,7 @@ class TcpProxy:
         self.refused = 0  # connections refused while cut
         self.held = 0  # connections accepted and never answered during black holes
         self.resets = 0  # connections reset after reset_after_bytes
+        self.throttled = 0  # bytes carried at bytes_per_s
 
     def start(self) -> TcpProxy:
         threading.Thread(target=self._accept, name="tcp-proxy", daemon=True).start()
@@ -154,9 +155,10 @@ class TcpProxy:
                         return
                 started = time.monotonic()
                 dst.sendall(data)
-                if self.bytes_per_s:
+                if bytes_per_s := self.bytes_per_s:
+                    self.throttled += len(data)
                     # The bandwidth itself: time is the subject of this sleep.
-                    time.sleep(max(0.0, len(data) / self.bytes_per_s - (time.monotonic() - started)))
+                    time.sleep(max(0.0, len(data) / bytes_per_s - (time.monotonic() - started)))
         except OSError:
             pass
         finally:
