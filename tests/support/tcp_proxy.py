@@ -113,7 +113,10 @@ class TcpProxy:
             server.settimeout(None)
             with self._lock:
                 self._open |= {client, server}
+                # A new connection: its socket's id may be a closed one's, whose marks are stale.
                 self._carried[id(client)] = 0
+                self._reset.discard(id(client))
+                self._stranded.discard(id(client))
             for src, dst, delay in ((client, server, 0.0), (server, client, self.reply_delay_s)):
                 threading.Thread(target=self._pipe, args=(src, dst, delay, client), daemon=True).start()
 
