@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -238,10 +239,42 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Network bounds (NFR-37, docs/settings.md "PostgreSQL and Redis"): a broker that accepts and never
+# answers (a partition, a dead NAT entry) must fail a call, not hang the process that made it. Without
+# them kombu's Redis transport waits for ever on a publish (control's publisher, beat, a web process)
+# and on a connect. socket_timeout bounds each blocking read or write of a synchronous call; it cannot
+# cut a consumer's BRPOP short: kombu sends BRPOP with a server-side timeout of its
+# brpop_timeout (1 s) and reads the answer only once the poller says the socket is readable
+# (MultiChannelPoller.get / on_readable, kombu/transport/redis.py), so no read waits on an idle
+# BRPOP. A BRPOP whose answer never comes (a half-open connection: the read is never ready) is what
+# health_check_interval catches: kombu drops a BRPOP connection overdue by more than brpop_timeout +
+# health_check_interval (maybe_check_brpop_health) and redis-py PINGs a connection idle that long
+# before using it. Keepalives find a dead idle connection on the kernel's side. retry_on_timeout stays
+# off: a publish retried after a timeout may be sent twice (kombu then refuses batch publishing).
+# When the connection dies, Celery's consumer reconnects (broker_connection_retry, on by default,
+# up to broker_connection_max_retries, 100, at growing intervals of at most 30 s: a worker outlives
+# about 50 minutes without a broker, then exits for its supervisor to restart it).
+
+
+def _keepalive_options(idle_s: int) -> dict[int, int]:
+    """TCP keepalive: the first probe after ``idle_s`` idle, then every third of it, three unanswered
+    probes drop the connection (the options this platform has)."""
+    wanted = {"TCP_KEEPIDLE": idle_s, "TCP_KEEPINTVL": max(1, idle_s // 3), "TCP_KEEPCNT": 3}
+    return {getattr(socket, name): value for name, value in wanted.items() if hasattr(socket, name)}
+
+
 # Redis visibility timeout: an unacknowledged message is redelivered after this long. It must be
 # longer than the longest task; the sweeper, not redelivery, is what recovers lost work.
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": _bounded_int("SCRAPEJOBS_BROKER_VISIBILITY_TIMEOUT_S", 3600, 60, 86400),
+    # At least 2 s: longer than kombu's 1 s BRPOP server-side timeout, whatever the poller does.
+    "socket_timeout": _bounded_int("SCRAPEJOBS_BROKER_SOCKET_TIMEOUT_S", 30, 2, 3600),
+    "socket_connect_timeout": _bounded_int("SCRAPEJOBS_BROKER_CONNECT_TIMEOUT_S", 10, 1, 600),
+    "socket_keepalive": True,
+    "socket_keepalive_options": _keepalive_options(
+        _bounded_int("SCRAPEJOBS_BROKER_KEEPALIVE_IDLE_S", 30, 1, 7200)
+    ),
+    "health_check_interval": _bounded_int("SCRAPEJOBS_BROKER_HEALTH_CHECK_INTERVAL_S", 25, 1, 3600),
 }
 # Per-task events (task-sent, -received, -started, -succeeded) let Flower list every task live, at
 # three broker round trips per task on the scrape worker's one consumer thread, the thread that
@@ -488,8 +521,13 @@ SCRAPEJOBS_RESULT_KEY_PREFIX = (
 SCRAPEJOBS_RESULTS_DIR = Path(env.str("SCRAPEJOBS_RESULTS_DIR", default=str(BASE_DIR / ".run" / "results")))
 if SCRAPEJOBS_STORAGE == "s3":
     _results_backend: dict = {
-        "BACKEND": "storages.backends.s3.S3Storage",
+        # S3Storage with network bounds (apps/results/s3.py, NFR-37): a connect and a read timeout
+        # for each call, retries in botocore's standard mode, bounded, and TCP keepalives.
+        "BACKEND": "apps.results.s3.ResultsS3Storage",
         "OPTIONS": {
+            "connect_timeout_s": _positive_float("SCRAPEJOBS_S3_CONNECT_TIMEOUT_S", 10.0),
+            "read_timeout_s": _positive_float("SCRAPEJOBS_S3_READ_TIMEOUT_S", 30.0),
+            "max_attempts": _bounded_int("SCRAPEJOBS_S3_MAX_ATTEMPTS", 3, 1, 20),
             "bucket_name": env.str("SCRAPEJOBS_S3_BUCKET"),
             "endpoint_url": env.str("SCRAPEJOBS_S3_ENDPOINT_URL", default="") or None,
             "region_name": env.str("SCRAPEJOBS_S3_REGION", default="us-east-1"),

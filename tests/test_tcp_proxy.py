@@ -84,6 +84,27 @@ def test_a_black_hole_accepts_and_never_answers_and_open_connections_resume_afte
         proxy.stop()
 
 
+def test_a_black_hole_that_strands_its_connections_forwards_only_new_ones_after_it(echo: int) -> None:
+    proxy = _proxy(echo)
+    try:
+        before = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
+        before.sendall(b"ping")
+        assert _read(before, 4) == b"ping"
+        proxy.black_hole()
+        before.sendall(b"held")
+        proxy.restore(strand=True)
+        after = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
+        after.sendall(b"pong")
+        assert _read(after, 4) == b"pong"
+        before.sendall(b"more")
+        # Silence is the subject: the stranded connection carries nothing, though new ones do.
+        before.settimeout(1.0)
+        with pytest.raises(TimeoutError):
+            before.recv(16)
+    finally:
+        proxy.stop()
+
+
 def test_a_connection_is_reset_after_the_bytes_it_may_carry(echo: int) -> None:
     proxy = _proxy(echo, reset_after_bytes=1000)
     try:
@@ -112,5 +133,6 @@ def test_a_thin_pipe_carries_no_more_than_its_bandwidth(echo: int) -> None:
         # time is the subject: the bandwidth; 40 kB each way at 40 kB/s cannot take less than about a
         # second (the last tenth-of-a-second chunk is sent without its pause).
         assert time.monotonic() - started >= 0.9
+        assert proxy.throttled == 80_000  # both directions counted
     finally:
         proxy.stop()

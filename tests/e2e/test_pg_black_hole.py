@@ -17,8 +17,6 @@ is a recorded attempt.
 
 from __future__ import annotations
 
-import time
-from collections import Counter
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -26,9 +24,8 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from apps.jobs.models import Attempt, Job, JobStatus
-from tests.e2e.fault_support import FAST, fast_env, submit, wait_all_final
-from tests.support.procs import Proc, wait_for
+from tests.e2e.fault_support import FAST, fast_env
+from tests.e2e.proxy_faults import black_hole, jobs_through_a_fault
 from tests.support.target import TargetServer
 from tests.support.tcp_proxy import TcpProxy
 
@@ -48,11 +45,6 @@ RECOVERY_BOUND_S = 45.0
 FRESH_JOB_BOUND_S = 20.0
 
 
-def _ready(proc: Proc) -> bool:
-    assert proc.alive(), proc.tail()
-    return "ready." in proc.log.read_text(errors="replace")
-
-
 def _jobs_through_a_black_hole(
     svc: Any,
     make_tenant: Any,
@@ -61,62 +53,19 @@ def _jobs_through_a_black_hole(
     black_hole_s: float,
     worker_env: dict[str, str] | None = None,
 ) -> None:
-    """Start control, beat and a worker (``svc``'s environment, and ``worker_env`` for the worker,
-    route them through ``proxy``), run JOBS jobs, black-hole the proxy for ``black_hole_s`` while the slow ones
-    fetch, restore it, and check every job and process."""
-    control = svc.start("control")
-    beat = svc.start("beat")
-    worker = svc.start("worker", concurrency=JOBS + 10, env=worker_env)
-    wait_for(lambda: _ready(control) and _ready(worker), 60, what="control and worker ready")
-
-    tenant, _, _ = make_tenant()
-    paths = [f"/bytes/{4000 + i}" for i in range(JOBS)]
-    jobs = [
-        submit(tenant, target.url(f"{p}?delay={DELAYS[i % len(DELAYS)]}"), max_attempts=5)
-        for i, p in enumerate(paths)
-    ]
-    ids = [j.id for j in jobs]
-    slow = [j.id for i, j in enumerate(jobs) if DELAYS[i % len(DELAYS)]]
-    # The slow jobs are running (claimed, their targets fetching) when the fault starts.
-    wait_for(
-        lambda: (
-            Job.objects.filter(id__in=slow, status=JobStatus.RUNNING).count() == len(slow)
-            and len(target.requests_for("/bytes/")) >= JOBS
-        ),
-        60,
-        what="every job claimed and fetching",
+    jobs_through_a_fault(
+        svc,
+        make_tenant,
+        target,
+        proxy,
+        fault=black_hole(),
+        fault_s=black_hole_s,
+        delays=[DELAYS[i % len(DELAYS)] for i in range(JOBS)],
+        recovery_bound_s=RECOVERY_BOUND_S,
+        fresh_bound_s=FRESH_JOB_BOUND_S,
+        worker_env=worker_env,
+        body_bytes=4000,
     )
-
-    proxy.black_hole()
-    # The fault itself: its duration is the subject of this sleep.
-    time.sleep(black_hole_s)
-    assert proxy.held >= 1  # processes tried to connect and were never answered
-    proxy.restore()
-    back = time.monotonic()
-
-    wait_all_final(ids, timeout=RECOVERY_BOUND_S, what="jobs after the black hole")
-    # time is the subject: every component works again within a stated time after the fault ends
-    assert time.monotonic() - back < RECOVERY_BOUND_S
-
-    # No process hung: each is alive, and a job submitted now is published, claimed, fetched,
-    # folded and final within the bound.
-    for proc in (control, beat, worker):
-        assert proc.alive(), proc.tail()
-    fresh = submit(tenant, target.url("/bytes/4999"))
-    fresh_at = time.monotonic()
-    wait_all_final([fresh.id], timeout=FRESH_JOB_BOUND_S, what="a job submitted after the black hole")
-    # time is the subject: no process hung, so a new job goes through within a stated time
-    assert time.monotonic() - fresh_at < FRESH_JOB_BOUND_S
-
-    statuses = Counter(Job.objects.filter(id__in=[*ids, fresh.id]).values_list("status", flat=True))
-    assert statuses == {JobStatus.SUCCEEDED: JOBS + 1}, statuses
-    # Never fetched more often than recorded: each target request belongs to an attempt row.
-    attempts = Counter(Attempt.objects.filter(job_id__in=ids).values_list("job_id", flat=True))
-    fetched = Counter(r[1] for r in target.requests_for("/bytes/"))
-    over = {p: (fetched[p], attempts[i]) for i, p in zip(ids, paths, strict=True) if fetched[p] > attempts[i]}
-    assert not over, f"targets fetched more often than their jobs' attempts: {over}"
-    assert all(fetched[p] >= 1 for p in paths)
-    assert fetched["/bytes/4999"] == 1
 
 
 def test_a_black_hole_in_front_of_postgresql_for_three_leases_hangs_no_process_and_every_job_succeeds(

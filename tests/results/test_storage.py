@@ -177,7 +177,7 @@ def _s3_backend_from_settings(*, endpoint: str, bucket: str) -> dict:
         [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True
     )
     backend = json.loads(out.stdout.strip().splitlines()[-1])
-    assert backend["BACKEND"] == "storages.backends.s3.S3Storage"
+    assert backend["BACKEND"] == "apps.results.s3.ResultsS3Storage"
     return backend
 
 
@@ -195,7 +195,7 @@ def s3_results():
     backend = _s3_backend_from_settings(endpoint=endpoint, bucket=bucket)
     try:
         with override_settings(STORAGES={**settings.STORAGES, "default": backend, "results": backend}):
-            assert type(storages["results"]).__name__ == "S3Storage"
+            assert type(storages["results"]).__name__ == "ResultsS3Storage"
             yield boto3.client("s3", endpoint_url=endpoint, **creds), bucket
     finally:
         server.stop()

@@ -7,11 +7,13 @@ loopback only.
 - ``black_hole()``: a partition. New connections are accepted and never answered; open ones
   forward nothing either way (what was sent waits, as unacknowledged segments would).
   ``restore()`` ends it: open connections carry on with what waited, the connections accepted
-  during it are closed (their clients gave up on them).
+  during it are closed (their clients gave up on them). ``restore(strand=True)`` ends it for new
+  connections only: the ones open during it never carry another byte (a firewall or NAT that
+  forgot them: half-open for their clients, who learn it only from their own timeouts).
 - ``reset_after_bytes``: each connection is reset (RST) once it has carried that many bytes, both
   directions counted: a middlebox or a server dying in the middle of an answer.
 - ``bytes_per_s``: each direction of each connection carries at most that many bytes a second:
-  a thin pipe.
+  a thin pipe (``throttled`` counts the bytes it carried so).
 - ``reply_delay_s`` holds every piece of the upstream's answer that long before passing it on: a
   slow server (a Redis that answers in 90 ms).
 """
@@ -45,6 +47,7 @@ class TcpProxy:
         self._held: set[socket.socket] = set()  # accepted during a black hole, never answered
         self._carried: dict[int, int] = {}  # bytes carried per connection (its client socket's id)
         self._reset: set[int] = set()
+        self._stranded: set[int] = set()  # connections (their client socket's id) never forwarded again
         self._lock = threading.Lock()
         self._cut = threading.Event()
         self._flowing = threading.Event()  # cleared during a black hole
@@ -53,6 +56,7 @@ class TcpProxy:
         self.refused = 0  # connections refused while cut
         self.held = 0  # connections accepted and never answered during black holes
         self.resets = 0  # connections reset after reset_after_bytes
+        self.throttled = 0  # bytes carried at bytes_per_s
 
     def start(self) -> TcpProxy:
         threading.Thread(target=self._accept, name="tcp-proxy", daemon=True).start()
@@ -70,10 +74,12 @@ class TcpProxy:
     def black_hole(self) -> None:
         self._flowing.clear()
 
-    def restore(self) -> None:
+    def restore(self, *, strand: bool = False) -> None:
         self._cut.clear()
         with self._lock:
             held, self._held = list(self._held), set()
+            if strand and not self._flowing.is_set():
+                self._stranded |= {id(sock) for sock in self._open}
         for s in held:
             s.close()
         self._flowing.set()
@@ -107,7 +113,10 @@ class TcpProxy:
             server.settimeout(None)
             with self._lock:
                 self._open |= {client, server}
+                # A new connection: its socket's id may be a closed one's, whose marks are stale.
                 self._carried[id(client)] = 0
+                self._reset.discard(id(client))
+                self._stranded.discard(id(client))
             for src, dst, delay in ((client, server, 0.0), (server, client, self.reply_delay_s)):
                 threading.Thread(target=self._pipe, args=(src, dst, delay, client), daemon=True).start()
 
@@ -133,6 +142,9 @@ class TcpProxy:
         try:
             while data := src.recv(chunk):
                 self._flowing.wait()  # a black hole holds what was sent until it ends
+                if id(client) in self._stranded:
+                    self._stopped.wait()  # ... or for ever, for a stranded connection
+                    return
                 if delay_s:
                     # time is the subject: the latency this proxy adds to every chunk
                     time.sleep(delay_s)
@@ -146,9 +158,10 @@ class TcpProxy:
                         return
                 started = time.monotonic()
                 dst.sendall(data)
-                if self.bytes_per_s:
+                if bytes_per_s := self.bytes_per_s:
+                    self.throttled += len(data)
                     # The bandwidth itself: time is the subject of this sleep.
-                    time.sleep(max(0.0, len(data) / self.bytes_per_s - (time.monotonic() - started)))
+                    time.sleep(max(0.0, len(data) / bytes_per_s - (time.monotonic() - started)))
         except OSError:
             pass
         finally:
