@@ -11,19 +11,17 @@ bench/peak_plan.py ``layout`` for its rate (one worker process per core at least
 ``BENCH_PEAK_THREADS`` (1,000) threads each, the fetches in flight with 5 % to spare). Before it
 starts, the machine's limits are read (threads, ``ulimit -n``, PostgreSQL's ``max_connections``,
 Redis's ``maxclients``, memory); a rung that would pass one says which and is not run. The target
-is bench/slow_target.py (an event loop on 127.0.0.1, so it holds thousands of slow requests
-cheaply). Jobs are submitted by a separate process on a fixed schedule (an open loop: each
-request's latency counts from when it was due, bench/common.py ``Schedule``), each job its own URL.
+is bench/slow_target.py (one event loop); jobs are submitted by a separate process on a fixed
+schedule (an open loop, bench/common.py ``Schedule``), each job its own URL.
 
 Printed per rung (``peak_x<multiple>_...``), beside the promises they are held to: intake p99
 (NFR-2: 200 ms), the share of jobs whose first attempt started within 60 s of acceptance (NFR-8:
 95 %), jobs succeeded of those submitted (all), the workers' memory (sum of their RSS at its
 highest, and per fetch in flight), the most fetches the target saw in flight, PostgreSQL and Redis
 connections, CPU per job by kind of process (PostgreSQL and Redis included), the machine's CPU use,
-``holds``, and for a rung that did not hold ``limited_by``: the bottleneck named from those
-measurements (bench/peak_plan.py ``bottleneck``). Then ``peak_largest_multiple_holding`` and
-``peak_next_multiple_limited_by``. Every rung stops by itself: the submissions end after the set
-seconds, and the wait for the last jobs is bounded.
+``holds``, and for a rung that did not hold ``bottleneck`` and ``limited_by``, named from those
+measurements (bench/peak_plan.py ``bottleneck``). Then ``peak_largest_multiple_holding`` and the
+next multiple's bottleneck. Every rung stops by itself (the wait for its last jobs is bounded).
 """
 
 from __future__ import annotations
@@ -159,8 +157,11 @@ def _rung(multiple: int, fd_limit: int) -> tuple[str, str] | None:
         return _failed(p, problems[0].split(":", 1)[0], "not run: " + "; ".join(problems))
     try:
         measured = _measure(rate, plan)
-    except RuntimeError as e:
-        return _failed(p, "did not finish", (str(e).strip().splitlines() or ["?"])[0][:300])
+    except RuntimeError as e:  # a process exited or did not start: its last line, a limit it names
+        lines = str(e).strip().splitlines() or ["?"]
+        named = log_limits({"the service": str(e)})
+        why = lines[0][:200] + (f" ... {lines[-1][:200]}" if len(lines) > 1 else "")
+        return _failed(p, named[0].split(" (", 1)[0] if named else "did not finish", why)
     return _report(p, plan, measured)
 
 
