@@ -6,6 +6,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 BENCH ?=
+# `make bench BENCH=peak MULTIPLE=10`: the peak's ladder up to ten times the seed's peak
+# (BENCH_PEAK_MULTIPLE; bench/peak.py, docs/benchmarks.md). Unset: the benchmark's default, 1.
+MULTIPLE ?=
 PYTEST_ARGS ?=
 
 .PHONY: run test test-fast lint bench figures install clean schema lock browser
@@ -64,7 +67,7 @@ lint: $(STAMP)
 	$(BIN)/mypy .
 
 bench: $(STAMP)
-	$(BIN)/python -m scrapejobs.embedded exec --dir .run/bench -- $(BIN)/python -m bench $(BENCH)
+	$(if $(MULTIPLE),BENCH_PEAK_MULTIPLE=$(MULTIPLE) )$(BIN)/python -m scrapejobs.embedded exec --dir .run/bench -- $(BIN)/python -m bench $(BENCH)
 
 # README.md's and docs/benchmarks.md's figures, rendered from bench/results/*.json (which each
 # `make bench` run writes); tests/test_figures.py fails when the documents differ from them.

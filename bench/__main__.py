@@ -11,7 +11,7 @@ time to drain), read (GET /jobs/{id} with the read cache against without it, and
 wake-up latency), admin (list pages and filters at a million jobs against ten thousand), budget
 (what one job costs, counted: statements, row versions, index entries, WAL, Redis commands, broker
 messages, beside a bare Celery task's Redis commands), peak (the seed's peak through the API: 28
-jobs/s against a 20 s target, six workers), capacity (fetches in flight one worker process holds
+jobs/s against a 20 s target, and multiples of it up to ``MULTIPLE``), capacity (fetches in flight one worker process holds
 at a 10 s target), scaling (a day of the seed's load through the worker autoscaling rule, with one
 worker's measured capacity), browser (a page a script fills, rendered at 1, 2 and 4 pages per
 process, against a plain fetch of it), browser-soak (2,000 rendered pages through one browser

@@ -1,21 +1,27 @@
-"""The seed's own peak on one machine (NFR-2, NFR-8, NFR-17): ``BENCH_PEAK_RATE`` jobs per second
-(28, the seed's sixfold peak) submitted through the real API for ``BENCH_PEAK_SECONDS`` (180)
-against a local target that answers after ``BENCH_PEAK_TARGET_S`` (20 s, a slow real site), so
-Little's law puts rate x latency fetches in flight (560).
+"""The seed's own peak on one machine, and multiples of it (NFR-2, NFR-8, NFR-17): ``BENCH_PEAK_RATE``
+jobs per second (28, the seed's sixfold peak) times each multiple of the ladder 1, 2, 5, 10 up to
+``BENCH_PEAK_MULTIPLE`` (1; ``make bench BENCH=peak MULTIPLE=10``), submitted through the real API
+for ``BENCH_PEAK_SECONDS`` (180) against a local target that answers after ``BENCH_PEAK_TARGET_S``
+(20 s, a slow real site), so Little's law puts rate x latency fetches in flight (560 at x1, 5,600
+at x10). The climb stops at the first multiple that does not hold.
 
-The service runs as deployed, each process from scrapejobs/processes.py: the web (gunicorn, two
-uvicorn workers), the writer, beat, and as many worker processes of ``BENCH_PEAK_THREADS`` (100)
-threads as the fetches in flight need with 5 % to spare (six at the seed's peak). The target is
-bench/slow_target.py (an event loop on 127.0.0.1, so it holds thousands of slow requests
-cheaply). Jobs are submitted by a separate process on a fixed schedule (an open loop: each
-request's latency counts from when it was due, bench/common.py ``Schedule``), each job its own URL.
+Each rung runs the service as deployed, each process from scrapejobs/processes.py, on a fresh
+database: the web (gunicorn, two uvicorn workers), control, beat, and the worker layout of
+bench/peak_plan.py ``layout`` for its rate (one worker process per core at least, at most
+``BENCH_PEAK_THREADS`` (1,000) threads each, the fetches in flight with 5 % to spare). Before it
+starts, the machine's limits are read (threads, ``ulimit -n``, PostgreSQL's ``max_connections``,
+Redis's ``maxclients``, memory); a rung that would pass one says which and is not run. The target
+is bench/slow_target.py (one event loop); jobs are submitted by a separate process on a fixed
+schedule (an open loop, bench/common.py ``Schedule``), each job its own URL.
 
-Printed, beside the promises they are held to: intake p99 (NFR-2: 200 ms), the share of jobs
-whose first attempt started within 60 s of acceptance (NFR-8: 95 %), jobs succeeded of those
-submitted (all), the workers' memory (sum of their RSS at its highest, and per fetch in flight),
-the most fetches the target saw in flight, PostgreSQL connections, and CPU per job by kind of
-process. ``peak_holds`` says whether the three promises held. The run stops by itself: the
-submissions end after the set seconds, and the wait for the last jobs is bounded.
+Printed per rung (``peak_x<multiple>_...``), beside the promises they are held to: intake p99
+(NFR-2: 200 ms), the share of jobs whose first attempt started within 60 s of acceptance (NFR-8:
+95 %), jobs succeeded of those submitted (all), the workers' memory (sum of their RSS at its
+highest, and per fetch in flight), the most fetches the target saw in flight, PostgreSQL and Redis
+connections, CPU per job by kind of process (PostgreSQL and Redis included), the machine's CPU use,
+``holds``, and for a rung that did not hold ``bottleneck`` and ``limited_by``, named from those
+measurements (bench/peak_plan.py ``bottleneck``). Then ``peak_largest_multiple_holding`` and the
+next multiple's bottleneck. Every rung stops by itself (the wait for its last jobs is bounded).
 """
 
 from __future__ import annotations
@@ -29,7 +35,9 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bench.common import (
     Proc,
@@ -50,18 +58,35 @@ from bench.common import (
     share_within,
     sql,
     start_slow_target,
-    target_stats,
     throwaway_database,
     wait_until,
 )
 from bench.cpu import CpuMeter, service_classifier
+from bench.peak_measure import Sampler, host_limits, wait_for_final
+from bench.peak_plan import (
+    BEAT_DB_POOL,
+    CONTROL_DB_POOL,
+    LADDER,
+    WEB_DB_POOL,
+    Layout,
+    Measured,
+    bottleneck,
+    cpu_busy_ticks,
+    ladder,
+    layout,
+    limits,
+    log_limits,
+    mem_total_mib,
+    raise_fd_limit,
+    worker_connections,
+)
 from scrapejobs import processes
 
 RATE = float(os.environ.get("BENCH_PEAK_RATE", "28"))
 SECONDS = float(os.environ.get("BENCH_PEAK_SECONDS", "180"))
 TARGET_S = float(os.environ.get("BENCH_PEAK_TARGET_S", "20"))
-THREADS = int(os.environ.get("BENCH_PEAK_THREADS", "100"))
-HEADROOM = 1.05  # worker slots per fetch in flight that Little's law predicts
+THREADS = int(os.environ.get("BENCH_PEAK_THREADS", "1000"))
+MULTIPLE = int(os.environ.get("BENCH_PEAK_MULTIPLE", "1"))
 BODY_BYTES = 4096
 INTAKE_P99_AIM_MS = 200.0  # NFR-2
 STARTED_WITHIN_S = 60.0  # NFR-8
@@ -73,186 +98,246 @@ LATE_S = 0.005  # a send this much after its slot: the submitting process itself
 GIVE_UP_S = 60.0
 
 
-def workers_needed(*, rate: float, target_s: float, threads: int, headroom: float = HEADROOM) -> int:
-    """Worker processes of ``threads`` slots for ``rate`` jobs/s that each hold a slot ``target_s``
-    (Little's law), with ``headroom`` to spare: 28/s x 20 s x 1.05 on 100 threads is 6."""
-    return max(1, math.ceil(rate * target_s * headroom / threads - 1e-9))
-
-
-def worker_db_pool(workers: int) -> int:
-    """Each worker's PostgreSQL pool (``SCRAPEJOBS_DB_POOL_MAX_SIZE``): the workers share 60
-    connections (at most 20 each), so that with the web, the writer and beat all stay within a
-    server's default 100. A fetch holds none (NFR-11): the pool serves claims and lease renewals.
-    With the default 20 each, six workers of 100 threads used 73 connections in one run at the
-    seed's peak and ran the server out of them ("too many clients") in the next, at a higher load."""
-    return max(2, min(20, 60 // workers))
-
-
-class _Sampler:
-    """Once a second, while the jobs run: the workers' RSS sum, the target's fetches in flight,
-    and the benchmark database's PostgreSQL connections (this sampler's own left out)."""
-
-    def __init__(self, db: str, target: str, workers: list[Proc]):
-        self.db, self.target, self.workers = db, target, workers
-        self.rss: list[float] = []
-        self.in_flight: list[int] = []
-        self.connections: list[int] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="peak-sampler", daemon=True)
-
-    def _run(self) -> None:
-        from bench.common import _pg_connect  # noqa: PLC0415
-
-        with _pg_connect(self.db) as conn:
-            while not self._stop.wait(1.0):
-                self.rss.append(sum(rss_mib(w.p.pid) for w in self.workers))
-                self.in_flight.append(int(target_stats(self.target).get("in_flight", 0)))
-                query = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                self.connections.append(int(conn.execute(query).fetchone()[0]) - 1)  # type: ignore[index]
-
-    def __enter__(self) -> _Sampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
-def _wait_for_final(db: str, accepted: int, *, quiet_s: float) -> int:
-    """Wait until ``accepted`` jobs are final, or none became final for ``quiet_s``: the number
-    that are."""
-    query = "SELECT count(*) FROM jobs_job WHERE status IN ('succeeded', 'failed', 'cancelled')"
-    last, last_change = -1, time.monotonic()
-    while True:
-        final = int(sql(db, query)[0][0])
-        if final >= accepted:
-            return final
-        if final != last:
-            last, last_change = final, time.monotonic()
-        elif time.monotonic() - last_change > quiet_s:
-            return final
-        time.sleep(1.0)
-
-
 def run() -> None:
-    workers = workers_needed(rate=RATE, target_s=TARGET_S, threads=THREADS)
-    in_flight = RATE * TARGET_S
+    fd_limit = raise_fd_limit()
+    rungs = ladder(MULTIPLE)
     note(
-        f"peak: {RATE:g} jobs/s through the API for {SECONDS:g} s, target answering after {TARGET_S:g} s "
-        f"(Little's law: {in_flight:,.0f} in flight), {workers} worker processes of {THREADS} threads"
+        f"peak: {RATE:g} jobs/s x {', '.join(map(str, rungs))} through the API for {SECONDS:g} s each, "
+        f"target answering after {TARGET_S:g} s; stops at the first multiple that does not hold"
     )
-    figure("peak_loadavg_1m_before", os.getloadavg()[0])
-    figure("peak_rate_per_s", RATE)
+    figure("peak_multiple_asked", MULTIPLE)
+    figure("peak_base_rate_per_s", RATE)
     figure("peak_seconds", SECONDS)
     figure("peak_target_s", TARGET_S)
-    figure("peak_littles_law_in_flight", in_flight)
-    figure("peak_workers", workers)
-    figure("peak_threads_per_worker", THREADS)
-    figure("peak_worker_db_pool", worker_db_pool(workers))
+    figure("peak_cores", os.cpu_count() or 1)
+    figure("peak_fd_limit", fd_limit)
+    largest, failed = 0, None
+    for multiple in rungs:
+        limited = _rung(multiple, fd_limit)
+        if limited is not None:
+            failed = (multiple, *limited)
+            break
+        largest = multiple
+    figure("peak_largest_multiple_holding", largest)
+    if failed is None:
+        after = next((m for m in LADDER if m > largest), largest * 2)
+        figure("peak_next_multiple", after)
+        figure("peak_next_multiple_bottleneck", "not tried")
+        figure("peak_next_multiple_limited_by", f"not tried: MULTIPLE={MULTIPLE}")
+    else:
+        figure("peak_next_multiple", failed[0])
+        figure("peak_next_multiple_bottleneck", failed[1])
+        figure("peak_next_multiple_limited_by", failed[2])
+
+
+def _rung(multiple: int, fd_limit: int) -> tuple[str, str] | None:
+    """One multiple, start to end: None when it held, else (bottleneck, what limited it)."""
+    p = f"peak_x{multiple}_"
+    rate = RATE * multiple
+    in_flight = rate * TARGET_S
+    host = host_limits(fd_limit)
+    share = worker_connections(host.pg_connections_free)
+    plan = layout(
+        rate=rate, target_s=TARGET_S, max_threads=THREADS, cores=os.cpu_count() or 1, worker_connections=share
+    )
+    note(
+        f"peak x{multiple}: {rate:g} jobs/s (Little's law: {in_flight:,.0f} in flight), "
+        f"{plan.workers} worker processes of {plan.threads} threads, {plan.db_pool} connections each"
+    )
+    figure(p + "loadavg_1m_before", os.getloadavg()[0])
+    figure(p + "rate_per_s", rate)
+    figure(p + "littles_law_in_flight", in_flight)
+    figure(p + "workers", plan.workers)
+    figure(p + "threads_per_worker", plan.threads)
+    figure(p + "worker_db_pool", plan.db_pool)
+    figure(p + "threads_free_before", host.threads_free)
+    figure(p + "postgres_connections_free_before", host.pg_connections_free)
+    problems = limits(plan, host, in_flight=in_flight)
+    if problems:
+        return _failed(p, problems[0].split(":", 1)[0], "not run: " + "; ".join(problems))
+    try:
+        measured = _measure(rate, plan)
+    except RuntimeError as e:  # a process exited or did not start: its last line, a limit it names
+        lines = str(e).strip().splitlines() or ["?"]
+        named = log_limits({"the service": str(e)})
+        why = lines[0][:200] + (f" ... {lines[-1][:200]}" if len(lines) > 1 else "")
+        return _failed(p, named[0].split(" (", 1)[0] if named else "did not finish", why)
+    return _report(p, plan, measured)
+
+
+def _failed(p: str, kind: str, why: str) -> tuple[str, str]:
+    figure(p + "holds", "no")
+    figure(p + "bottleneck", kind)
+    figure(p + "limited_by", why)
+    return kind, why
+
+
+@dataclass
+class _Run:
+    sent: dict[str, Any]
+    rows: list[tuple]
+    final: int
+    idle_rss: float
+    sampler: Sampler
+    cpu: dict[str, float]
+    wall_s: float
+    busy_share: float
+    log_limits: tuple[str, ...]
+    exited: tuple[str, ...] = field(default=())
+
+
+def _service(db: str, plan: Layout, results: Path) -> tuple[str, tuple[Proc, ...], list[Proc], int]:
+    """The token, every service process and the workers, and the web's port."""
+    env = service_env(
+        db, SCRAPEJOBS_WORKER_CONCURRENCY=str(plan.threads), SCRAPEJOBS_RESULTS_DIR=str(results)
+    )
+    _tenant_id, token = create_tenant(env)
+    port = free_port()
+    worker_env = dict(env, SCRAPEJOBS_DB_POOL_MAX_SIZE=str(plan.db_pool))
+    workers = [
+        Proc(f"worker{i}", processes.worker(concurrency=plan.threads, name=f"worker{i}"), worker_env)
+        for i in range(plan.workers)
+    ]
+    pool = "SCRAPEJOBS_DB_POOL_MAX_SIZE"
+    procs = (
+        Proc("control", processes.control(), dict(env, **{pool: str(CONTROL_DB_POOL)})),
+        Proc(
+            "beat",
+            processes.beat(schedule_file=str(results / "celerybeat-schedule")),
+            dict(env, **{pool: str(BEAT_DB_POOL)}),
+        ),
+        Proc("web", processes.web(port=port), dict(env, **{pool: str(WEB_DB_POOL)})),
+        *workers,
+    )
+    return token, procs, workers, port
+
+
+def _measure(rate: float, plan: Layout) -> _Run:
     flush_redis()
     results = Path(tempfile.mkdtemp(prefix="bench-peak-results-"))
     target_proc, target = start_slow_target()
     try:
         with running(target_proc), throwaway_database("peak") as db:
-            env = service_env(
-                db, SCRAPEJOBS_WORKER_CONCURRENCY=str(THREADS), SCRAPEJOBS_RESULTS_DIR=str(results)
-            )
-            worker_env = dict(env, SCRAPEJOBS_DB_POOL_MAX_SIZE=str(worker_db_pool(workers)))
-            _tenant_id, token = create_tenant(env)
-            port = free_port()
-            worker_procs = [
-                Proc(f"worker{i}", processes.worker(concurrency=THREADS, name=f"worker{i}"), worker_env)
-                for i in range(workers)
-            ]
-            procs = (
-                Proc("control", processes.control(), env),
-                Proc("beat", processes.beat(schedule_file=str(results / "celerybeat-schedule")), env),
-                Proc("web", processes.web(port=port), env),
-                *worker_procs,
-            )
+            token, procs, workers, port = _service(db, plan, results)
             with running(*procs):
                 wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/healthz"), 120, "the web")
-                wait_until(
-                    lambda: all(celery_ready(p) for p in (procs[0], *worker_procs)), 180, "the workers"
-                )
-                idle_rss = sum(rss_mib(w.p.pid) for w in worker_procs)
+                wait_until(lambda: all(celery_ready(p) for p in (procs[0], *workers)), 180, "the workers")
+                idle_rss = sum(rss_mib(w.p.pid) for w in workers)
+                started, ticks = time.monotonic(), cpu_busy_ticks()
                 with (
                     CpuMeter(service_classifier(DATABASE, submit="bench.peak submit")) as meter,
-                    _Sampler(db, target, worker_procs) as sampler,
+                    Sampler(db, target, workers, plan.slots) as sampler,
                 ):
-                    submit = Proc(
-                        "submit",
-                        [
-                            sys.executable,
-                            "-m",
-                            "bench.peak",
-                            "submit",
-                            str(port),
-                            token,
-                            str(RATE),
-                            str(SECONDS),
-                            target,
-                        ],
-                        env,
-                    )
-                    wait_until(
-                        lambda: submit.p.poll() is not None, SECONDS + GIVE_UP_S + 120, "the submissions", 0.5
-                    )
-                    if submit.p.returncode != 0:
-                        raise RuntimeError(submit.output()[-3000:])
-                    sent = json.loads(submit.output().splitlines()[-1])
-                    submit.stop()
-                    accepted = int(sent["accepted"])
-                    final = _wait_for_final(db, accepted, quiet_s=TARGET_S + 60)
-                rows = sql(
-                    db,
-                    "SELECT status, EXTRACT(EPOCH FROM started_at - created_at) FROM jobs_job",
-                )
+                    sent = _submit_and_wait(port, token, rate, target, db)
+                    final = wait_for_final(db, int(sent["accepted"]), quiet_s=TARGET_S + 60)
+                wall, after = time.monotonic() - started, cpu_busy_ticks()
+                exited = tuple(p.name for p in procs if p.p.poll() is not None)
+                found = log_limits({p.name: p.output() for p in (target_proc, *procs)})
+                rows = sql(db, "SELECT status, EXTRACT(EPOCH FROM started_at - created_at) FROM jobs_job")
     finally:
         shutil.rmtree(results, ignore_errors=True)
+    busy = (after[0] - ticks[0]) / max(after[1] - ticks[1], 1)
+    return _Run(sent, rows, final, idle_rss, sampler, meter.totals(), wall, busy, found, exited)
 
+
+def _submit_and_wait(port: int, token: str, rate: float, target: str, db: str) -> dict[str, Any]:
+    argv = [sys.executable, "-m", "bench.peak", "submit", str(port), token, str(rate), str(SECONDS), target]
+    submit = Proc("submit", argv, service_env(db))
+    try:
+        wait_until(lambda: submit.p.poll() is not None, SECONDS + GIVE_UP_S + 120, "the submissions", 0.5)
+        if submit.p.returncode != 0:
+            raise RuntimeError(submit.output()[-3000:])
+        return dict(json.loads(submit.output().splitlines()[-1]))
+    finally:
+        submit.stop()
+
+
+def _report(p: str, plan: Layout, r: _Run) -> tuple[str, str] | None:
+    """The rung's figures; None when the three promises held, else (bottleneck, measured)."""
+    sent, sampler = r.sent, r.sampler
     submitted = int(sent["slots"])
     latencies = [float(x) for x in sent["latencies_ms"]]
-    delays = [None if d is None else float(d) for _, d in rows]
-    succeeded = sum(1 for status, _ in rows if status == "succeeded")
+    delays = [None if d is None else float(d) for _, d in r.rows]
+    succeeded = sum(1 for status, _ in r.rows if status == "succeeded")
     started_share = share_within(delays, STARTED_WITHIN_S, of=submitted)
     p99 = percentile(latencies, 99)
-    figure("peak_submitted", submitted)
-    figure("peak_accepted", accepted)
-    figure("peak_intake_errors", int(sent["errors"]))
-    figure("peak_intake_unsent", int(sent["unsent"]))
-    figure("peak_intake_p50_ms", median(latencies))
-    figure("peak_intake_p99_ms", p99)
-    figure("peak_intake_max_ms", max(latencies, default=float("nan")))
-    # From the moment each request was sent rather than due: what intake took, without the time
-    # the submitting process lost when the shared machine did not run it on time.
-    figure("peak_intake_p99_from_send_ms", percentile([float(x) for x in sent["served_ms"]], 99))
-    figure("peak_intake_late_sends", int(sent["late_sends"]))
-    figure("peak_intake_max_send_lag_ms", float(sent["max_send_lag_ms"]))
-    figure("peak_jobs_in_ledger", len(rows))
-    figure("peak_jobs_final", final)
-    figure("peak_started_within_60s_share", started_share)
-    known = [d for d in delays if d is not None]
-    figure("peak_start_delay_p50_s", median(known))
-    figure("peak_start_delay_p95_s", percentile(known, 95))
-    figure("peak_start_delay_max_s", max(known, default=float("nan")))
-    figure("peak_succeeded", succeeded)
-    figure("peak_succeeded_of_submitted", succeeded / submitted if submitted else float("nan"))
-    figure("peak_target_max_in_flight", max(sampler.in_flight, default=0))
+    failed_intake = int(sent["errors"]) + int(sent["unsent"])
+    for name, value in (
+        ("submitted", submitted),
+        ("accepted", int(sent["accepted"])),
+        ("intake_errors", int(sent["errors"])),
+        ("intake_unsent", int(sent["unsent"])),
+        ("intake_p50_ms", median(latencies)),
+        ("intake_p99_ms", p99),
+        ("intake_max_ms", max(latencies, default=float("nan"))),
+        # From the moment each request was sent rather than due: what intake took, without the
+        # time the submitting process lost when the shared machine did not run it on time.
+        ("intake_p99_from_send_ms", percentile([float(x) for x in sent["served_ms"]], 99)),
+        ("intake_late_sends", int(sent["late_sends"])),
+        ("intake_max_send_lag_ms", float(sent["max_send_lag_ms"])),
+        ("jobs_in_ledger", len(r.rows)),
+        ("jobs_final", r.final),
+        ("started_within_60s_share", started_share),
+        ("start_delay_p50_s", median([d for d in delays if d is not None])),
+        ("start_delay_p95_s", percentile([d for d in delays if d is not None], 95)),
+        ("start_delay_max_s", max((d for d in delays if d is not None), default=float("nan"))),
+        ("succeeded", succeeded),
+        ("succeeded_of_submitted", succeeded / submitted if submitted else float("nan")),
+    ):
+        figure(p + name, value)
+    measured = Measured(
+        cores=os.cpu_count() or 1,
+        wall_s=r.wall_s,
+        cpu_s=r.cpu,
+        machine_busy_share=r.busy_share,
+        mem_available_min_mib=min(sampler.mem_available, default=float("nan")),
+        mem_total_mib=mem_total_mib(),
+        intake_p99_ms=p99,
+        intake_aim_ms=INTAKE_P99_AIM_MS,
+        intake_failed=failed_intake,
+        started_share=started_share,
+        started_aim=STARTED_SHARE_AIM,
+        succeeded=succeeded,
+        submitted=submitted,
+        waiting_while_free_s=sampler.waiting_while_free,
+        slots=plan.slots,
+        in_flight_max=max(sampler.in_flight, default=0),
+        log_limits=r.log_limits,
+        exited=r.exited,
+    )
+    _resources(p, r, measured, jobs=max(succeeded, 1))
+    holds = (
+        p99 <= INTAKE_P99_AIM_MS
+        and started_share >= STARTED_SHARE_AIM
+        and succeeded == submitted
+        and not r.exited
+    )
+    if holds:
+        figure(p + "holds", "yes")
+        return None
+    return _failed(p, *bottleneck(measured))
+
+
+def _resources(p: str, r: _Run, m: Measured, *, jobs: int) -> None:
+    """Memory, connections and CPU: what the rung used of the machine."""
+    sampler = r.sampler
     peak_rss = max(sampler.rss, default=float("nan"))
-    figure("peak_worker_rss_idle_mib", idle_rss)
-    figure("peak_worker_rss_mib", peak_rss)
-    figure("peak_worker_rss_mib_per_fetch_in_flight", peak_rss / max(max(sampler.in_flight, default=1), 1))
-    figure("peak_postgres_connections_max", max(sampler.connections, default=0))
-    cpu = meter.totals()
-    jobs = max(succeeded, 1)
-    for kind, seconds in sorted(cpu.items()):
-        figure(f"peak_cpu_ms_per_job_{kind}", seconds * 1000 / jobs)
-    figure("peak_cpu_ms_per_job_total", sum(cpu.values()) * 1000 / jobs)
-    figure("peak_loadavg_1m_after", os.getloadavg()[0])
-    holds = p99 <= INTAKE_P99_AIM_MS and started_share >= STARTED_SHARE_AIM and succeeded == submitted
-    figure("peak_holds", "yes" if holds else "no")
+    figure(p + "target_max_in_flight", m.in_flight_max)
+    figure(p + "worker_slots", m.slots)
+    figure(p + "waiting_while_slots_free_s", m.waiting_while_free_s)
+    figure(p + "worker_rss_idle_mib", r.idle_rss)
+    figure(p + "worker_rss_mib", peak_rss)
+    figure(p + "worker_rss_mib_per_fetch_in_flight", peak_rss / max(m.in_flight_max, 1))
+    figure(p + "worker_rss_added_mib_per_fetch_in_flight", (peak_rss - r.idle_rss) / max(m.in_flight_max, 1))
+    figure(p + "mem_available_min_mib", m.mem_available_min_mib)
+    figure(p + "postgres_connections_max", max(sampler.connections, default=0))
+    figure(p + "redis_clients_max", max(sampler.redis_clients, default=0))
+    for kind, seconds in sorted(r.cpu.items()):
+        figure(f"{p}cpu_ms_per_job_{kind}", seconds * 1000 / jobs)
+    figure(p + "cpu_ms_per_job_total", sum(r.cpu.values()) * 1000 / jobs)
+    figure(p + "cpu_share_of_cores_benchmark", sum(r.cpu.values()) / (m.cores * max(r.wall_s, 1e-9)))
+    figure(p + "cpu_share_of_cores_machine", r.busy_share)
+    figure(p + "loadavg_1m_after", os.getloadavg()[0])
 
 
 def _submit_thread(port: int, token: str, schedule: Schedule, target: str, out: list) -> None:

@@ -38,9 +38,8 @@ def test_a_figure_is_rendered_from_its_result_file_and_a_missing_one_says_so(tmp
     results = figures.results_load(tmp_path)
     table = figures.readme_table(results)
     assert "| `GET /jobs/{id}`, read cache on / off | 4.26× | ≥ 3× |" in table
-    assert (
-        "| the seed's peak, 28 jobs/s at 20 s: started within 60 s, succeeded | not measured yet |" in table
-    )
+    peak = "| the seed's peak (28 jobs/s, 20 s targets) × 1, 2, 5, 10: largest multiple holding, and what"
+    assert f"{peak} limited the next | not measured yet |" in table
     assert "BENCH_E2E_JOBS=40" in table
     assert "| `read_with_cache_requests_per_s` | 900 |" in figures.all_tables(results)
 
@@ -52,3 +51,23 @@ def test_check_fails_when_a_document_differs(tmp_path, monkeypatch):
     monkeypatch.setattr(figures, "BENCHMARKS", figures.BENCHMARKS)
     assert figures.main(["--check"]) == 1
     assert readme.read_text() != figures.rendered()[readme]
+
+
+def test_the_peak_row_shows_the_largest_multiple_holding_and_what_limited_the_next(tmp_path, monkeypatch):
+    monkeypatch.setenv("BENCH_RESULTS_DIR", str(tmp_path))
+    limited = {
+        "peak_largest_multiple_holding": 2,
+        "peak_next_multiple": 5,
+        "peak_next_multiple_bottleneck": "CPU (worker)",
+        "peak_next_multiple_limited_by": "x5: CPU 0.97 of 2 cores x 230 s busy",
+    }
+    results_write("peak", figures=limited, took_s=900, load_at_start=(0.1, 0.1, 0.1))
+    table = figures.readme_table(figures.results_load(tmp_path))
+    assert "| **×2** (×5: CPU (worker)) | ×1 (×10 stretch) | `make bench BENCH=peak` |" in table
+    untried = {**limited, "peak_next_multiple": 2, "peak_next_multiple_bottleneck": "not tried"}
+    untried["peak_largest_multiple_holding"] = 1
+    results_write("peak", figures=untried, took_s=300, load_at_start=(0.1, 0.1, 0.1))
+    assert "| **×1** (×2 not run) |" in figures.readme_table(figures.results_load(tmp_path))
+    none = {**limited, "peak_largest_multiple_holding": 0, "peak_next_multiple": 1}
+    results_write("peak", figures=none, took_s=300, load_at_start=(0.1, 0.1, 0.1))
+    assert "| **none** (×1: CPU (worker)) |" in figures.readme_table(figures.results_load(tmp_path))
