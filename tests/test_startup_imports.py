@@ -60,10 +60,11 @@ print(json.dumps(json.loads(out.getvalue())["components"]["securitySchemes"]))
 """
 
 
-def _run(probe: str) -> str:
+def _run(probe: str, **environ: str) -> str:
     env = dict(os.environ)
     # The pytest process imported scrapejobs.celery, which set it: the probe must set it itself.
     env.pop("CELERY_SKIP_CHECKS", None)
+    env.update(environ)
     done = subprocess.run(
         [sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
     )
@@ -84,6 +85,13 @@ def test_a_worker_starts_without_the_web_schema_or_pyarrow():
     ):
         assert task in found["tasks"], task
     assert found["loaded"] == []
+
+
+def test_an_empty_celery_skip_checks_runs_the_checks_again():
+    # docs/settings.md: the default (set by scrapejobs/celery.py) skips them; empty, Celery's
+    # Django fixup runs them, and the URL checks import the views.
+    found = json.loads(_run(WORKER % (HEAVY,), CELERY_SKIP_CHECKS=""))
+    assert "apps.intake.views" in found["loaded"] and "scrapejobs.urls" in found["loaded"]
 
 
 def test_building_the_schema_registers_the_bearer_token_extension_in_a_fresh_process():
