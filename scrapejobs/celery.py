@@ -22,6 +22,12 @@ from scrapejobs import broker
 broker.transport_install()
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "settings.base")
+# Celery's Django fixup runs Django's system checks when a worker or beat imports its task modules
+# and drops what they find; their URL checks alone import every view, the OpenAPI schema and
+# pyarrow, a third of a worker's start-up CPU spent on nothing it uses (NFR-42). The web process
+# and manage.py (migrate, check) still run them; the unsafe-settings refusal every Celery process
+# makes is _refuse_insecure_start below. CELERY_SKIP_CHECKS= (empty) in the environment runs them.
+os.environ.setdefault("CELERY_SKIP_CHECKS", "1")
 
 app = Celery("scrapejobs")
 app.config_from_object("django.conf:settings", namespace="CELERY")

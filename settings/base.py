@@ -644,7 +644,9 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_CLASSES": ["apps.tenants.throttling.TokenRateThrottle"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # drf-spectacular's, unchanged; importing it registers the bearer token's extension where a
+    # schema is built, and only there (apps/api/schema.py, NFR-42).
+    "DEFAULT_SCHEMA_CLASS": "apps.api.schema.AutoSchema",
     "EXCEPTION_HANDLER": "apps.api.errors.api_exception_handler",
     "UNAUTHENTICATED_USER": None,
 }

@@ -2,10 +2,9 @@ from django.apps import AppConfig
 
 
 class ApiConfig(AppConfig):
-    """Installed only so that ready() registers the OpenAPI extension; no models."""
+    """The API's shared code (errors, paths, the OpenAPI extension in apps/api/schema.py, which
+    REST_FRAMEWORK's DEFAULT_SCHEMA_CLASS imports where a schema is built, not here: NFR-42); no
+    models."""
 
     name = "apps.api"
     label = "api"
-
-    def ready(self) -> None:
-        from apps.api import schema  # noqa: F401, PLC0415 - registers the OpenAPI extension

@@ -10,7 +10,6 @@ from django.utils.html import format_html
 
 from apps.admin_mixins import ReadOnlyAdminMixin
 from apps.batches.models import Batch, BatchLease, BatchPart
-from apps.batches.parts import ManifestMissing, manifest_read
 
 
 class BatchPartInline(ReadOnlyAdminMixin, admin.TabularInline):
@@ -67,6 +66,10 @@ class BatchAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="manifest (as stored)")
     def manifest(self, obj: Batch) -> str:
+        # Only this page reads a manifest: parts.py brings pyarrow, which every process that
+        # autodiscovers the admin (workers, beat) would import for nothing (NFR-42).
+        from apps.batches.parts import ManifestMissing, manifest_read  # noqa: PLC0415 - see above
+
         try:
             found = manifest_read(batch_id=obj.id)
         except ManifestMissing as e:
