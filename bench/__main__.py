@@ -152,7 +152,10 @@ def results_write(
         "settings": {
             k: v
             for k, v in sorted(os.environ.items())
-            if k.startswith("BENCH_") and k not in ("BENCH_RESULTS_DIR", "BENCH_FIGURES_FILE")
+            # Where the run writes is not how big it was: only sizes and switches are its settings.
+            if k.startswith("BENCH_")
+            and k not in ("BENCH_RESULTS_DIR", "BENCH_FIGURES_FILE")
+            and not k.endswith("_PLOT")
         },
         "commit": commit or _commit(),
         "finished_at": datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z"),
