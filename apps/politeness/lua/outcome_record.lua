@@ -35,13 +35,14 @@ if adapt then
   local rate = math.min(tonumber(a[1]) or ceiling, ceiling)
   local ts = tonumber(a[2]) or now
   local nbad = tonumber(a[3]) or 0
-  redis.call('LPUSH', KEYS[3], bad and '1' or '0')
+  -- LPUSH answers the list's new length: no LLEN is asked.
+  local n = redis.call('LPUSH', KEYS[3], bad and '1' or '0')
   if bad then nbad = nbad + 1 end
   -- One answer leaves per answer that comes, more when the window setting was lowered.
-  while redis.call('LLEN', KEYS[3]) > window do
+  while n > window do
     if redis.call('RPOP', KEYS[3]) == '1' then nbad = nbad - 1 end
+    n = n - 1
   end
-  local n = redis.call('LLEN', KEYS[3])
   if bad and n >= min_n and nbad / n > share then
     rate = math.max(floor, rate / 2)
     redis.call('DEL', KEYS[3])
