@@ -52,8 +52,9 @@ THROTTLE_STATUSES = frozenset({429, 503})
 # At least this many answers in the window before a cut: two 503s in a row out of three answers
 # are not yet a share.
 ADAPTIVE_MIN_ANSWERS = 20
-# A domain's adaptive rate and window are forgotten this long after its last answer (it starts
-# again at the policy's rate).
+# A domain's adaptive rate and window are forgotten this long (up to a minute more: their expiry
+# is lengthened a minute at a time, outcome_record.lua) after its last answer (it starts again at
+# the policy's rate).
 ADAPTIVE_MEMORY_S = 3600
 # A target cannot stop a domain for longer than this with one Retry-After (a hostile or broken
 # "Retry-After: 31536000" would otherwise park every tenant's jobs for a year). The job's own
@@ -263,4 +264,6 @@ def domain_crawl_delay_set(*, domain: str, delay_s: float | None, ttl_s: float) 
     with r.pipeline(transaction=True) as pipe:
         pipe.hset(key, "crawl", f"{delay_s:.6f}")
         pipe.expire(key, int(max(ttl_s, ADAPTIVE_MEMORY_S)))
+        # The answer script keeps when the hash expires ('until', outcome_record.lua): no longer so.
+        pipe.hdel(key, "until")
         pipe.execute()

@@ -250,6 +250,25 @@ def test_the_window_decides_what_share_of_recent_answers_was_bad(adaptive):
     assert adaptive_rate() == pytest.approx(50, abs=0.5)
 
 
+def test_the_adaptive_state_is_kept_at_least_its_memory_after_an_answer_and_a_crawl_delay_longer(adaptive):
+    """The adaptive rate and its window are kept ``ADAPTIVE_MEMORY_S`` (up to a minute more) after
+    the last answer, though their expiry is not set at every answer (outcome_record.lua keeps
+    when in the hash); a robots.txt Crawl-delay kept longer is never shortened by an answer."""
+    policy(rps=10, burst=10, concurrency=5)
+    r = limiter.state_redis()
+    keys = domain_keys(domain_limits_get(domain=DOMAIN).group)
+    memory_ms = limiter.ADAPTIVE_MEMORY_S * 1000
+    for status in (200, 503, 200):
+        answer(status)
+        assert memory_ms - 5_000 < r.pttl(keys.adapt) <= memory_ms + 60_000
+        assert memory_ms - 5_000 < r.pttl(keys.outcomes) <= memory_ms + 60_000
+    limiter.domain_crawl_delay_set(domain=DOMAIN, delay_s=2, ttl_s=4 * limiter.ADAPTIVE_MEMORY_S)
+    answer(200)
+    answer(200)
+    assert r.pttl(keys.adapt) > 3 * memory_ms
+    assert memory_ms - 5_000 < r.pttl(keys.outcomes)
+
+
 def test_without_a_floor_in_the_policy_the_settings_floor_holds(adaptive):
     adaptive.SCRAPEJOBS_DOMAIN_ADAPTIVE_FLOOR_RPS = 3
     policy(rps=100, burst=100, concurrency=1000)

@@ -31,7 +31,7 @@ end
 
 local rate_out = ''
 if adapt then
-  local a = redis.call('HMGET', KEYS[2], 'rate', 'ts', 'bad')
+  local a = redis.call('HMGET', KEYS[2], 'rate', 'ts', 'bad', 'until')
   local rate = math.min(tonumber(a[1]) or ceiling, ceiling)
   local ts = tonumber(a[2]) or now
   local nbad = tonumber(a[3]) or 0
@@ -43,19 +43,37 @@ if adapt then
     if redis.call('RPOP', KEYS[3]) == '1' then nbad = nbad - 1 end
     n = n - 1
   end
+  local cut = false
   if bad and n >= min_n and nbad / n > share then
     rate = math.max(floor, rate / 2)
     redis.call('DEL', KEYS[3])
-    nbad = 0
+    nbad, cut = 0, true
   elseif not bad then
     rate = math.min(ceiling, rate + step * math.max(0, now - ts))
   end
   rate = math.max(rate, floor)
+  -- The hash and the window are kept at least `ttl` after this answer. When they expire is kept in
+  -- the hash ('until'), and lengthened a minute past `ttl` at a time, so that neither TTL nor
+  -- EXPIRE is asked at every answer; only ever lengthened: a robots.txt Crawl-delay kept here may
+  -- need longer (domain_crawl_delay_set, which drops 'until': then the TTL is read once).
+  local kept, keep = tonumber(a[4]), ttl + 60
+  local renew = kept == nil or kept - now < ttl
+  local untl = kept
+  if renew then untl = now + keep end
   redis.call('HSET', KEYS[2], 'rate', string.format('%.6f', rate), 'ts', string.format('%.6f', now),
-             'bad', nbad)
-  -- Only ever lengthened: a robots.txt Crawl-delay kept here may need longer (services.py).
-  if redis.call('TTL', KEYS[2]) < ttl then redis.call('EXPIRE', KEYS[2], ttl) end
-  redis.call('EXPIRE', KEYS[3], ttl)
+             'bad', nbad, 'until', string.format('%.6f', untl))
+  if renew then
+    local left = (kept == nil) and redis.call('TTL', KEYS[2]) or -1
+    if left < keep then
+      redis.call('EXPIRE', KEYS[2], keep)
+    else
+      untl = now + left
+      redis.call('HSET', KEYS[2], 'until', string.format('%.6f', untl))
+    end
+    if not cut then redis.call('EXPIRE', KEYS[3], keep) end
+  elseif n == 1 and not cut then
+    redis.call('EXPIRE', KEYS[3], math.ceil(untl - now))  -- a window begun afresh (after a cut)
+  end
   rate_out = string.format('%.6f', rate)
 end
 return {math.ceil(math.max(pause - now, 0) * 1000), rate_out}
