@@ -196,6 +196,7 @@ def domain_outcome_record(
         http_status=http_status,
         retry_after_s=retry_after_s,
         timed_out=timed_out,
+        pause_wanted=True,
     )
     if call is None:
         return 0.0
@@ -214,7 +215,10 @@ def domain_outcome_record_into(
     limits = domain_limits_cached(domain=domain)
     if limits is None:
         return False
-    call = _record_call(limits, http_status=http_status, retry_after_s=retry_after_s, timed_out=timed_out)
+    # Nobody reads this reply's pause: without a Retry-After the script need not read it either.
+    call = _record_call(
+        limits, http_status=http_status, retry_after_s=retry_after_s, timed_out=timed_out, pause_wanted=False
+    )
     if call is not None:
         keys, args = call
         # EVAL, not the cached script's EVALSHA: a pipeline cannot reload a script Redis lost
@@ -225,10 +229,16 @@ def domain_outcome_record_into(
 
 
 def _record_call(
-    limits: DomainLimits, *, http_status: int | None, retry_after_s: float | None, timed_out: bool
+    limits: DomainLimits,
+    *,
+    http_status: int | None,
+    retry_after_s: float | None,
+    timed_out: bool,
+    pause_wanted: bool,
 ) -> tuple[list[str], list[Any]] | None:
     """The record script's keys and arguments for an answer under ``limits``; None when there is
-    nothing to record (adaptation off and no Retry-After)."""
+    nothing to record (adaptation off and no Retry-After). ``pause_wanted``: the reply's pause
+    left is read by the caller (else it is 0 unless the answer carried a Retry-After)."""
     adapt = settings.SCRAPEJOBS_DOMAIN_ADAPTIVE
     if not adapt and not retry_after_s:
         return None
@@ -248,6 +258,7 @@ def _record_call(
             ceiling / settings.SCRAPEJOBS_DOMAIN_ADAPTIVE_RECOVERY_S,
             MAX_COOLDOWN_S,
             ADAPTIVE_MEMORY_S,
+            "1" if pause_wanted else "0",
         ],
     )
 

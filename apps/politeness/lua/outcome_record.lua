@@ -2,8 +2,10 @@
 -- rate and its Retry-After pause.
 -- KEYS: state hash, adapt hash, outcomes list. ARGV: retry-after s (0: none), bad 0/1 (429, 503
 -- or a timeout), adapt 0/1, policy rate/s, floor rate/s, window (answers), minimum answers before
--- a cut, bad share that cuts, recovery step (rate per s per s), max pause s, adapt state ttl s.
--- Returns {pause left in ms (0: none), adaptive rate as a string ('' when not adapting)}.
+-- a cut, bad share that cuts, recovery step (rate per s per s), max pause s, adapt state ttl s,
+-- pause wanted 0/1 (absent: 1).
+-- Returns {pause left in ms (0: none; 0 also when not wanted and the answer had no Retry-After:
+-- then the pause is not read), adaptive rate as a string ('' when not adapting)}.
 --
 -- AIMD, as TCP and Scrapy's AutoThrottle: every good answer raises the rate by step x the time
 -- since the last answer (additive, capped at the policy's rate); a bad answer that brings the
@@ -16,9 +18,13 @@ local retry_after, bad, adapt = tonumber(ARGV[1]), ARGV[2] == '1', ARGV[3] == '1
 local ceiling, floor = tonumber(ARGV[4]), tonumber(ARGV[5])
 local window, min_n, share, step = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local max_pause, ttl = tonumber(ARGV[10]), tonumber(ARGV[11])
+local pause_wanted = ARGV[12] ~= '0'
 floor = math.min(floor, ceiling)
 
-local pause = tonumber(redis.call('HGET', KEYS[1], 'cooldown')) or 0
+local pause = 0
+if retry_after > 0 or pause_wanted then
+  pause = tonumber(redis.call('HGET', KEYS[1], 'cooldown')) or 0
+end
 if retry_after > 0 then
   local untl = now + math.min(retry_after, max_pause)
   if untl > pause then
