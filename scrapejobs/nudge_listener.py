@@ -1,8 +1,8 @@
 """The control process's nudge listener (apps.jobs.nudges): runs the outbox publisher or the
 receipts writer as soon as somebody asks, without a broker message per request.
 
-One thread blocks on ``BLPOP`` over the nudge lists; each kind has a runner thread that runs its
-task's body (the same function beat's tick runs as a Celery task) whenever it is poked. A poke
+One thread blocks on ``BZPOPMIN`` over the nudges' sorted set; each kind has a runner thread that
+runs its task's body (the same function beat's tick runs as a Celery task) whenever it is poked. A poke
 while the runner is busy is remembered, once: however many nudges arrive during a run, one more
 run follows it, which is what both the publisher (refill the room that opened meanwhile) and the
 writer (read the receipts appended meanwhile) need. Each run is safe next to beat's: the publisher
@@ -24,12 +24,12 @@ from collections.abc import Callable
 import redis
 from django.db import connection
 
-from apps.jobs.nudges import PUBLISH, WRITER
+from apps.jobs.nudges import NUDGES, PUBLISH, WRITER
 from apps.redis_clients import state_redis
 
 logger = logging.getLogger(__name__)
 
-# BLPOP's own timeout: how often the listener wakes to see whether it should stop.
+# BZPOPMIN's own timeout: how often the listener wakes to see whether it should stop.
 BLOCK_S = 1
 # Runs of one kind start at least this far apart. Nudges come with every receipt and every
 # finished fetch; back-to-back runs each carrying a handful of jobs would spend the control
@@ -85,17 +85,16 @@ class NudgeListener:
             t.join(timeout)
 
     def _listen(self) -> None:
-        keys = list(self.runners)
         while not self.stop.is_set():
             try:
-                got = state_redis().blpop(keys, timeout=BLOCK_S)
+                got = state_redis().bzpopmin(NUDGES, timeout=BLOCK_S)
             except redis.RedisError:
                 logger.warning("nudge listener cannot reach Redis; beat keeps things going", exc_info=True)
                 self.stop.wait(BLOCK_S)
                 continue
-            if got:
-                self.runners[str(got[0])].poke()
-                # The lists hold one nudge at most, so waiting a little before the next BLPOP
+            if got and (runner := self.runners.get(str(got[1]))) is not None:
+                runner.poke()
+                # The set holds one nudge of a kind at most, so waiting a little before the next pop
                 # loses nothing, and saves a round trip per receipt under a stream of them.
                 self.stop.wait(MIN_GAP_S / 2)
 

@@ -225,7 +225,7 @@ BACKGROUND_THREADS: dict[str, dict[str, str]] = {
         "browser-loop": "owns Playwright and the process's Chromium; every page renders on its event loop",
     },
     "control": {
-        "nudge-listener": "waits on the nudge lists (BLPOP) and wakes the runners",
+        "nudge-listener": "waits on the nudges' sorted set (BZPOPMIN) and wakes the runners",
         "nudge-": "one runner per kind (publisher, writer flush) running it at once when nudged",
         "writer-apply-": "the database writer's appliers, one connection each",
         "writer-lease": "renews the writer lease while this process holds it",

@@ -11,7 +11,7 @@ In: intake (FR-1, NFR-1, NFR-2)
 - ``intake``: a new job, one INSERT with an empty publish stamp, idempotent per tenant; key expiry;
 - ``inserts``: that INSERT, built once from the model's fields instead of compiled per call;
 - ``bulk``: a batch's part, COPY into an unlogged stage and one merge (FR-10); a batch's counts;
-- ``nudges``: "run now" signals (one-element Redis lists) for the publisher and the writer.
+- ``nudges``: "run now" signals (members of one Redis sorted set) for the publisher and the writer.
 
 Out: publishing and claiming
 - ``outbox``: the publisher's weighted-fair picks, its publish stamp, a job deferred back into it;

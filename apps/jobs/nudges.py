@@ -1,12 +1,14 @@
 """Nudges: "run now" signals for the control process's outbox publisher and receipts writer.
 
 Beat runs both every second; a nudge makes a job start, or a receipt land in the ledger, within
-milliseconds instead. A nudge is one element in a Redis list that never holds more than one
-(``LPUSH`` then ``LTRIM 0 0``): no broker message (a Celery task per nudge cost the scrape
-worker about a seventh of its interpreter time and the control process one more task to receive
-and acknowledge each time). The control process's listener (``scrapejobs/nudge_listener.py``) takes the
-element with ``BLPOP`` and runs the publisher or the writer at once, each in a thread of its own,
-so that however many nudges arrive while one runs, one more run follows it.
+milliseconds instead. A nudge is its kind's member in one Redis sorted set (``NUDGES``), which
+therefore never holds more than one nudge of a kind, and any number of kinds are sent with one
+``ZADD`` (a list per kind took an ``LPUSH`` and an ``LTRIM`` each: four commands per receipt
+instead of one). No broker message either (a Celery task per nudge cost the scrape worker about a
+seventh of its interpreter time and the control process one more task to receive and acknowledge
+each time). The control process's listener (``scrapejobs/nudge_listener.py``) takes a member with
+``BZPOPMIN`` and runs the publisher or the writer at once, each in a thread of its own, so that
+however many nudges arrive while one runs, one more run follows it.
 
 Who sends them, and how:
 - a worker, after a fetch: queued on the pipeline that carries its receipt (``nudges_queue``), so
@@ -15,7 +17,9 @@ Who sends them, and how:
   never waits on Redis (NFR-1, NFR-2: a nudge is the thing to drop when Redis is slow or down,
   never the request that asked for it).
 
-Best effort throughout: beat's ticks remain the guarantee; a lost nudge costs one beat interval.
+Best effort throughout: beat's ticks remain the guarantee; a lost nudge costs one beat interval
+(so does a nudge a process of the release before the sorted set sends to its old list while
+versions are mixed; such a list holds one element at most).
 """
 
 from __future__ import annotations
@@ -33,15 +37,16 @@ from apps.redis_clients import WarnEvery, state_redis
 
 logger = logging.getLogger(__name__)
 
+NUDGES = "sj:nudges"  # the sorted set of pending nudges, one member per kind (score 0)
 PUBLISH = "sj:nudge:publish"  # run the outbox publisher (a job was accepted, a worker slot freed)
 WRITER = "sj:nudge:writer"  # run the receipts writer (a receipt was appended)
 
 
 def nudges_queue(pipe: Any, *kinds: str) -> None:
-    """Queue the nudges ``kinds`` on ``pipe`` (two commands each, executed with the caller's)."""
-    for kind in kinds:
-        pipe.lpush(kind, "1")
-        pipe.ltrim(kind, 0, 0)
+    """Queue the nudges ``kinds`` on ``pipe`` (one command for them all, executed with the
+    caller's)."""
+    if kinds:
+        pipe.zadd(NUDGES, dict.fromkeys(kinds, 0))
 
 
 def nudges_send(*kinds: str) -> None:

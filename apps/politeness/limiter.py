@@ -52,8 +52,9 @@ THROTTLE_STATUSES = frozenset({429, 503})
 # At least this many answers in the window before a cut: two 503s in a row out of three answers
 # are not yet a share.
 ADAPTIVE_MIN_ANSWERS = 20
-# A domain's adaptive rate and window are forgotten this long after its last answer (it starts
-# again at the policy's rate).
+# A domain's adaptive rate and window are forgotten this long (up to a minute more: their expiry
+# is lengthened a minute at a time, outcome_record.lua) after its last answer (it starts again at
+# the policy's rate).
 ADAPTIVE_MEMORY_S = 3600
 # A target cannot stop a domain for longer than this with one Retry-After (a hostile or broken
 # "Retry-After: 31536000" would otherwise park every tenant's jobs for a year). The job's own
@@ -195,6 +196,7 @@ def domain_outcome_record(
         http_status=http_status,
         retry_after_s=retry_after_s,
         timed_out=timed_out,
+        pause_wanted=True,
     )
     if call is None:
         return 0.0
@@ -213,7 +215,10 @@ def domain_outcome_record_into(
     limits = domain_limits_cached(domain=domain)
     if limits is None:
         return False
-    call = _record_call(limits, http_status=http_status, retry_after_s=retry_after_s, timed_out=timed_out)
+    # Nobody reads this reply's pause: without a Retry-After the script need not read it either.
+    call = _record_call(
+        limits, http_status=http_status, retry_after_s=retry_after_s, timed_out=timed_out, pause_wanted=False
+    )
     if call is not None:
         keys, args = call
         # EVAL, not the cached script's EVALSHA: a pipeline cannot reload a script Redis lost
@@ -224,10 +229,16 @@ def domain_outcome_record_into(
 
 
 def _record_call(
-    limits: DomainLimits, *, http_status: int | None, retry_after_s: float | None, timed_out: bool
+    limits: DomainLimits,
+    *,
+    http_status: int | None,
+    retry_after_s: float | None,
+    timed_out: bool,
+    pause_wanted: bool,
 ) -> tuple[list[str], list[Any]] | None:
     """The record script's keys and arguments for an answer under ``limits``; None when there is
-    nothing to record (adaptation off and no Retry-After)."""
+    nothing to record (adaptation off and no Retry-After). ``pause_wanted``: the reply's pause
+    left is read by the caller (else it is 0 unless the answer carried a Retry-After)."""
     adapt = settings.SCRAPEJOBS_DOMAIN_ADAPTIVE
     if not adapt and not retry_after_s:
         return None
@@ -247,6 +258,7 @@ def _record_call(
             ceiling / settings.SCRAPEJOBS_DOMAIN_ADAPTIVE_RECOVERY_S,
             MAX_COOLDOWN_S,
             ADAPTIVE_MEMORY_S,
+            "1" if pause_wanted else "0",
         ],
     )
 
@@ -263,4 +275,6 @@ def domain_crawl_delay_set(*, domain: str, delay_s: float | None, ttl_s: float) 
     with r.pipeline(transaction=True) as pipe:
         pipe.hset(key, "crawl", f"{delay_s:.6f}")
         pipe.expire(key, int(max(ttl_s, ADAPTIVE_MEMORY_S)))
+        # The answer script keeps when the hash expires ('until', outcome_record.lua): no longer so.
+        pipe.hdel(key, "until")
         pipe.execute()

@@ -114,6 +114,24 @@ def test_the_slot_of_a_holder_that_died_without_releasing_frees_itself_after_its
     assert domain_state_get(domain=DOMAIN).in_flight == 1
 
 
+def test_the_slots_set_lives_as_long_as_its_longest_holder_and_a_new_set_expires_too():
+    """The set of slots expires with its longest holder's lease (permit_acquire.lua keeps when in
+    the domain's state hash, which outlives it, rather than asking the set's PTTL): a holder with a
+    shorter lease never shortens it, and a set made again after its last release expires too."""
+    policy(rps=1000, burst=1000, concurrency=5)
+    r = limiter.state_redis()
+    keys = domain_keys(domain_limits_get(domain=DOMAIN).group)
+    assert ask("long", ttl=300).granted and ask("short", ttl=1).granted
+    assert r.pttl(keys.slots) > 290_000
+    assert r.pttl(keys.state) > r.pttl(keys.slots)
+    domain_permit_release(domain=DOMAIN, holder="long")
+    domain_permit_release(domain=DOMAIN, holder="short")
+    assert not r.exists(keys.slots)
+    assert ask("again", ttl=1).granted
+    assert 0 < r.pttl(keys.slots) <= 2_000
+    assert domain_state_get(domain=DOMAIN).in_flight == 1
+
+
 def test_a_retry_after_cools_the_domain_down_for_everyone_then_lifts():
     policy(rps=1000, burst=1000, concurrency=100)
     assert domain_outcome_record(domain=DOMAIN, http_status=429, retry_after_s=1.0) == pytest.approx(
@@ -230,6 +248,25 @@ def test_the_window_decides_what_share_of_recent_answers_was_bad(adaptive):
     adaptive.SCRAPEJOBS_DOMAIN_ADAPTIVE_WINDOW = 20
     answer(503)  # the oldest answers leave the window
     assert adaptive_rate() == pytest.approx(50, abs=0.5)
+
+
+def test_the_adaptive_state_is_kept_at_least_its_memory_after_an_answer_and_a_crawl_delay_longer(adaptive):
+    """The adaptive rate and its window are kept ``ADAPTIVE_MEMORY_S`` (up to a minute more) after
+    the last answer, though their expiry is not set at every answer (outcome_record.lua keeps
+    when in the hash); a robots.txt Crawl-delay kept longer is never shortened by an answer."""
+    policy(rps=10, burst=10, concurrency=5)
+    r = limiter.state_redis()
+    keys = domain_keys(domain_limits_get(domain=DOMAIN).group)
+    memory_ms = limiter.ADAPTIVE_MEMORY_S * 1000
+    for status in (200, 503, 200):
+        answer(status)
+        assert memory_ms - 5_000 < r.pttl(keys.adapt) <= memory_ms + 60_000
+        assert memory_ms - 5_000 < r.pttl(keys.outcomes) <= memory_ms + 60_000
+    limiter.domain_crawl_delay_set(domain=DOMAIN, delay_s=2, ttl_s=4 * limiter.ADAPTIVE_MEMORY_S)
+    answer(200)
+    answer(200)
+    assert r.pttl(keys.adapt) > 3 * memory_ms
+    assert memory_ms - 5_000 < r.pttl(keys.outcomes)
 
 
 def test_without_a_floor_in_the_policy_the_settings_floor_holds(adaptive):

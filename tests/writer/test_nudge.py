@@ -12,7 +12,7 @@ import redis
 from django.conf import settings
 
 from apps.jobs.models import Job, JobStatus
-from apps.jobs.nudges import WRITER
+from apps.jobs.nudges import NUDGES, WRITER
 from apps.redis_clients import state_redis
 from apps.writer.flush import writer_flush
 from apps.writer.lease import Lease
@@ -75,7 +75,7 @@ def test_a_burst_of_receipts_leaves_one_nudge_and_no_broker_message() -> None:
     running_jobs_create(specs)
     for s in specs:
         receipt_submit(receipt(s.id, 1))
-    assert state_redis().lrange(WRITER, 0, -1) == ["1"]
+    assert state_redis().zrange(NUDGES, 0, -1) == [WRITER]
     assert _flush_tasks_queued() == 0
 
 
@@ -108,9 +108,9 @@ def test_a_nudge_during_a_flush_is_answered_by_one_more_flush(services) -> None:
         applied = Job.objects.filter(id__in=ids, status=JobStatus.SUCCEEDED).count()
         raise AssertionError(
             f"{e}: {applied}/{len(specs)} applied; stream {r.xlen(STREAM)}, pending "
-            f"{r.xpending(STREAM, GROUP)['pending']}, retries {r.zcard(RETRY_AT)}, nudges {r.llen(WRITER)}"
+            f"{r.xpending(STREAM, GROUP)['pending']}, retries {r.zcard(RETRY_AT)}, nudges {r.zrange(NUDGES, 0, -1)}"
         ) from None
-    assert state_redis().llen(WRITER) == 0
+    assert state_redis().zscore(NUDGES, WRITER) is None
 
 
 def test_a_flush_that_finds_the_lease_taken_leaves_a_mark_for_the_holder() -> None:

@@ -28,13 +28,20 @@ local ceiling, burst, cap = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[
 local holder, slot_ttl, member = ARGV[4], tonumber(ARGV[5]), ARGV[6]
 local p, tenant, weight, hold = tonumber(ARGV[7]), ARGV[8], tonumber(ARGV[9]), tonumber(ARGV[10])
 local w = {tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])}
-local rate, tokens, cooldown, queued
-rate, burst, tokens, cooldown, queued = bucket_read(KEYS[1], KEYS[3], ceiling, burst, now)  -- bucket.lua
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+local rate, tokens, cooldown, queued, slots_until
+rate, burst, tokens, cooldown, queued, slots_until = bucket_read(KEYS[1], KEYS[3], ceiling, burst, now)  -- bucket.lua
 -- The permits free now: whole tokens, and slots below the cap (a hop's token needs no slot).
-local free, capped = math.floor(tokens), false
+-- Holders past their expiry (killed workers) are pruned only when they could matter: with no
+-- holder (the common case: the set is gone) there is nothing to prune, and while the set's count,
+-- stale holders included, leaves more room than there are tokens, the tokens decide and the count
+-- is not needed exactly (so the set never holds more than cap members).
+local free, capped, held = math.floor(tokens), false, 0
 if slot_ttl > 0 then
-  local room = cap - redis.call('ZCARD', KEYS[2])
+  held = redis.call('ZCARD', KEYS[2])
+  if held > 0 and cap - held <= free then
+    held = held - redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+  end
+  local room = cap - held
   if room <= free then free, capped = math.max(0, room), true end
 end
 if cooldown > now then free = 0 end
@@ -146,13 +153,25 @@ if granted == 1 then
   tokens = tokens - 1
   if slot_ttl > 0 then
     redis.call('ZADD', KEYS[2], string.format('%.6f', now + slot_ttl), holder)
-    -- The set lives as long as its longest holder (holders have different timeouts).
-    local keep = math.ceil((slot_ttl + 1) * 1000)
-    if redis.call('PTTL', KEYS[2]) < keep then redis.call('PEXPIRE', KEYS[2], keep) end
+    -- The set lives as long as its longest holder (holders have different timeouts). When it
+    -- expires is kept in the state hash ('slots', which outlives the set: its horizon below), so
+    -- no PTTL is asked; a set this ZADD created (held 0) has no expiry yet whatever was kept.
+    local keep_until = now + slot_ttl + 1
+    if slots_until == nil and held > 0 then
+      local left = redis.call('PTTL', KEYS[2])  -- not recorded (a hash written before it was)
+      slots_until = (left > 0) and (now + left / 1000) or 0
+    end
+    if held == 0 or keep_until > (slots_until or 0) then
+      redis.call('PEXPIRE', KEYS[2], math.ceil((slot_ttl + 1) * 1000))
+      slots_until = keep_until
+    end
   end
 end
-redis.call('HSET', KEYS[1], 'tokens', string.format('%.6f', tokens), 'ts', string.format('%.6f', now),
-           'queued', queued)
-local horizon = math.max(cooldown - now, burst / rate, line_horizon) + 60
+local fields = {'tokens', string.format('%.6f', tokens), 'ts', string.format('%.6f', now), 'queued', queued}
+if slots_until then
+  fields[#fields + 1], fields[#fields + 2] = 'slots', string.format('%.6f', slots_until)
+end
+redis.call('HSET', KEYS[1], unpack(fields))
+local horizon = math.max(cooldown - now, burst / rate, line_horizon, (slots_until or now) - now) + 60
 redis.call('PEXPIRE', KEYS[1], math.ceil(horizon * 1000))
 return {granted, math.ceil(wait * 1000), reason, place}
