@@ -8,14 +8,11 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from apps.results.s3 import ResultsS3Storage
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.settings_probe import settings_run
 
 PRINT = (
     "import json, settings.base as s; o = dict(s.CELERY_BROKER_TRANSPORT_OPTIONS); "
@@ -26,14 +23,7 @@ S3 = {"SCRAPEJOBS_STORAGE": "s3", "SCRAPEJOBS_S3_BUCKET": "b"}
 
 
 def _settings(**env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", PRINT],
-        cwd=ROOT,
-        env={"PATH": "/usr/bin:/bin", "DJANGO_SETTINGS_MODULE": "settings.base", **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return settings_run(PRINT, **env)
 
 
 def _keepalive(idle: int, interval: int) -> list[list[int]]:

@@ -14,6 +14,7 @@ import pytest
 from django.db import connection
 
 from tests.support.procs import service_env
+from tests.support.settings_probe import settings_run
 from tests.support.tcp_proxy import TcpProxy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,14 +27,7 @@ PRINT_OPTIONS = (
 
 
 def _settings(**env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", PRINT_OPTIONS],
-        cwd=ROOT,
-        env={"PATH": "/usr/bin:/bin", "DJANGO_SETTINGS_MODULE": "settings.base", **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return settings_run(PRINT_OPTIONS, **env)
 
 
 def test_every_postgresql_connection_has_the_documented_timeouts_by_default() -> None:
