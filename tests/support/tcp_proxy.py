@@ -157,9 +157,14 @@ class TcpProxy:
                         reset = True
                         return
                 started = time.monotonic()
+                bytes_per_s = self.bytes_per_s
+                if bytes_per_s:
+                    # Counted before it is sent (a reader who got the bytes sees them counted),
+                    # under the lock (both directions' threads add to it).
+                    with self._lock:
+                        self.throttled += len(data)
                 dst.sendall(data)
-                if bytes_per_s := self.bytes_per_s:
-                    self.throttled += len(data)
+                if bytes_per_s:
                     # The bandwidth itself: time is the subject of this sleep.
                     time.sleep(max(0.0, len(data) / bytes_per_s - (time.monotonic() - started)))
         except OSError:
