@@ -92,7 +92,9 @@ def test_a_domain_shedding_one_request_in_five_settles_lower_and_recovers_within
     assert [rate for _, rate, _, phase in table[-6:]] == [pytest.approx(POLICY_RPS)] * 6
     # Never above the policy's rate and burst at the target: a token bucket lets at most burst +
     # rate x w requests through in any w seconds (the first second's full bucket included: 20 in
-    # one calendar second is allowed, and was seen), one more for the clock's granularity.
+    # one calendar second is allowed, and was seen), and one more at each edge of the window: the
+    # target stamps a request when its handler thread runs, after the token was taken (a serial CI
+    # run saw 22 on a quiet machine).
     arrivals = sorted(t for t, *_ in target.requests_for("/shed/"))
     busiest = max(bisect.bisect_left(arrivals, t + 1.0) - i for i, t in enumerate(arrivals))
-    assert busiest <= BURST + POLICY_RPS * 1.0 + 1, busiest
+    assert busiest <= BURST + POLICY_RPS * 1.0 + 2, busiest
