@@ -112,7 +112,10 @@ def _flush() -> object:
 
 
 _listener: tuple[int, NudgeListener] | None = None
-_lock = threading.Lock()
+# Reentrant: the stop runs in Celery's SIGTERM handler (worker_shutting_down), and a second signal
+# during its join runs the handler again on the same thread; with a plain lock that second stop
+# waited for ever on the lock the first one held (a control worker that never exited).
+_lock = threading.RLock()
 
 
 def nudge_listener_start() -> NudgeListener:
@@ -125,8 +128,10 @@ def nudge_listener_start() -> NudgeListener:
 
 
 def nudge_listener_stop() -> None:
+    """Stop this process's listener. Taken out before it is closed: a stop that comes while another
+    closes it (a second signal) finds nothing to do and returns."""
     global _listener
     with _lock:
-        if _listener is not None and _listener[0] == os.getpid():
-            _listener[1].close()
-        _listener = None
+        listener, _listener = _listener, None
+        if listener is not None and listener[0] == os.getpid():
+            listener[1].close()
