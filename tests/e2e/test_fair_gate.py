@@ -27,7 +27,7 @@ from apps.jobs.models import Job, JobStatus
 from apps.politeness.models import DomainPolicy
 from tests.e2e.fault_support import pool_of_eight, submit, wait_all_final
 from tests.support.procs import wait_for
-from tests.support.target import TargetServer
+from tests.support.target import TargetServer, stop_servers
 
 pytestmark = pytest.mark.e2e
 
@@ -43,8 +43,7 @@ SLACK = 2
 def sites() -> Iterator[list[TargetServer]]:
     servers = [TargetServer(host=host).start() for host in SITES]
     yield servers
-    for server in servers:
-        server.stop()
+    stop_servers(servers)
 
 
 def _burst(tenant: Any, sites: list[TargetServer], n: int, priority: str = "normal") -> list[Job]:

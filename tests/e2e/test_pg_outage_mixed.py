@@ -30,7 +30,7 @@ import redis
 from django.conf import settings
 
 from tests.support.private_pg import PrivatePostgres, all_final, ledger_read, wait_until
-from tests.support.target import TargetServer, body_for
+from tests.support.target import TargetServer, body_for, stop_servers
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -111,8 +111,7 @@ def _submit_over(pg: PrivatePostgres, urls: list[str], seconds: float) -> list[s
 def other_targets() -> Iterator[tuple[TargetServer, TargetServer]]:
     flaky, slow = TargetServer("127.0.0.2").start(), TargetServer("127.0.0.3").start()
     yield flaky, slow
-    flaky.stop()
-    slow.stop()
+    stop_servers([flaky, slow])
 
 
 # With the connection pool (the default) a process waits up to 30 s for a connection while the
