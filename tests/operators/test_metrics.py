@@ -4,6 +4,7 @@ request metrics from every web process, and a guard for production."""
 
 from __future__ import annotations
 
+import re
 import time
 from datetime import timedelta
 
@@ -386,7 +387,12 @@ def test_the_rollup_and_scrape_statements_read_the_ledger_through_indexes_only()
     for plan in plans:
         assert "Seq Scan on jobs_job" not in plan, plan
         assert "Seq Scan on jobs_attempt" not in plan, plan
-    assert "jobs_queued_backlog" in plans[4], plans[4]
+    # The backlog read finds its rows through one of the two partial indexes that hold no succeeded
+    # job: the covering backlog index (an index-only scan once VACUUM has set the visibility map)
+    # or the admin's rare-status index. On a freshly COPYed ledger ANALYZE alone leaves the planner
+    # costing both within a few units, and it picks either; both read only the queued entries.
+    partial = r"Index (Only )?Scan using (jobs_queued_backlog|jobs_admin_rare_status_newest) on jobs_job"
+    assert re.search(partial, plans[4]), plans[4]
 
 
 @pytest.mark.django_db
