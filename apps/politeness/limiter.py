@@ -155,6 +155,7 @@ def domain_permit_acquire(
             share.weight,
             LINE_HOLD_S,
             *(weights[p] for p in LINE_PRIORITIES),
+            _recovery_step(limits),
         ],
     )
     return DomainDecision(
@@ -164,6 +165,14 @@ def domain_permit_acquire(
         group=limits.group,
         place=int(place),
     )
+
+
+def _recovery_step(limits: DomainLimits) -> float:
+    """How fast the group's adaptive rate climbs back while answers come (rate per second per
+    second; 0 with adaptation off): the gate tells a refused job its turn at that climbing rate."""
+    if not settings.SCRAPEJOBS_DOMAIN_ADAPTIVE:
+        return 0.0
+    return limits.requests_per_second / settings.SCRAPEJOBS_DOMAIN_ADAPTIVE_RECOVERY_S
 
 
 def domain_token_try(*, domain: str) -> bool:
@@ -255,7 +264,7 @@ def _record_call(
             settings.SCRAPEJOBS_DOMAIN_ADAPTIVE_WINDOW,
             ADAPTIVE_MIN_ANSWERS,
             settings.SCRAPEJOBS_DOMAIN_ADAPTIVE_BAD_SHARE,
-            ceiling / settings.SCRAPEJOBS_DOMAIN_ADAPTIVE_RECOVERY_S,
+            _recovery_step(limits),
             MAX_COOLDOWN_S,
             ADAPTIVE_MEMORY_S,
             "1" if pause_wanted else "0",

@@ -25,6 +25,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.serial]
 POLICY_RPS = 10.0
 BURST = 10
 JOBS = 300
+# How far apart two requests' lags from token to the target's stamp may be (the bound below).
+LAG_SPREAD_S = 0.5
 
 
 def sample(
@@ -49,6 +51,10 @@ def test_a_domain_shedding_one_request_in_five_settles_lower_and_recovers_within
     svc = services(
         SCRAPEJOBS_DOMAIN_ADAPTIVE="true",
         SCRAPEJOBS_DOMAIN_ADAPTIVE_RECOVERY_S="10",
+        # Retries of the shed requests come back within seconds, not the default 2 s doubling to
+        # minutes: the jobs' end is not the subject, and the run is 30 s shorter.
+        SCRAPEJOBS_RETRY_BASE_S="0.5",
+        SCRAPEJOBS_RETRY_CAP_S="4",
         SCRAPEJOBS_PUBLISH_INTERVAL_S="0.25",
         SCRAPEJOBS_RESULTS_DIR=str(tmp_path / "results"),
     )
@@ -92,9 +98,20 @@ def test_a_domain_shedding_one_request_in_five_settles_lower_and_recovers_within
     assert [rate for _, rate, _, phase in table[-6:]] == [pytest.approx(POLICY_RPS)] * 6
     # Never above the policy's rate and burst at the target: a token bucket lets at most burst +
     # rate x w requests through in any w seconds (the first second's full bucket included: 20 in
-    # one calendar second is allowed, and was seen), and one more at each edge of the window: the
-    # target stamps a request when its handler thread runs, after the token was taken (a serial CI
-    # run saw 22 on a quiet machine).
+    # one calendar second is allowed, and was seen). The target stamps a request when its handler
+    # thread runs, some time after the worker took the token: the requests that arrive within one
+    # second took their tokens within one second plus the spread of that lag. Twenty threads
+    # starting at once on two cores spread it by up to half a second (serial CI runs saw 22 and
+    # 23), so the bound is burst + rate x (1 + 0.5) s.
     arrivals = sorted(t for t, *_ in target.requests_for("/shed/"))
     busiest = max(bisect.bisect_left(arrivals, t + 1.0) - i for i, t in enumerate(arrivals))
-    assert busiest <= BURST + POLICY_RPS * 1.0 + 2, busiest
+    assert busiest <= BURST + POLICY_RPS * (1.0 + LAG_SPREAD_S), busiest
+    # Once healed, the domain's permits are used while its jobs wait (docs/design/politeness.md,
+    # "The line at a busy domain"): the requests after the heal take their count at the policy's
+    # rate, plus what the climb back from the shedding rate withholds (at most RECOVERY_S / 2 =
+    # 5 s of the policy's rate), plus one retry's backoff (its cap, 4 s) for a job whose last 503
+    # came at the end, plus 1 s. Told their turn at the rate of the shedding, the jobs deep in the
+    # line came back long after it: the last request came 55 s after the heal for 190 requests.
+    after = [t for t in arrivals if t >= healed]
+    print(f"{len(after)} requests in the {after[-1] - healed:.1f} s from the heal to the last one")
+    assert after[-1] - healed <= len(after) / POLICY_RPS + 5 + 4 + 1

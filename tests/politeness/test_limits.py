@@ -236,6 +236,34 @@ def test_the_rate_never_falls_below_the_floor_and_climbs_back_while_answers_are_
     assert adaptive_rate() == pytest.approx(10)  # never above the policy's rate
 
 
+def test_a_job_deep_in_a_recovering_domains_line_is_told_its_turn_at_the_climbing_rate(adaptive):
+    """A refused job is told to come back when the permits before it are due (docs/design/
+    politeness.md, "The line at a busy domain"). Below the policy's rate, the adaptive rate climbs
+    back while answers come, so that time is reckoned at the climbing rate: told at the rate of
+    now, the jobs deep in the line came back long after their turn once the rate had recovered, and
+    the domain's permits went unused while they waited. With adaptation off, the rate of now."""
+    adaptive.SCRAPEJOBS_DOMAIN_ADAPTIVE_RECOVERY_S = 10  # at a policy of 10/s: +1/s every second
+    DomainPolicy.objects.create(
+        domain=DOMAIN, requests_per_second=10, burst=1, max_concurrency=1000, min_requests_per_second=1
+    )
+    domain_limits_cache_clear()
+    for _ in range(20):
+        answer(503)
+    assert adaptive_rate() == pytest.approx(5)
+    assert ask("first").granted  # the bucket's one token
+    told = [ask(f"j{i}") for i in range(40)]
+    assert [d.place for d in told] == list(range(40)) and not any(d.granted for d in told)
+    # The 40th job's turn: 40 permits from now (less the fraction of a token refilled meanwhile),
+    # at a rate climbing from 5/s by 1/s per second: 5t + t^2/2 = 40, t = 5.25 s (at 5/s: 8 s).
+    assert told[-1].wait_s == pytest.approx(-5 + (25 + 2 * 40) ** 0.5, abs=0.15)
+    # Ten places ahead: 5t + t^2/2 = 10, t = 1.71 s (at 5/s: 2 s).
+    assert told[9].wait_s == pytest.approx(-5 + (25 + 2 * 10) ** 0.5, abs=0.15)
+    adaptive.SCRAPEJOBS_DOMAIN_ADAPTIVE = False
+    again = ask("j39")
+    assert (again.granted, again.place) == (False, 39)
+    assert again.wait_s == pytest.approx(40 / 5, abs=0.15)
+
+
 def test_the_window_decides_what_share_of_recent_answers_was_bad(adaptive):
     """Three 503s in twenty answers after a hundred good ones: 3 % of a window of 100 (no cut),
     15 % of a window of 20 (a cut, to the settings' floor at most)."""

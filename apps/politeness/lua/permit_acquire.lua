@@ -7,7 +7,8 @@
 -- redirect hop within the domain whose slot the fetch already holds), 6 member (the job's name in
 -- the line), 7 its priority (1 high, 2 normal, 3 low), 8 its tenant, 9 the tenant's weight,
 -- 10 hold (s): how long past its expected turn a place is kept for a job that has not come back,
--- 11..13 the priorities' weights (SCRAPEJOBS_PRIORITY_WEIGHTS).
+-- 11..13 the priorities' weights (SCRAPEJOBS_PRIORITY_WEIGHTS), 14 the adaptive rate's recovery
+-- step (rate per s per s; 0: adaptation off).
 -- Returns {granted 0/1, wait ms, reason, place}. Reasons: cooldown (a Retry-After or robots.txt
 -- pause), queue (other jobs come first in the line), concurrency, rate (the policy's, the adaptive
 -- rate or the robots.txt Crawl-delay, whichever is lowest). place: how many permits go to others
@@ -21,15 +22,32 @@
 -- priorities' weights, as the publisher shares the pool's slots. A job is granted when its place
 -- is within the permits free now, and keeps its place when refused: it is told to come back when
 -- the permits before it are due, and its place lapses `hold` seconds after that (its job was
--- cancelled, finished elsewhere, or its worker died).
+-- cancelled, finished elsewhere, or its worker died). When the permits before it are due is
+-- reckoned with the rate as it will be: an adaptive rate below its top climbs back while answers
+-- come (outcome_record.lua), so the job is told the time at that climbing rate. Told at the rate
+-- of now, the jobs deep in a line came back long after their turn once the rate had recovered,
+-- and the domain's permits went unused while its jobs waited; told early, a job is refused again
+-- and told again, keeping its place.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local ceiling, burst, cap = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local holder, slot_ttl, member = ARGV[4], tonumber(ARGV[5]), ARGV[6]
 local p, tenant, weight, hold = tonumber(ARGV[7]), ARGV[8], tonumber(ARGV[9]), tonumber(ARGV[10])
 local w = {tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])}
-local rate, tokens, cooldown, queued, slots_until
-rate, burst, tokens, cooldown, queued, slots_until = bucket_read(KEYS[1], KEYS[3], ceiling, burst, now)  -- bucket.lua
+local step = tonumber(ARGV[14]) or 0
+local rate, tokens, cooldown, queued, slots_until, top
+rate, burst, tokens, cooldown, queued, slots_until, top = bucket_read(KEYS[1], KEYS[3], ceiling, burst, now)  -- bucket.lua
+
+-- Seconds until `n` more permits have been given, the rate climbing from `rate` by `step` per
+-- second until it reaches `top` (at `rate` throughout when it does not climb).
+local function permits_due_in(n)
+  if n <= 0 then return 0 end
+  if step <= 0 or rate >= top then return n / rate end
+  local climb = (top - rate) / step
+  local by_top = rate * climb + step * climb * climb / 2
+  if n <= by_top then return (math.sqrt(rate * rate + 2 * step * n) - rate) / step end
+  return climb + (n - by_top) / top
+end
 -- The permits free now: whole tokens, and slots below the cap (a hop's token needs no slot).
 -- Holders past their expiry (killed workers) are pruned only when they could matter: with no
 -- holder (the common case: the set is gone) there is nothing to prune, and while the set's count,
@@ -125,7 +143,7 @@ else
     if cooldown > now then
       reason, wait = 'cooldown', cooldown - now + place / rate
     else
-      wait = math.max(0, (place + 1 - tokens) / rate)
+      wait = permits_due_in(place + 1 - tokens)
       if place > 0 then
         reason = 'queue'
       elseif capped then
@@ -134,7 +152,7 @@ else
         reason = 'rate'
       end
       -- Slots free as fetches end, which the gate cannot foresee: the estimate is the rate's.
-      if capped then wait = math.max(wait, (place + 1) / rate) end
+      if capped then wait = math.max(wait, permits_due_in(place + 1)) end
     end
     redis.call('ZADD', KEYS[5], string.format('%.6f', now + wait + hold), entry)
     queued = len[1] + len[2] + len[3]
