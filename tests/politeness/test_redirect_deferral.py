@@ -1,7 +1,7 @@
 """A redirect hop whose domain has no turn ends the attempt as a deferral (NFR-24, NFR-5:
 waiting for a domain holds no worker slot), with the real control, beat and worker processes.
 
-The scenario at its size: a hundred hosts (127.0.1.1 to 127.0.1.100, each its own domain, each
+The scenario at its size: fifty hosts (127.0.1.1 to 127.0.1.50, each its own domain, each
 its own server) all redirect to one domain allowed 2 requests/s. Four worker threads. A hop
 refused by that domain does not wait in the thread for its turn: the attempt is recorded
 ``deferred`` and not counted (the job's ``max_attempts`` stays the caller's; the fold counts it
@@ -27,15 +27,15 @@ from tests.support.target import TargetServer, body_for, stop_servers
 # Serial: the gaps between a domain's requests are the subject (make test runs these alone).
 pytestmark = [pytest.mark.e2e, pytest.mark.serial]
 
-HOSTS = 100
+HOSTS = 50
 RATE = 2.0  # the domain every host redirects to: requests per second
 SLACK_S = 0.1
 
 
 @pytest.fixture
 def servers() -> Iterator[tuple[list[TargetServer], TargetServer, TargetServer]]:
-    """The hundred redirecting hosts, the 2 requests/s domain they redirect to, another tenant's
-    domain. All on loopback: 127.0.1.1 to 127.0.1.100, 127.0.0.3 and 127.0.0.4."""
+    """The fifty redirecting hosts, the 2 requests/s domain they redirect to, another tenant's
+    domain. All on loopback: 127.0.1.1 to 127.0.1.50, 127.0.0.3 and 127.0.0.4."""
     started = [TargetServer(f"127.0.1.{1 + i}").start() for i in range(HOSTS)]
     slow, other = TargetServer("127.0.0.3").start(), TargetServer("127.0.0.4").start()
     yield started, slow, other
