@@ -3,7 +3,7 @@ a local target, and figures printed as ``name: figure`` lines.
 
 Benchmarks read ``DATABASE_URL`` and ``REDIS_URL`` (``make bench`` starts embedded servers and sets
 them). Each benchmark creates its own database on that PostgreSQL server (``bench_<name>``), a copy
-of a template migrated once per tree (``bench_template_<digest>``, kept on the server), drops it at
+of a template migrated once per tree (``migrated_template_<digest>``, kept on the server), drops it at
 the end, and uses Redis databases N, N+1 (the broker) and N+2 of ``REDIS_URL``, which it empties
 first.
 """
@@ -170,7 +170,7 @@ def _pg_connect(url: str, dbname: str | None = None):  # type: ignore[no-untyped
 # pg_advisory_lock's key while a template is built: two benchmark runs on one server (make test
 # runs two halves side by side) build it once between them.
 _TEMPLATE_LOCK_KEY = 0x7363_7261_7065
-_TEMPLATE_PREFIX = "bench_template_"
+_TEMPLATE_PREFIX = "migrated_template_"
 
 
 def _migrations_digest() -> str:
@@ -186,7 +186,8 @@ def migrated_template(server: str) -> str:
     """The name of a database on ``server`` migrated with this tree's migrations, built the first
     time it is asked for (under an advisory lock) and kept there; templates of other trees are
     dropped then. A benchmark's database is a copy of it (``CREATE DATABASE ... TEMPLATE``): the
-    same schema a ``migrate`` makes, without a ``migrate`` per benchmark (3 s each)."""
+    same schema a ``migrate`` makes, without a ``migrate`` per benchmark (3 s each); so is each
+    test database (tests/conftest.py, ``django_db_modify_db_settings``)."""
     name = _TEMPLATE_PREFIX + _migrations_digest()
     with _pg_connect(server) as conn:
         conn.execute("SELECT pg_advisory_lock(%s)", (_TEMPLATE_LOCK_KEY,))

@@ -10,11 +10,26 @@ from django.conf import settings
 from rest_framework.test import APIClient
 
 from scrapejobs import processes
+from tests.support.net import free_port
 from tests.support.private_pg import private_pg  # noqa: F401 - a fixture, for every test
-from tests.support.procs import Proc, service_env, stop_all, wait_for
+from tests.support.procs import Proc, service_env, stop_all, wait_for, wait_for_web
 from tests.support.target import TargetServer
 
 _names = itertools.count(1)
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: None) -> None:
+    """Each test database (one per parallel process) is created as a copy of a template migrated
+    once per tree on the server (bench/common.py ``migrated_template``): Django's ``migrate`` then
+    finds nothing to apply. Four processes each migrating their own took seconds of CPU apiece
+    at the start of every run (make test-fast's two minutes included)."""
+    server = os.environ.get("DATABASE_URL")
+    if not server:
+        return  # settings' default server: each test database migrated as Django does it
+    from bench.common import migrated_template  # noqa: PLC0415 - the benchmarks' helper, shared
+
+    settings.DATABASES["default"].setdefault("TEST", {})["TEMPLATE"] = migrated_template(server)
 
 
 @pytest.fixture(autouse=True)
@@ -165,6 +180,34 @@ def services(transactional_db: None, request: pytest.FixtureRequest) -> Iterator
     if rep is not None and rep.failed:
         for s in started:
             print(s.logs())
+
+
+@pytest.fixture(scope="module")
+def module_web(django_db_setup: None) -> Iterator[tuple[int, Proc]]:
+    """(port, process) of one web process (one uvicorn worker) shared by a module's tests that
+    only send requests and read the answers, each test with a tenant of its own (``make_tenant``):
+    started once per module rather than once per test (a start is about 1.3 CPU-seconds, and make
+    test's parallel phase is bound by CPU). Its database is the test database, emptied between
+    tests as every transactional test's is; its Redis databases are the tests' own, flushed before
+    each test (``_clean_redis``): nothing of one test's is left for the next."""
+    port = free_port()
+    proc = Proc("web", processes.web(port=port, workers=1), service_env()).start()
+    try:
+        wait_for_web(proc, port)
+        yield port, proc
+    finally:
+        stop_all([proc], timeout=3)
+
+
+@pytest.fixture
+def shared_web(module_web: tuple[int, Proc], request: pytest.FixtureRequest) -> Iterator[int]:
+    """The port of the module's web process (``module_web``) for one test; the process's last log
+    lines are printed when the test failed."""
+    port, proc = module_web
+    yield port
+    rep = getattr(request.node, "rep_call", None)
+    if rep is not None and rep.failed:
+        print(f"----- web ({proc.log})\n{proc.tail()}")
 
 
 # The longest test first, then every test that starts processes: in parallel runs (make test's
