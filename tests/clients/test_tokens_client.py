@@ -16,8 +16,6 @@ from django.utils import timezone
 from scrapejobs_client import AsyncClient, AuthenticationFailed, BadRequest, Client, InvalidRequest, NotFound
 
 from apps.tenants.models import ApiToken, Tenant
-from tests.clients.conftest import free_port
-from tests.support.procs import wait_for_web
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -25,12 +23,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def web(services, make_tenant):
-    port = free_port()
-    proc = services().start("web", port=port, workers=1)
+def web(shared_web, make_tenant):
+    """(base URL, token, tenant): the module's web process, a tenant of this test's own."""
     tenant, token, _ = make_tenant()
-    wait_for_web(proc, port)
-    return f"http://127.0.0.1:{port}", token, tenant
+    return f"http://127.0.0.1:{shared_web}", token, tenant
 
 
 def test_the_client_creates_lists_and_revokes_tokens_and_rotates_the_webhook_secret(web):

@@ -33,14 +33,10 @@ TOO_LARGE = {
 
 
 @pytest.fixture
-def web(services, make_tenant) -> Iterator[tuple[int, str]]:
-    """(port, token) of a running web process."""
-    port = free_port()
-    proc = services().start("web", port=port, workers=1)
+def web(shared_web, make_tenant) -> tuple[int, str]:
+    """(port, token) of the module's running web process, for a tenant of this test's own."""
     _, token, _ = make_tenant()
-
-    wait_for_web(proc, port)
-    yield port, token
+    return shared_web, token
 
 
 class Answer:
