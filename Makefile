@@ -43,7 +43,7 @@ test: $(STAMP) browser
 # control component, no browser): `-m "not e2e"`, in TEST_FAST_PROCS parallel processes
 # (pytest-xdist; each its own test database, Redis databases and results directory, see
 # settings/test.py). `make test` is the whole suite.
-TEST_FAST_PROCS ?= 4
+TEST_FAST_PROCS ?= 6
 test-fast: $(STAMP)
 	$(BIN)/python -m scrapejobs.embedded exec --dir .run/test -- $(BIN)/python -m pytest -m "not e2e" -q -n $(TEST_FAST_PROCS) $(PYTEST_ARGS)
 
