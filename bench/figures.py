@@ -171,7 +171,7 @@ def results_load(where: Path = RESULTS) -> dict[str, dict[str, Any]]:
 def _when(result: dict[str, Any]) -> str:
     machine = result.get("machine", {})
     load = machine.get("load_average_at_start") or ["?"]
-    small = " with smaller settings: " + ", ".join(f"{k}={v}" for k, v in result["settings"].items())
+    small = " with settings other than the defaults: " + ", ".join(f"{k}={v}" for k, v in result["settings"].items())
     return (
         f"{result.get('finished_at', '?')[:10]}, commit {result.get('commit', '?')}, "
         f"{machine.get('cores', '?')} cores, {machine.get('memory_gib', '?')} GiB, load {load[0]} at the start"
@@ -192,9 +192,27 @@ def readme_table(results: dict[str, dict[str, Any]]) -> str:
         lines.append(f"| {row.label} | {now} | {row.aim} | `make bench BENCH={row.bench}` |")
     used = sorted({row.bench for row in README_ROWS if row.bench in results})
     if used:
+        machines = sorted({_machine(results[name]) for name in used})
         lines.append("")
-        lines.append("Measured: " + "; ".join(f"`{name}` {_when(results[name])}" for name in used) + ".")
+        lines.append(
+            f"Measured on {' / '.join(machines)} (each run's date and machine: docs/benchmarks.md): "
+            + "; ".join(f"`{name}` {_when_short(results[name])}" for name in used)
+            + "."
+        )
     return "\n".join(lines)
+
+
+def _machine(result: dict[str, Any]) -> str:
+    machine = result.get("machine", {})
+    return f"{machine.get('cores', '?')} cores, {machine.get('memory_gib', '?')} GiB"
+
+
+def _when_short(result: dict[str, Any]) -> str:
+    """The README's note of a run: its commit and the load it started at (and settings not the
+    defaults); the rest is docs/benchmarks.md's (``_when``)."""
+    load = result.get("machine", {}).get("load_average_at_start") or ["?"]
+    settings = ", ".join(f"{k}={v}" for k, v in result.get("settings", {}).items())
+    return f"at {result.get('commit', '?')}, load {load[0]}" + (f", {settings}" if settings else "")
 
 
 def all_tables(results: dict[str, dict[str, Any]]) -> str:
