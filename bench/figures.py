@@ -171,7 +171,9 @@ def results_load(where: Path = RESULTS) -> dict[str, dict[str, Any]]:
 def _when(result: dict[str, Any]) -> str:
     machine = result.get("machine", {})
     load = machine.get("load_average_at_start") or ["?"]
-    small = " with settings other than the defaults: " + ", ".join(f"{k}={v}" for k, v in result["settings"].items())
+    small = " with settings other than the defaults: " + ", ".join(
+        f"{k}={v}" for k, v in result["settings"].items()
+    )
     return (
         f"{result.get('finished_at', '?')[:10]}, commit {result.get('commit', '?')}, "
         f"{machine.get('cores', '?')} cores, {machine.get('memory_gib', '?')} GiB, load {load[0]} at the start"
