@@ -108,7 +108,7 @@ def _capacity(f: Figures) -> str:
     )
     if not shares:
         raise Missing("capacity_<threads>_share_of_littles_law")
-    return " / ".join(f"{n}: {_num(share)}" for n, share in shares)
+    return " / ".join(f"{n}: {share:.2f}" for n, share in shares)
 
 
 def _admin_slowest(f: Figures) -> str:
