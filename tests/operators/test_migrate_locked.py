@@ -14,6 +14,14 @@ from apps.operators.management.commands.migrate_locked import LOCK_NAME
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
+# Holders of this command's lock: pg_locks is the whole server's, and make test's other processes
+# take advisory locks of their own (the publisher's, the test-database template's) meanwhile.
+_HELD = (
+    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+    " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+    " AND ((classid::bigint << 32) | objid::bigint) = hashtextextended(%s, 0)"
+)
+
 
 def _hold_lock(release: threading.Event, taken: threading.Event) -> None:
     conn = connections.create_connection("default")
@@ -32,6 +40,9 @@ def test_it_waits_while_another_process_migrates_then_applies_nothing_twice(caps
     holder = threading.Thread(target=_hold_lock, args=(release, taken))
     holder.start()
     assert taken.wait(10)
+    with connection.cursor() as cur:  # the count below sees a holder
+        cur.execute(_HELD, [LOCK_NAME])
+        assert cur.fetchone()[0] == 1
     # time is the subject: the holder keeps the lock 1.5 s, long enough for migrate_locked to ask
     threading.Timer(1.5, release.set).start()
     call_command("migrate_locked", "--noinput")
@@ -42,7 +53,7 @@ def test_it_waits_while_another_process_migrates_then_applies_nothing_twice(caps
     assert "another process is migrating; waiting for it" in out
     assert "No migrations to apply." in out
     with connection.cursor() as cur:  # and gave the lock back
-        cur.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'")
+        cur.execute(_HELD, [LOCK_NAME])
         assert cur.fetchone()[0] == 0
 
 

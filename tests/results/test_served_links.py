@@ -52,8 +52,10 @@ def _decoded_token(link: str) -> str:
     """Everything a holder of the link can read out of its token without the secret."""
     token = urllib.parse.unquote(urllib.parse.urlsplit(link).path.rstrip("/").rsplit("/", 1)[-1])
     payload = signing.loads(token, salt=_SALT)  # (this test knows the secret; a holder would not)
-    raw = token.split(":", 1)[0].lstrip(".")
-    text = zlib.decompress(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4))).decode()
+    raw = token.split(":", 1)[0]
+    # signing.dumps compresses only when that is shorter, and says so with a leading "."
+    data = base64.urlsafe_b64decode(raw.lstrip(".") + "=" * (-len(raw.lstrip(".")) % 4))
+    text = (zlib.decompress(data) if raw.startswith(".") else data).decode()
     return f"{payload} {text}"
 
 
