@@ -395,14 +395,13 @@ def private_servers() -> Iterator[tuple[Any, str, str]]:
     from scrapejobs.embedded import embedded_redis
     from tests.support.private_pg import PrivatePostgres
 
-    pg = PrivatePostgres(server_settings=LOG_SETTINGS)
+    pg = PrivatePostgres(server_settings=LOG_SETTINGS, migrated=True)
     redis_dir = Path(tempfile.mkdtemp(prefix="sj-budget-redis-"))
     with ExitStack() as stack:
         stack.callback(shutil.rmtree, redis_dir, True)
         stack.callback(pg.destroy)
         pg.start()
         pg.wait_ready()
-        pg.migrate()
         state = stack.enter_context(embedded_redis(redis_dir / "state"))
         broker = stack.enter_context(embedded_redis(redis_dir / "broker"))
         yield pg, state, broker

@@ -173,7 +173,7 @@ _TEMPLATE_LOCK_KEY = 0x7363_7261_7065
 _TEMPLATE_PREFIX = "migrated_template_"
 
 
-def _migrations_digest() -> str:
+def migrations_digest() -> str:
     """What a migrated database depends on: every migration file and the pinned requirements."""
     digest = hashlib.sha256()
     for path in [*sorted(ROOT.glob("apps/*/migrations/*.py")), ROOT / "requirements.txt"]:
@@ -188,7 +188,7 @@ def migrated_template(server: str) -> str:
     dropped then. A benchmark's database is a copy of it (``CREATE DATABASE ... TEMPLATE``): the
     same schema a ``migrate`` makes, without a ``migrate`` per benchmark (3 s each); so is each
     test database (tests/conftest.py, ``django_db_modify_db_settings``)."""
-    name = _TEMPLATE_PREFIX + _migrations_digest()
+    name = _TEMPLATE_PREFIX + migrations_digest()
     with _pg_connect(server) as conn:
         conn.execute("SELECT pg_advisory_lock(%s)", (_TEMPLATE_LOCK_KEY,))
         try:

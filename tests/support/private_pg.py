@@ -51,8 +51,43 @@ def _system_user(name: str) -> pwd.struct_passwd:
         return pwd.getpwnam(name)
 
 
+_TEMPLATE_PREFIX = "sj-pg-migrated-"
+
+
+def _migrated_data() -> Path:
+    """The data directory of a stopped server migrated with this tree's migrations
+    (bench/common.py's digest names it), built the first time it is asked for under a file lock
+    (make test's processes ask at once) and copied by each ``PrivatePostgres(migrated=True)``:
+    initdb and a whole ``migrate`` cost about 6 s a server, a copy a fraction of one. Other trees'
+    directories are removed when one is built."""
+    import fcntl
+
+    from bench.common import migrations_digest
+
+    root = Path(tempfile.gettempdir())
+    done = root / f"{_TEMPLATE_PREFIX}{migrations_digest()}"
+    with open(root / f"{_TEMPLATE_PREFIX}lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (done / "data" / "PG_VERSION").is_file():
+            for old in root.glob(f"{_TEMPLATE_PREFIX}*"):
+                if old.is_dir():
+                    shutil.rmtree(old, ignore_errors=True)
+            pg = PrivatePostgres()
+            try:
+                pg.start()
+                pg.wait_ready()
+                pg.migrate()
+                pg.stop()
+                (pg.dir / "postgres.log").unlink(missing_ok=True)
+                pg.dir.rename(done)
+            finally:
+                if pg.dir.exists():
+                    pg.destroy()
+    return done / "data"
+
+
 class PrivatePostgres:
-    def __init__(self, *, server_settings: dict[str, str] | None = None) -> None:
+    def __init__(self, *, server_settings: dict[str, str] | None = None, migrated: bool = False) -> None:
         # Extra ``-c name=value`` settings of the server (bench/budget.py: the statement log).
         self.server_settings = dict(server_settings or {})
         # Under /tmp, not pytest's tmp_path: as root the server's user must reach the directory.
@@ -64,6 +99,9 @@ class PrivatePostgres:
         if self.user:
             entry = _system_user(self.user)
             os.chown(self.dir, entry.pw_uid, entry.pw_gid)
+        if migrated:  # a copy of a migrated server's data: as if initdb and migrate() had run
+            subprocess.run(["cp", "-a", str(_migrated_data()), str(self.data)], check=True, timeout=60)
+            return
         self._run(
             "initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "--encoding=utf8", "--no-sync"
         )
@@ -179,11 +217,10 @@ def ledger_read(
 @pytest.fixture
 def private_pg() -> Iterator[PrivatePostgres]:
     """A migrated private PostgreSQL, running; stopped and deleted after the test."""
-    pg = PrivatePostgres()
+    pg = PrivatePostgres(migrated=True)
     try:
         pg.start()
         pg.wait_ready()
-        pg.migrate()
         yield pg
     finally:
         pg.destroy()
