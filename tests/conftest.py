@@ -10,6 +10,7 @@ from django.conf import settings
 from rest_framework.test import APIClient
 
 from scrapejobs import processes
+from tests.support import durations
 from tests.support.net import free_port
 from tests.support.private_pg import private_pg  # noqa: F401 - a fixture, for every test
 from tests.support.procs import Proc, service_env, stop_all, wait_for, wait_for_web
@@ -210,15 +211,26 @@ def shared_web(module_web: tuple[int, Proc], request: pytest.FixtureRequest) -> 
         print(f"----- web ({proc.log})\n{proc.tail()}")
 
 
-# The longest test first, then every test that starts processes: in parallel runs (make test's
-# first phase) the long ones start early instead of leaving one process busy at the end.
-_LONGEST_FIRST = "tests/test_bench_smoke.py"
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--record-durations",
+        action="store_true",
+        help="merge each test's seconds into tests/durations.json (the parallel phase's order)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("record_durations") and not os.environ.get("PYTEST_XDIST_WORKER"):
+        config.pluginmanager.register(durations.Recorder(), "scrapejobs-durations")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In parallel runs (make test's first phase) the longest tests start first, as the last
+    recorded run measured them (tests/support/durations.py), instead of leaving one process busy
+    at the end; one process keeps the files' order."""
     if not getattr(config.option, "numprocesses", None) and not os.environ.get("PYTEST_XDIST_WORKER"):
-        return  # one process: the files' order
-    items.sort(key=lambda item: (_LONGEST_FIRST not in item.nodeid, item.get_closest_marker("e2e") is None))
+        return
+    durations.longest_first(items, durations.load())
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
