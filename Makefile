@@ -42,10 +42,12 @@ test: $(STAMP) browser
 # The fast loop while editing: every test that starts no service process (no web, worker, beat or
 # control component, no browser): `-m "not e2e"`, in TEST_FAST_PROCS parallel processes
 # (pytest-xdist; each its own test database, Redis databases and results directory, see
-# settings/test.py). `make test` is the whole suite.
+# settings/test.py), handed out a test at a time, longest first (`--dist loadgroup`, as make test;
+# xdist's default sends each process a block of consecutive tests, and the longest all went to one).
+# `make test` is the whole suite.
 TEST_FAST_PROCS ?= 6
 test-fast: $(STAMP)
-	$(BIN)/python -m scrapejobs.embedded exec --dir .run/test -- $(BIN)/python -m pytest -m "not e2e" -q -n $(TEST_FAST_PROCS) $(PYTEST_ARGS)
+	$(BIN)/python -m scrapejobs.embedded exec --dir .run/test -- $(BIN)/python -m pytest -m "not e2e" -q -n $(TEST_FAST_PROCS) --dist loadgroup $(PYTEST_ARGS)
 
 # The dashboard's browser test (tests/operators/test_dashboard_browser.py) drives Debian's chromium
 # through chromedriver. Installed here where missing and possible (root with apt-get); otherwise
