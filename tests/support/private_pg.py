@@ -54,12 +54,12 @@ def _system_user(name: str) -> pwd.struct_passwd:
 _TEMPLATE_PREFIX = "sj-pg-migrated-"
 
 
-def _migrated_data() -> Path:
-    """The data directory of a stopped server migrated with this tree's migrations
-    (bench/common.py's digest names it), built the first time it is asked for under a file lock
-    (make test's processes ask at once) and copied by each ``PrivatePostgres(migrated=True)``:
-    initdb and a whole ``migrate`` cost about 6 s a server, a copy a fraction of one. Other trees'
-    directories are removed when one is built."""
+def _copy_migrated_data(dest: Path) -> None:
+    """Copy to ``dest`` the data directory of a stopped server migrated with this tree's migrations
+    (bench/common.py's digest names it), built the first time it is asked for: initdb and a whole
+    ``migrate`` cost about 6 s a server, a copy a fraction of one. Built and copied under one file
+    lock (make test's processes ask at once), so that another tree's build, which removes the
+    directories of other digests, never removes one while it is being copied."""
     import fcntl
 
     from bench.common import migrations_digest
@@ -83,7 +83,7 @@ def _migrated_data() -> Path:
             finally:
                 if pg.dir.exists():
                     pg.destroy()
-    return done / "data"
+        subprocess.run(["cp", "-a", str(done / "data"), str(dest)], check=True, timeout=60)
 
 
 class PrivatePostgres:
@@ -100,7 +100,7 @@ class PrivatePostgres:
             entry = _system_user(self.user)
             os.chown(self.dir, entry.pw_uid, entry.pw_gid)
         if migrated:  # a copy of a migrated server's data: as if initdb and migrate() had run
-            subprocess.run(["cp", "-a", str(_migrated_data()), str(self.data)], check=True, timeout=60)
+            _copy_migrated_data(self.data)
             return
         self._run(
             "initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "--encoding=utf8", "--no-sync"
