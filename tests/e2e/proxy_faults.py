@@ -18,12 +18,22 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from apps.jobs.models import Attempt, Job, JobStatus
 from tests.e2e.fault_support import attempt_history, submit, wait_all_final
 from tests.support.procs import Proc, wait_for
 from tests.support.target import TargetServer
 from tests.support.tcp_proxy import TcpProxy
+
+
+def redis_through_a_proxy(url: str) -> tuple[TcpProxy, str]:
+    """A started loopback proxy in front of the Redis server of ``url``, and ``url`` with the
+    proxy's address in place of the server's (its credentials and database kept)."""
+    parts = urlsplit(url)
+    proxy = TcpProxy(upstream_host=parts.hostname or "127.0.0.1", upstream_port=parts.port or 6379).start()
+    credentials = parts.netloc.rpartition("@")[0]
+    return proxy, parts._replace(netloc=f"{credentials}@127.0.0.1:{proxy.port}".lstrip("@")).geturl()
 
 
 def heal(proxy: TcpProxy, *, strand: bool = False) -> None:

@@ -15,14 +15,18 @@ reset took it) leaves its job published and unclaimed: the sweeper publishes it 
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
-
 import pytest
 from django.conf import settings
 
 from tests.e2e.fault_support import FAST, fast_env
-from tests.e2e.proxy_faults import Fault, black_hole, jobs_through_a_fault, reset_after, thin_pipe
-from tests.support.tcp_proxy import TcpProxy
+from tests.e2e.proxy_faults import (
+    Fault,
+    black_hole,
+    jobs_through_a_fault,
+    redis_through_a_proxy,
+    reset_after,
+    thin_pipe,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -48,11 +52,8 @@ BROKER_BOUNDS = {
 
 
 def _through_the_proxy(fault: Fault, services, make_tenant, target, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    broker = urlsplit(settings.CELERY_BROKER_URL)
-    proxy = TcpProxy(upstream_host=broker.hostname or "127.0.0.1", upstream_port=broker.port or 6379).start()
+    proxy, through_proxy = redis_through_a_proxy(settings.CELERY_BROKER_URL)
     try:
-        credentials = broker.netloc.rpartition("@")[0]
-        through_proxy = broker._replace(netloc=f"{credentials}@127.0.0.1:{proxy.port}".lstrip("@")).geturl()
         # Every process reaches the broker through the proxy, its state Redis directly.
         svc = services(
             **fast_env(

@@ -6,11 +6,11 @@ Real control, beat and worker processes reach the server through a loopback TCP 
 (tests/support/tcp_proxy.py): every process for PostgreSQL, the worker alone for the state Redis
 (``REDIS_URL``). While 30 jobs run, some of them slow, the proxy turns into a black hole for a few
 lease periods: new connections are accepted and never answered, open ones carry nothing either
-way (or: every connection is reset once it carried a few kilobytes; or: a few kilobytes a second
-each way). Then it forwards again. Every job must end ``succeeded``, no target may be fetched more often
-than its job's recorded attempts, every process must still be alive, every job must be final
-within a stated bound after the fault, and a job submitted then must succeed within another: no
-process was left hanging on a connection the partition took.
+way (or: every connection is reset once it carried a few kilobytes; or: a few kilobytes a
+second each way). Then it forwards again. Every job must end ``succeeded``, no target may be
+fetched more often than its job's recorded attempts, every process must still be alive, every
+job must be final within a stated bound after the fault, and a job submitted then must succeed
+within another: no process was left hanging on a connection the partition took.
 
 A job may run twice: a worker that cannot reach Redis writes no lease mark, and the sweeper may
 call its attempt lost and run the job again (NFR-4). That is allowed, as long as the second fetch
@@ -20,14 +20,20 @@ is a recorded attempt.
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 from django.conf import settings
 from django.db import connection
 
 from tests.e2e.fault_support import FAST, fast_env
-from tests.e2e.proxy_faults import Fault, black_hole, jobs_through_a_fault, reset_after, thin_pipe
+from tests.e2e.proxy_faults import (
+    Fault,
+    black_hole,
+    jobs_through_a_fault,
+    redis_through_a_proxy,
+    reset_after,
+    thin_pipe,
+)
 from tests.support.target import TargetServer
 from tests.support.tcp_proxy import TcpProxy
 
@@ -52,16 +58,16 @@ def _jobs_through(
     make_tenant: Any,
     target: TargetServer,
     proxy: TcpProxy,
+    fault: Fault,
     fault_s: float,
     worker_env: dict[str, str] | None = None,
-    fault: Fault | None = None,
 ) -> None:
     jobs_through_a_fault(
         svc,
         make_tenant,
         target,
         proxy,
-        fault=fault or black_hole(),
+        fault=fault,
         fault_s=fault_s,
         delays=[DELAYS[i % len(DELAYS)] for i in range(JOBS)],
         recovery_bound_s=RECOVERY_BOUND_S,
@@ -93,7 +99,7 @@ def _through_a_postgresql_proxy(
                 SCRAPEJOBS_DB_TCP_USER_TIMEOUT_MS="4000",
             )
         )
-        _jobs_through(svc, make_tenant, target, proxy, BLACK_HOLE_S, fault=fault)
+        _jobs_through(svc, make_tenant, target, proxy, fault, BLACK_HOLE_S)
     finally:
         proxy.stop()
 
@@ -103,14 +109,11 @@ def _through_a_state_redis_proxy(
 ) -> None:
     """The worker alone reaches the state Redis (receipts, lease marks, politeness buckets) through
     the proxy; its broker and everyone else's Redis stay direct."""
-    state = urlsplit(settings.REDIS_URL)
-    proxy = TcpProxy(upstream_host=state.hostname or "127.0.0.1", upstream_port=state.port or 6379).start()
+    proxy, through_proxy = redis_through_a_proxy(settings.REDIS_URL)
     try:
         svc = services(**fast_env(tmp_path / "results"))
-        credentials = state.netloc.rpartition("@")[0]
-        through_proxy = state._replace(netloc=f"{credentials}@127.0.0.1:{proxy.port}".lstrip("@")).geturl()
         worker_env = {"REDIS_URL": through_proxy, "CELERY_BROKER_URL": settings.CELERY_BROKER_URL}
-        _jobs_through(svc, make_tenant, target, proxy, fault_s, worker_env, fault=fault)
+        _jobs_through(svc, make_tenant, target, proxy, fault, fault_s, worker_env)
     finally:
         proxy.stop()
 
@@ -125,8 +128,8 @@ def test_postgresql_connections_reset_mid_stream_again_and_again_lose_no_job(
     services, make_tenant, target, tmp_path
 ):
     """Each connection is reset once it carried 5,000 bytes: a claim or two, a publisher's round
-    (at 20,000 a fault of three leases reset two connections); open connections are cut in the middle of a statement
-    or of its answer, and the pool's next checkout makes a new one."""
+    (at 20,000 a fault of three leases reset two connections); open connections are cut in the
+    middle of a statement or of its answer, and the pool's next checkout makes a new one."""
     _through_a_postgresql_proxy(services, make_tenant, target, tmp_path, reset_after(5000, at_least=3))
 
 
