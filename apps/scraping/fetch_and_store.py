@@ -26,7 +26,6 @@ from apps.jobs.receipts import AttemptFinished, ResultStored
 from apps.jobs.revalidation import PreviousSuccess
 from apps.politeness.limiter import DEFAULT_SHARE, LineShare
 from apps.politeness.selectors import tenant_obeys_robots
-from apps.redis_clients import cancel_flag_key, state_redis
 from apps.results.storage import ResultStoreFailed, result_store
 from apps.scraping.errors import FetchError
 from apps.scraping.fetch import FetchRequest, fetch_open
@@ -167,7 +166,7 @@ def _under_lease(
     304 that kept the previous body, else the plain fetch's stored body."""
     obey = _robots_obeyed(claimed) if obey_robots is None else obey_robots
     request = _fetch_request(claimed, obey=obey, share=share)
-    check = _stop_check(job_id=str(claimed.id), attempt=claimed.attempt, lease=lease)
+    check = _stop_check(lease=lease)
     previous = _previous_success(claimed, fetch_key=fetch_key)
     if claimed.render == Render.BROWSER:  # FR-30: apps/scraping/render.py
         rendered = render_and_store(
@@ -315,34 +314,21 @@ def _previous_success(claimed: ClaimedJob, *, fetch_key: str | None) -> Previous
         connection_release()
 
 
-def _stop_check(*, job_id: str, attempt: int, lease: LeaseHandle) -> Callable[[], None]:
+def _stop_check(*, lease: LeaseHandle) -> Callable[[], None]:
     """The check the fetch calls before each hop and chunk: raises ``AttemptStopped`` once the
     lease is lost or the job is cancelled.
 
-    The first call asks Redis for the job's cancel flag (a cancel that came between the claim and
-    the fetch stops it before the target is asked); after that the lease keeper's watcher, which
-    asks for the flags of every held job in one round trip every ``CANCEL_WATCH_INTERVAL_S``, sets
-    ``lease.cancelled`` and breaks off any read in progress. A poll of its own per fetch would
-    cost a round trip per job every 0.25 s (a 500 ms fetch made two) to learn sooner
-    than the watcher what the watcher learns within half a second."""
-    polled = False
-    key = cancel_flag_key(job_id, attempt)
+    It asks nobody: the lease keeper's watcher asks for the cancel flags of every held job in one
+    round trip every ``CANCEL_WATCH_INTERVAL_S``, sets ``lease.cancelled`` and breaks off any read
+    in progress. A cancel requested before the claim is the claim's to see (it takes no job whose
+    cancel was requested); one that lands in the millisecond between the claim and the fetch is
+    seen by the watcher, within half a second, like one that lands during the fetch. A poll of
+    Redis per fetch cost a round trip for every job (NFR-11) to learn that sooner."""
 
     def check() -> None:
-        nonlocal polled
         if lease.lost.is_set():
             raise AttemptStopped("lease_lost")
         if lease.cancelled.is_set():  # seen by the lease keeper's watcher
-            raise AttemptStopped("cancelled")
-        if polled:
-            return
-        polled = True
-        try:
-            cancelled = state_redis().exists(key)
-        except Exception:  # noqa: BLE001 - Redis down: keep fetching, the watcher sees the cancel later
-            logger.warning("cancel check for job %s failed", job_id, exc_info=True)
-            return
-        if cancelled:
             raise AttemptStopped("cancelled")
 
     return check

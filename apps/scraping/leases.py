@@ -153,7 +153,7 @@ class LeaseKeeper:
             pipe.set(lease_mark_key(str(handle.job_id)), handle.attempt, px=ttl_ms)
         try:
             flags = pipe.execute()[: len(held)]
-        except Exception:  # noqa: BLE001 - Redis down: the fetch's own check sees the cancel later
+        except Exception:  # noqa: BLE001 - Redis down: a later tick sees the cancel
             logger.warning("cancel watch failed", exc_info=True)
             return
         for handle in due:

@@ -10,6 +10,7 @@ import redis
 from django.conf import settings
 from django.db import connections
 from django.utils import timezone
+from kombu.exceptions import KombuError
 
 from apps.jobs.intake import job_create, publisher_nudge
 from apps.jobs.models import Job
@@ -155,3 +156,55 @@ def test_an_accepted_job_is_published_at_once_by_the_nudge_with_no_beat_running(
         what="the nudged publisher",
     )
     assert state_redis().zscore(NUDGES, PUBLISH) is None
+
+
+@pytest.mark.django_db
+def test_a_batchs_messages_go_to_the_broker_in_one_round_trip(make_tenant, monkeypatch):
+    # NFR-11: the publisher's sends are pipelined (kombu's publish batch), one round trip for
+    # the batch however many jobs it sends, not one per job.
+    import redis.connection
+
+    tenant, _, _ = make_tenant()
+    _jobs(tenant, 1)
+    assert outbox_publish_batch(limit=10) == 1  # the queue declared, the connections made
+    jobs = _jobs(tenant, 5, priority="high") + _jobs(tenant, 4)
+    sent: list[bytes] = []
+    send = redis.connection.AbstractConnection.send_packed_command
+
+    def counting(self, command, check_health=True):
+        packed = b"".join(command) if isinstance(command, list) else bytes(command)
+        if b"LPUSH" in packed:
+            sent.append(packed)
+        return send(self, command, check_health)
+
+    monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", counting)
+    assert outbox_publish_batch(limit=10) == 9
+    assert len(sent) == 1 and sent[0].count(b"LPUSH") == 9
+    assert sorted(_queued_ids("jobs.high") + _queued_ids("jobs.normal")[:-1]) == sorted(
+        str(j.id) for j in jobs
+    )
+
+
+@pytest.mark.django_db
+def test_a_batch_the_broker_did_not_take_is_not_stamped_and_goes_again(make_tenant, monkeypatch):
+    # At-least-once (NFR-1): the pipelined send fails as a whole before the stamp, so every job
+    # of the batch stays unpublished and the next run sends it.
+    import redis.client
+
+    tenant, _, _ = make_tenant()
+    jobs = _jobs(tenant, 3)
+    execute = redis.client.Pipeline.execute
+
+    def refused(self, *args, **kwargs):
+        if any(b"LPUSH" in str(c[0][0]).encode() for c in self.command_stack):
+            raise redis.ConnectionError("the broker went away")
+        return execute(self, *args, **kwargs)
+
+    monkeypatch.setattr(redis.client.Pipeline, "execute", refused)
+    with pytest.raises(KombuError, match="delivery is uncertain"):  # kombu's BatchPublishError
+        outbox_publish_batch(limit=10)
+    assert Job.objects.filter(published_at__isnull=True).count() == 3
+    assert _broker().llen("jobs.normal") == 0
+    monkeypatch.setattr(redis.client.Pipeline, "execute", execute)
+    assert outbox_publish_batch(limit=10) == 3
+    assert sorted(_queued_ids("jobs.normal")) == sorted(str(j.id) for j in jobs)

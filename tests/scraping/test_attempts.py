@@ -3,11 +3,14 @@
 import hashlib
 import threading
 import time
+from contextlib import contextmanager
+from unittest import mock
 
 import pytest
 from django.conf import settings
 from django.db import connections
 from django.test import override_settings
+from django.utils import timezone
 
 from apps.jobs.cancel_requeue import job_cancel
 from apps.jobs.claims import job_claim
@@ -16,7 +19,7 @@ from apps.jobs.receipt_fold import attempts_apply_finished
 from apps.redis_clients import cancel_flag_key, state_redis
 from apps.results.storage import results_storage
 from apps.scraping.attempt import job_run_attempt
-from apps.scraping.leases import LeaseKeeper
+from apps.scraping.leases import LeaseKeeper, lease_keeper
 from tests.support.factories import job_make
 from tests.support.procs import wait_for
 from tests.support.target import body_for
@@ -145,11 +148,35 @@ def test_a_running_attempt_stops_soon_after_a_cancel(tenant, target):
 
 
 @pytest.mark.django_db
-def test_a_cancel_flag_set_before_the_fetch_stops_it_before_the_target_is_asked(tenant, target):
+def test_a_cancel_requested_before_the_claim_stops_the_job_before_the_target_is_asked(tenant, target):
+    # The claim reads the cancel (the fetch asks Redis nothing of its own, NFR-11): a cancel that
+    # races ahead of the claim leaves no attempt, and no request reaches the target.
     job = job_make(tenant, target.url("/bytes/10"))
-    state_redis().set(cancel_flag_key(str(job.id), 1), "1")
-    assert _attempt(job.id).outcome == "cancelled"
-    assert target.requests == []
+    Job.objects.filter(id=job.id).update(cancel_requested_at=timezone.now())
+    assert _attempt(job.id) is None
+    assert target.requests == [] and not Attempt.objects.filter(job=job).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cancel_flag_set_while_the_attempt_is_held_stops_it_at_the_watchers_next_look(tenant, target):
+    # A cancel landing between the claim and the first byte is the watcher's to see, as during
+    # the fetch: the attempt ends cancelled and no body is stored.
+    job = job_make(tenant, target.url("/drip?n=200&delay=0.05"), timeout_s=30)
+    keeper = lease_keeper()
+    original = keeper.hold
+
+    @contextmanager
+    def hold_and_flag(**kw):
+        with original(**kw) as handle:
+            state_redis().set(cancel_flag_key(str(kw["job_id"]), kw["attempt"]), "1")
+            yield handle
+
+    with mock.patch.object(keeper, "hold", hold_and_flag):
+        receipt = _attempt(job.id)
+    assert (receipt.outcome, receipt.error_class) == ("cancelled", "cancelled")
+    assert receipt.result is None
+    job.refresh_from_db()
+    assert job.status == "cancelled" and Attempt.objects.get(job=job).outcome == "cancelled"
 
 
 @pytest.mark.django_db
@@ -202,12 +229,13 @@ def test_a_message_from_a_newer_publisher_with_arguments_this_release_does_not_k
 
 @pytest.mark.django_db
 @override_settings(SCRAPEJOBS_DOMAIN_ADAPTIVE=True)  # every answer is recorded for the adaptive rate
-def test_an_attempt_costs_its_thread_three_redis_round_trips(tenant, target, monkeypatch):
+def test_an_attempt_costs_its_thread_two_redis_round_trips(tenant, target, monkeypatch):
     # NFR-11, docs/benchmarks.md: each round trip hands the interpreter lock to the worker's other
     # threads and waits to get it back, which is most of what a job costs its thread beyond the
-    # fetch. The politeness gate's script; the cancel check as the fetch starts; one pipeline
-    # after it with the slot's release, the answer for the adaptive rate, the receipt and the
-    # nudges. The lease keeper's threads (renewals, the cancel watcher) are not counted.
+    # fetch. The politeness gate's script, then one pipeline after the fetch with the slot's
+    # release, the answer for the adaptive rate, the receipt and the nudges. A cancel is the
+    # claim's and the lease keeper's to see, whose threads (renewals, the cancel watcher) are not
+    # counted.
     import redis.connection
 
     sent: list[bytes] = []
@@ -225,6 +253,6 @@ def test_an_attempt_costs_its_thread_three_redis_round_trips(tenant, target, mon
     job = job_make(tenant, target.url("/bytes/11"))
     receipt = job_run_attempt(job_id=job.id, worker="w:1:1", domain=job.domain, timeout_s=job.timeout_s)
     assert receipt is not None and receipt.outcome == "succeeded"
-    assert len(sent) == 3, [p[:80] for p in sent]
-    assert b"EVALSHA" in sent[0] and b"EXISTS" in sent[1]
-    assert sent[2].count(b"EVAL\r\n") == 2 and b"ZREM" in sent[2] and b"LPUSH" in sent[2]
+    assert len(sent) == 2, [p[:80] for p in sent]
+    assert b"EVALSHA" in sent[0] and not any(b"EXISTS" in p for p in sent)
+    assert sent[1].count(b"EVAL\r\n") == 2 and b"ZREM" in sent[1] and b"LPUSH" in sent[1]
