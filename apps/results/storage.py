@@ -120,6 +120,7 @@ def result_store(
     key = key or result_key(job_id=job_id, attempt=attempt)
     digest = hashlib.sha256()
     size = 0
+    moved = False  # renamed into place: nothing is left to remove
     try:
         try:
             spool = _spool_open(storage, key)
@@ -139,7 +140,8 @@ def result_store(
                     raise ResultStoreFailed(f"spooling the body failed: {e}") from e
         try:
             if isinstance(storage, FileSystemStorage):
-                saved = _local_move(storage, key, spool.name)
+                saved = _local_move(storage, key, spool.name, chmod=not _spool_mode_kept(storage))
+                moved = True
             else:
                 saved = _upload_bounded(storage, key, spool.name, content_type, deadline=deadline)
         except ResultStoreFailed:
@@ -147,10 +149,11 @@ def result_store(
         except Exception as e:  # noqa: BLE001 - any backend's failure (OSError, botocore...) is one class
             raise ResultStoreFailed(f"saving {key} failed: {type(e).__name__}: {e}") from e
     finally:
-        try:
-            os.unlink(spool.name)
-        except FileNotFoundError:  # moved into place by FileSystemStorage
-            pass
+        if not moved:
+            try:
+                os.unlink(spool.name)
+            except FileNotFoundError:
+                pass
     return ResultStored(
         key=saved,
         size=size,
@@ -211,10 +214,47 @@ def _spool_open(storage: Storage, key: str) -> IO[bytes]:
     if directory is None:
         return tempfile.NamedTemporaryFile(prefix="result-", delete=False)  # noqa: SIM115 - closed by the caller
     name = f"{key.replace('/', '_')}.{os.getpid()}.{threading.get_ident()}"
-    return open(os.path.join(directory, name), "wb")  # noqa: SIM115 - closed by the caller
+    wanted = getattr(storage, "file_permissions_mode", None)  # a FileSystemStorage's (spooled next to it)
+    mode = 0o666 if wanted is None else wanted
+
+    def opener(path: str, flags: int) -> int:
+        # Created with the results' mode (FILE_UPLOAD_PERMISSIONS, less the umask): where the
+        # umask leaves it whole, the file needs no chmod once in place (``_spool_mode_kept``).
+        return os.open(path, flags, mode)
+
+    return open(os.path.join(directory, name), "wb", opener=opener)  # noqa: SIM115 - closed by the caller
 
 
-def _local_move(storage: FileSystemStorage, key: str, spool: str) -> str:
+def _process_umask() -> int | None:
+    """This process's umask (Linux: read, not set, so no other thread's file sees it changed);
+    None where it cannot be read."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+_umask: list[int | None] = []
+
+
+def _spool_mode_kept(storage: FileSystemStorage) -> bool:
+    """Whether a spool file ``_spool_open`` made already has the mode results must have: the
+    umask (read once per process) takes nothing from FILE_UPLOAD_PERMISSIONS. Then the
+    ``chmod`` after the rename, a system call per job (NFR-11), is left out."""
+    mode = storage.file_permissions_mode
+    if mode is None:
+        return True
+    if not _umask:
+        _umask.append(_process_umask())
+    umask = _umask[0]
+    return umask is not None and mode & ~umask == mode
+
+
+def _local_move(storage: FileSystemStorage, key: str, spool: str, *, chmod: bool = True) -> str:
     """Put a finished spool file in place under ``key``: one rename on the same disk (atomic: a
     reader sees the old file or the new one, never half of one). What ``storage.save`` does for a
     file with a temporary path, without its name search and copy fallback, which cost about a
@@ -223,7 +263,7 @@ def _local_move(storage: FileSystemStorage, key: str, spool: str) -> str:
     final = Path(storage.path(key))
     final.parent.mkdir(parents=True, exist_ok=True)
     os.replace(spool, final)
-    if storage.file_permissions_mode is not None:
+    if chmod and storage.file_permissions_mode is not None:
         os.chmod(final, storage.file_permissions_mode)
     return key
 

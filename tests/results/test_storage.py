@@ -65,6 +65,36 @@ def test_a_stored_body_records_its_size_and_sha256(local_results):
     assert not any((local_results / ".spool").iterdir())  # moved into place, nothing left over
 
 
+@pytest.mark.parametrize(
+    ("umask", "permissions", "chmods"),
+    [(0o022, 0o644, 0), (0o077, 0o644, 1), (0o022, 0o640, 0), (0o002, 0o664, 0), (0o022, 0o664, 1)],
+)
+def test_a_stored_body_has_the_configured_mode_whatever_the_umask(
+    local_results, monkeypatch, umask, permissions, chmods
+):
+    # The spool file is created with FILE_UPLOAD_PERMISSIONS: the chmod after the rename (a system
+    # call per job, NFR-11) is made only where the process's umask takes something from it.
+    from apps.results import storage as storage_module
+
+    chmodded = []
+    chmod = os.chmod
+    monkeypatch.setattr(
+        storage_module.os, "chmod", lambda path, mode: (chmodded.append(mode), chmod(path, mode))
+    )
+    monkeypatch.setattr(storage_module, "_umask", [])  # read again under this test's umask
+    previous = os.umask(umask)
+    try:
+        with override_settings(FILE_UPLOAD_PERMISSIONS=permissions):
+            storages._storages.pop("results", None)  # made again with the setting
+            stored = result_store(job_id=uuid7(), attempt=1, chunks=[b"body"])
+            assert results_storage().file_permissions_mode == permissions
+    finally:
+        os.umask(previous)
+        storages._storages.pop("results", None)
+    assert os.stat(local_results / stored.key).st_mode & 0o777 == permissions
+    assert chmodded == [permissions] * chmods
+
+
 def test_storing_the_same_attempt_again_overwrites_it(local_results):
     job_id = uuid7()
     first = result_store(job_id=job_id, attempt=1, chunks=[b"old body"])
