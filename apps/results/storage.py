@@ -15,6 +15,7 @@ are, read through each job's ``result_key`` and deleted by retention (``result_k
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import tempfile
@@ -150,16 +151,10 @@ def result_store(
             raise ResultStoreFailed(f"saving {key} failed: {type(e).__name__}: {e}") from e
     finally:
         if not moved:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(spool.name)
-            except FileNotFoundError:
-                pass
     return ResultStored(
-        key=saved,
-        size=size,
-        sha256=digest.hexdigest(),
-        content_type=content_type,
-        http_status=http_status,
+        key=saved, size=size, sha256=digest.hexdigest(), content_type=content_type, http_status=http_status
     )
 
 
