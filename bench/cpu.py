@@ -124,6 +124,14 @@ class CpuMeter:
             out[kind] = (max(first, self._rss_first[pid] / 1024), max(top, peak / 1024))
         return out
 
+    def by_pid(self, kind: str) -> dict[int, float]:
+        """CPU seconds per process of ``kind`` used while the meter ran."""
+        return {
+            pid: max(0.0, last - self._first.get(pid, 0.0))
+            for pid, last in self._last.items()
+            if self._kinds.get(pid) == kind
+        }
+
     def totals(self) -> dict[str, float]:
         """CPU seconds per kind used while the meter ran."""
         out: dict[str, float] = defaultdict(float)

@@ -21,7 +21,9 @@ B C A, C A B), against the same target at the same concurrency; each figure is t
 rounds, with its spread (largest minus smallest) beside it. ``…_idle_slot_share``: the share of
 the worker's thread time spent idle while jobs were queued (0: the pool was full whenever work
 waited; sampled every 50 ms on the held connection). CPU is counted per process kind
-(bench/cpu.py): PostgreSQL's WAL writer, checkpointer and background writer count for scrapejobs.
+(bench/cpu.py): PostgreSQL's WAL writer, checkpointer and background writer count for scrapejobs,
+and its backends' CPU is also split by the process they served (``…_postgres_for_worker``,
+``_control``, ``_intake``, ``_beat``: each process's sessions carry its name).
 """
 
 from __future__ import annotations
@@ -163,10 +165,12 @@ def _scrapejobs(
         )
         tenant_id, _token = create_tenant(env)
         schedule = str(results / "celerybeat-schedule")
+        # Each process's database sessions carry its name (libpq's PGAPPNAME), so that
+        # PostgreSQL's CPU is split by whose statements it ran (``_PgClients``).
         procs = (
-            Proc("control", processes.control(), env),
-            Proc("beat", processes.beat(schedule_file=schedule), env),
-            Proc("worker", processes.worker(concurrency=CONCURRENCY), env),
+            Proc("control", processes.control(), {**env, "PGAPPNAME": "control"}),
+            Proc("beat", processes.beat(schedule_file=schedule), {**env, "PGAPPNAME": "beat"}),
+            Proc("worker", processes.worker(concurrency=CONCURRENCY), {**env, "PGAPPNAME": "worker"}),
         )
         # One connection held for the whole run, its backend left out of the count: the poll for
         # the end costs neither side CPU that is counted (a new connection per poll did).
@@ -174,6 +178,7 @@ def _scrapejobs(
             poll.execute("ANALYZE")  # the planner's statistics, as a live database has them
             poll_pid = poll.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
             idle = _IdleSlots(poll)
+            clients = _PgClients(poll)
             try:
                 with running(*procs) as (writer, _beat, worker):
                     wait_until(lambda: celery_ready(writer) and celery_ready(worker), 60, "writer and worker")
@@ -190,10 +195,10 @@ def _scrapejobs(
                             str(jobs),
                             str(latency_ms),
                         ],
-                        env,
+                        {**env, "PGAPPNAME": "intake"},
                     )
                     wait_until(
-                        lambda: idle.sample() >= 0 and submit.p.poll() is not None,
+                        lambda: idle.sample() >= 0 and clients.sample() and submit.p.poll() is not None,
                         TIMEOUT_S,
                         "the submissions",
                     )
@@ -201,14 +206,52 @@ def _scrapejobs(
                         raise RuntimeError(submit.output())
                     started = float(submit.output().split()[0])
                     submit.stop()
-                    wait_until(lambda: idle.sample() >= jobs, TIMEOUT_S, "every job to be final", 0.05)
+                    wait_until(
+                        lambda: clients.sample() and idle.sample() >= jobs,
+                        TIMEOUT_S,
+                        "every job to be final",
+                        0.05,
+                    )
                     elapsed = time.time() - started
                     meter.__exit__()
             finally:
                 shutil.rmtree(results, ignore_errors=True)
             counts = dict(poll.execute("SELECT status, count(*) FROM jobs_job GROUP BY status").fetchall())
     counts["idle_slot_share"] = idle.share(elapsed)
+    for client, used in clients.split(meter.by_pid("postgres")).items():
+        counts[f"postgres_cpu_s_for_{client}"] = used
     return jobs / elapsed, counts, meter
+
+
+class _PgClients:
+    """Which process each PostgreSQL backend of the run served (its ``application_name``), read
+    on the held connection at most once a second: the service's backends are its pools'
+    connections, opened as the run starts and kept. ``split`` sums a per-backend CPU count by
+    client: ``worker`` (claims, lease renewals), ``control`` (the publisher's dispatch, the
+    writer's folds), ``intake`` (one INSERT per job), ``beat``, ``other`` (a backend that came
+    and went between two reads)."""
+
+    QUERY = "SELECT pid, application_name FROM pg_stat_activity WHERE datname = current_database()"
+
+    def __init__(self, conn: Any):
+        self.conn = conn
+        self.names: dict[int, str] = {}
+        self.read_at = 0.0
+
+    def sample(self) -> bool:
+        if time.monotonic() - self.read_at >= 1.0:
+            self.read_at = time.monotonic()
+            self.names.update(
+                {pid: name or "other" for pid, name in self.conn.execute(self.QUERY).fetchall()}
+            )
+        return True
+
+    def split(self, cpu_by_pid: dict[int, float]) -> dict[str, float]:
+        out = dict.fromkeys(("worker", "control", "intake", "beat", "other"), 0.0)
+        for pid, used in cpu_by_pid.items():
+            name = self.names.get(pid, "other")
+            out[name if name in out else "other"] += used
+        return out
 
 
 class _IdleSlots:
@@ -256,6 +299,12 @@ def _round(side: str, target: str, latency_ms: int) -> dict[str, float]:
         rate, counts, meter = _scrapejobs(target, latency_ms)
         cpu = meter.totals()
         out = {"succeeded": float(counts.get("succeeded", 0)), "idle_slot_share": counts["idle_slot_share"]}
+        # PostgreSQL's share by whose statements it ran (part of cpu_ms_per_job_postgres).
+        for key, used in counts.items():
+            if key.startswith("postgres_cpu_s_for_"):
+                out[f"cpu_ms_per_job_postgres_for_{key.removeprefix('postgres_cpu_s_for_')}"] = (
+                    used * 1000 / JOBS
+                )
     else:
         rate, cpu = _baseline(side, target, latency_ms)
         out = {}
