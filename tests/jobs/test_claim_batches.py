@@ -161,7 +161,12 @@ def test_job_claim_goes_through_the_batcher_of_a_scrape_worker(tenant, monkeypat
     claims.claims_batch()
     used: list[int] = []
     batch = claims._batcher._claim_batch  # type: ignore[union-attr]
-    monkeypatch.setattr(claims._batcher, "_claim_batch", lambda b: (used.append(len(b)), batch(b))[1])
+
+    def counted(requests) -> None:
+        used.append(len(requests))
+        batch(requests)
+
+    monkeypatch.setattr(claims._batcher, "_claim_batch", counted)
     claimed = job_claim(job_id=job.id, worker="w:1:1")
     assert used == [1] and claimed is not None
     assert (claimed.id, claimed.attempt, claimed.url) == (job.id, 1, job.url)
