@@ -287,6 +287,18 @@ def _scrape_consumer_without_ack_emulation(sender: object = None, **_: object) -
         app.conf.broker_transport_options = {**app.conf.broker_transport_options, "ack_emulation": False}
 
 
+@worker_init.connect
+def _scrape_claims_batched(sender: object = None, **_: object) -> None:
+    """A process that consumes scrape messages makes its claims in batches, one statement for
+    every claim waiting (apps.jobs.claims.ClaimBatcher, NFR-11)."""
+    if getattr(sender, "app", None) is not app:
+        return
+    if set(app.amqp.queues.consume_from or ()) & {*SCRAPE_QUEUES, BROWSER_QUEUE}:
+        from apps.jobs.claims import claims_batch  # noqa: PLC0415 - Django is set up by now
+
+        claims_batch()
+
+
 @worker_ready.connect
 def _start_nudge_listener(sender: object = None, **_: object) -> None:
     # The component that runs the control tasks also answers nudges (scrapejobs/nudge_listener.py).

@@ -8,6 +8,8 @@ the lease: a worker whose attempt is no longer the job's current one must stop.
 
 from __future__ import annotations
 
+import os
+import threading
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -96,6 +98,48 @@ SELECT c.attempts, c.method, c.url, c.headers, c.body, c.timeout_s, c.max_attemp
 """
 
 
+# ``ClaimBatcher``'s statement: ``CLAIM_SQL`` for several jobs at once, each with its own worker
+# and fetch key (the arrays, sorted by job id so that two batches lock their rows in the same
+# order, as the writer's folds do). Its result rows start with the job's id. Parsed, planned and
+# committed once for the batch: under load a claim on its own cost PostgreSQL several times what
+# one in a batch of five does, most of it per statement (NFR-11, docs/benchmarks.md).
+CLAIM_BATCH_SQL = f"""
+WITH t AS (SELECT statement_timestamp() AS now), req AS (
+    SELECT * FROM unnest(%(ids)s::uuid[], %(workers)s::text[], %(fetch_keys)s::text[]) AS r(id, worker, fetch_key)
+), claimed AS (
+    UPDATE jobs_job AS j
+       SET status = 'running', attempts = j.attempts + 1, lease_owner = r.worker,
+           version = j.version + 1,
+           lease_expires_at = t.now + make_interval(secs => %(lease_s)s),
+           started_at = COALESCE(j.started_at, t.now), updated_at = t.now,
+           fetch_key = COALESCE(r.fetch_key, j.fetch_key)
+      FROM req AS r, t
+     WHERE j.id = r.id AND j.status = 'queued' AND {counted_attempts_sql("j")} < j.max_attempts
+       AND (j.not_before IS NULL OR j.not_before <= t.now)
+       AND j.cancel_requested_at IS NULL AND j.fetch_parked_at IS NULL
+ RETURNING j.id, j.attempts, j.method, j.url, j.headers, j.body, j.timeout_s, j.max_attempts,
+           j.lease_expires_at, j.tenant_id, j.render, j.browser_options, j.deferred_attempts,
+           j.revalidate, j.callback_on, r.worker
+), attempt AS (
+    INSERT INTO jobs_attempt (job_id, number, worker, started_at)
+    SELECT id, attempts, worker, t.now FROM claimed, t
+    ON CONFLICT (job_id, number) DO NOTHING
+), deferred AS (
+    UPDATE jobs_job AS j
+       SET published_at = NULL, updated_at = t.now, version = j.version + 1
+      FROM req AS r, t
+     WHERE j.id = r.id
+       AND CASE WHEN j.status = 'queued' AND j.published_at IS NOT NULL AND j.not_before > t.now
+                     AND j.cancel_requested_at IS NULL AND j.fetch_parked_at IS NULL
+                THEN true ELSE false END
+)
+SELECT c.id, c.attempts, c.method, c.url, c.headers, c.body, c.timeout_s, c.max_attempts,
+       c.lease_expires_at, c.tenant_id, c.render, c.browser_options, tt.share_fetches, tt.obey_robots,
+       c.deferred_attempts, c.revalidate, c.callback_on
+  FROM claimed AS c JOIN tenants_tenant AS tt ON tt.id = c.tenant_id
+"""
+
+
 def job_claim(*, job_id: uuid.UUID | str, worker: str, fetch_key: str | None = None) -> ClaimedJob | None:
     """Take a queued job: ``queued → running``, attempt + 1, a lease, and the attempt's row.
 
@@ -116,23 +160,134 @@ def job_claim(*, job_id: uuid.UUID | str, worker: str, fetch_key: str | None = N
     that has already expired, or one that outlives it by its skew. Raises on a database error: the
     caller must then have the message delivered again (``apps.scraping.tasks``).
     """
-    connection.ensure_connection()
     job_uuid = uuid.UUID(str(job_id))
-    with psycopg.Cursor(connection.connection) as cur:
-        cur.execute(
-            CLAIM_SQL,
-            {
-                "worker": worker,
-                "lease_s": float(settings.SCRAPEJOBS_LEASE_S),
-                "id": job_uuid,
-                "fetch_key": fetch_key,
-            },
-            prepare=True,
-        )
-        row = cur.fetchone()
+    batcher = _batcher
+    if batcher is not None and not connection.in_atomic_block:
+        # The thread's own connection goes back to the pool first (the attempt gives it back
+        # after the claim anyway): the claiming thread needs one, and a pool smaller than the
+        # threads waiting to claim would otherwise be held by them all.
+        connection.close()
+        row = batcher.claim(job_uuid, worker=worker, fetch_key=fetch_key)
+    else:
+        connection.ensure_connection()
+        with psycopg.Cursor(connection.connection) as cur:
+            cur.execute(
+                CLAIM_SQL,
+                {
+                    "worker": worker,
+                    "lease_s": float(settings.SCRAPEJOBS_LEASE_S),
+                    "id": job_uuid,
+                    "fetch_key": fetch_key,
+                },
+                prepare=True,
+            )
+            row = cur.fetchone()
     if row is None:
         return None
     return _claimed_job(job_uuid, row)
+
+
+class _ClaimRequest:
+    __slots__ = ("done", "error", "fetch_key", "job_id", "row", "worker")
+
+    def __init__(self, job_id: uuid.UUID, worker: str, fetch_key: str | None):
+        self.job_id = job_id
+        self.worker = worker
+        self.fetch_key = fetch_key
+        self.row: tuple[Any, ...] | None = None
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+
+
+class ClaimBatcher:
+    """A worker process's claims, made together (NFR-11): the threads that want to claim hand
+    their requests to one claiming thread, which claims every request waiting in one statement
+    (``CLAIM_BATCH_SQL``, at most ``max_batch``), then the next batch with whatever came
+    meanwhile. Nothing waits to fill a batch: alone, a claim goes at once, as before; under load
+    the batches grow by themselves with the time a statement takes.
+
+    What a requesting thread sees is what ``job_claim``'s own statement gave it: its row, or
+    None (not claimable, or a second message for a job already in the batch), or the
+    statement's error (the database away: the caller sends the message again, apps.scraping.tasks).
+    A thread waits as long as the statement takes, bounded by the connection's own timeouts
+    (docs/settings.md), and at most ``wait_s`` (then ``psycopg.OperationalError``, which the
+    caller reads as the database being away): a claim still running in the database then may
+    take the job with nobody to run it, which its lease brings back, as for a worker that died
+    after its claim. The claiming thread borrows a connection of the pool for each batch."""
+
+    def __init__(self, *, max_batch: int = 50, wait_s: float = 300.0):
+        self.max_batch = max_batch
+        self.wait_s = wait_s
+        self._lock = threading.Lock()
+        self._waiting = threading.Condition(self._lock)
+        self._pending: list[_ClaimRequest] = []
+        self._thread: tuple[int, threading.Thread] | None = None
+
+    def claim(self, job_id: uuid.UUID, *, worker: str, fetch_key: str | None) -> tuple[Any, ...] | None:
+        request = _ClaimRequest(job_id, worker, fetch_key)
+        with self._lock:
+            if self._thread is None or self._thread[0] != os.getpid():  # a forked child starts its own
+                thread = threading.Thread(target=self._run, name="claims", daemon=True)
+                self._thread = (os.getpid(), thread)
+                thread.start()
+            self._pending.append(request)
+            self._waiting.notify()
+        if not request.done.wait(self.wait_s):
+            raise psycopg.OperationalError(f"no claim decision for job {job_id} within {self.wait_s:.0f}s")
+        if request.error is not None:
+            raise request.error
+        return request.row
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._pending:
+                    self._waiting.wait()
+                batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
+            try:
+                self._claim_batch(batch)
+            except BaseException as e:  # noqa: BLE001 - handed to every waiting thread; never dies
+                for request in batch:
+                    request.error = e
+            finally:
+                for request in batch:
+                    request.done.set()
+
+    @staticmethod
+    def _claim_batch(batch: list[_ClaimRequest]) -> None:
+        first: dict[uuid.UUID, _ClaimRequest] = {}
+        for request in batch:  # a second message for the same job is not claimable: None
+            first.setdefault(request.job_id, request)
+        ordered = sorted(first.values(), key=lambda r: r.job_id)
+        try:
+            connection.ensure_connection()
+            with psycopg.Cursor(connection.connection) as cur:
+                cur.execute(
+                    CLAIM_BATCH_SQL,
+                    {
+                        "ids": [r.job_id for r in ordered],
+                        "workers": [r.worker for r in ordered],
+                        "fetch_keys": [r.fetch_key for r in ordered],
+                        "lease_s": float(settings.SCRAPEJOBS_LEASE_S),
+                    },
+                    prepare=True,
+                )
+                rows = cur.fetchall()
+        finally:
+            connection.close()  # back to the pool (a broken one is dropped there)
+        for row in rows:
+            first[uuid.UUID(str(row[0]))].row = tuple(row[1:])
+
+
+_batcher: ClaimBatcher | None = None
+
+
+def claims_batch() -> None:
+    """This process's claims go through a ``ClaimBatcher``; called as a scrape worker starts
+    (scrapejobs/celery.py)."""
+    global _batcher
+    if _batcher is None:
+        _batcher = ClaimBatcher()
 
 
 def _claimed_job(job_uuid: uuid.UUID, row: tuple[Any, ...]) -> ClaimedJob:
