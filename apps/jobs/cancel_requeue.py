@@ -65,9 +65,10 @@ def job_cancel(*, job_id: uuid.UUID | str, tenant_id: uuid.UUID | None = None) -
             jobs_fetch_settle([str(job_id)])
             return "cancelled"
     # Running: the worker's lease keeper polls this flag for all its held jobs in one round trip
-    # (Redis, so the hot loop never queries SQL) and stops the fetch. The flag names the attempt it stops, so a later attempt (after a requeue) never sees
-    # it and nothing has to clear it. Without Redis the cancel still holds: the row says so, and
-    # the attempt's receipt (or the sweeper) ends the job `cancelled` when the attempt ends.
+    # (Redis, so the hot loop never queries SQL) and stops the fetch. The flag names the attempt
+    # it stops, so a later attempt (after a requeue) never sees it and nothing has to clear it.
+    # Without Redis the cancel still holds: the row says so, and the attempt's receipt (or the
+    # sweeper) ends the job `cancelled` when the attempt ends.
     try:
         state_redis().set(cancel_flag_key(str(job_id), attempt), "1", ex=CANCEL_FLAG_TTL_S)
     except redis.RedisError:
