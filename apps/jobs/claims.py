@@ -51,59 +51,24 @@ class ClaimedJob:
     callback_on: str | None = None
 
 
-# job_claim's statement. One statement, so one round trip and atomic without BEGIN/COMMIT: the
-# conditional UPDATE decides who owns the job, and the attempt's row is written only for the
-# winner. Prepared on its connection (a plain psycopg cursor binds server-side; prepare=True): it
-# runs once per job, and parsing and planning it each time cost PostgreSQL more than executing it.
+# The claim's statement, for one job (``job_claim``) or several at once (``ClaimBatcher``), each
+# with its own worker and fetch key: the arrays, sorted by job id so that two batches lock their
+# rows in the same order, as the writer's folds do; its result rows start with the job's id. One
+# statement, so one round trip and atomic without BEGIN/COMMIT: the conditional UPDATE decides who
+# owns each job, and an attempt's row is written only for a winner. Prepared on its connection (a
+# plain psycopg cursor binds server-side; prepare=True), and under load batched: a claim on its
+# own cost PostgreSQL several times what one in a batch of five does, most of it per statement
+# (parse, plan, commit; NFR-11, docs/benchmarks.md).
 # statement_timestamp() is now() for a statement run on its own (autocommit, as here); inside
 # a caller's transaction (tests) it still moves on from one statement to the next.
 # ``deferred``'s conditions sit in a CASE so that its only indexable clause is the id: written
 # plainly they imply the predicate of the partial index of published, untaken jobs
 # (jobs_published_untaken), and on statistics older than a burst the planner read the job
 # through it, filtering every published job for one id (400 of them at the publisher's
-# dispatch depth), on every claim (NFR-11, docs/benchmarks.md).
-# ``deferred`` never touches the row ``claimed`` takes (``not_before`` is past there, still to
+# dispatch depth), on every claim (tests/jobs/test_hot_path_plans.py).
+# ``deferred`` never touches a row ``claimed`` takes (``not_before`` is past there, still to
 # come here), so the two updates of one statement never meet on a row.
 CLAIM_SQL = f"""
-WITH t AS (SELECT statement_timestamp() AS now), claimed AS (
-    UPDATE jobs_job
-       SET status = 'running', attempts = attempts + 1, lease_owner = %(worker)s,
-           version = version + 1,
-           lease_expires_at = t.now + make_interval(secs => %(lease_s)s),
-           started_at = COALESCE(started_at, t.now), updated_at = t.now,
-           fetch_key = COALESCE(%(fetch_key)s, fetch_key)
-      FROM t
-     WHERE id = %(id)s AND status = 'queued' AND {counted_attempts_sql()} < max_attempts
-       AND (not_before IS NULL OR not_before <= t.now)
-       AND cancel_requested_at IS NULL AND fetch_parked_at IS NULL
- RETURNING id, attempts, method, url, headers, body, timeout_s, max_attempts,
-           lease_expires_at, tenant_id, render, browser_options, deferred_attempts, revalidate, callback_on
-), attempt AS (
-    INSERT INTO jobs_attempt (job_id, number, worker, started_at)
-    SELECT id, attempts, %(worker)s, t.now FROM claimed, t
-    ON CONFLICT (job_id, number) DO NOTHING
-), deferred AS (
-    UPDATE jobs_job
-       SET published_at = NULL, updated_at = t.now, version = version + 1
-      FROM t
-     WHERE ctid = (SELECT ctid FROM jobs_job WHERE id = %(id)s)
-       AND CASE WHEN status = 'queued' AND published_at IS NOT NULL AND not_before > t.now
-                     AND cancel_requested_at IS NULL AND fetch_parked_at IS NULL
-                THEN true ELSE false END
-)
-SELECT c.attempts, c.method, c.url, c.headers, c.body, c.timeout_s, c.max_attempts,
-       c.lease_expires_at, c.tenant_id, c.render, c.browser_options, tt.share_fetches, tt.obey_robots,
-       c.deferred_attempts, c.revalidate, c.callback_on
-  FROM claimed AS c JOIN tenants_tenant AS tt ON tt.id = c.tenant_id
-"""
-
-
-# ``ClaimBatcher``'s statement: ``CLAIM_SQL`` for several jobs at once, each with its own worker
-# and fetch key (the arrays, sorted by job id so that two batches lock their rows in the same
-# order, as the writer's folds do). Its result rows start with the job's id. Parsed, planned and
-# committed once for the batch: under load a claim on its own cost PostgreSQL several times what
-# one in a batch of five does, most of it per statement (NFR-11, docs/benchmarks.md).
-CLAIM_BATCH_SQL = f"""
 WITH t AS (SELECT statement_timestamp() AS now), req AS (
     SELECT * FROM unnest(%(ids)s::uuid[], %(workers)s::text[], %(fetch_keys)s::text[]) AS r(id, worker, fetch_key)
 ), claimed AS (
@@ -169,19 +134,7 @@ def job_claim(*, job_id: uuid.UUID | str, worker: str, fetch_key: str | None = N
         connection.close()
         row = batcher.claim(job_uuid, worker=worker, fetch_key=fetch_key)
     else:
-        connection.ensure_connection()
-        with psycopg.Cursor(connection.connection) as cur:
-            cur.execute(
-                CLAIM_SQL,
-                {
-                    "worker": worker,
-                    "lease_s": float(settings.SCRAPEJOBS_LEASE_S),
-                    "id": job_uuid,
-                    "fetch_key": fetch_key,
-                },
-                prepare=True,
-            )
-            row = cur.fetchone()
+        row = _claim_rows([(job_uuid, worker, fetch_key)]).get(job_uuid)
     if row is None:
         return None
     return _claimed_job(job_uuid, row)
@@ -202,7 +155,7 @@ class _ClaimRequest:
 class ClaimBatcher:
     """A worker process's claims, made together (NFR-11): the threads that want to claim hand
     their requests to one claiming thread, which claims every request waiting in one statement
-    (``CLAIM_BATCH_SQL``, at most ``max_batch``), then the next batch with whatever came
+    (``CLAIM_SQL``, at most ``max_batch``), then the next batch with whatever came
     meanwhile. Nothing waits to fill a batch: alone, a claim goes at once, as before; under load
     the batches grow by themselves with the time a statement takes.
 
@@ -258,25 +211,31 @@ class ClaimBatcher:
         first: dict[uuid.UUID, _ClaimRequest] = {}
         for request in batch:  # a second message for the same job is not claimable: None
             first.setdefault(request.job_id, request)
-        ordered = sorted(first.values(), key=lambda r: r.job_id)
         try:
-            connection.ensure_connection()
-            with psycopg.Cursor(connection.connection) as cur:
-                cur.execute(
-                    CLAIM_BATCH_SQL,
-                    {
-                        "ids": [r.job_id for r in ordered],
-                        "workers": [r.worker for r in ordered],
-                        "fetch_keys": [r.fetch_key for r in ordered],
-                        "lease_s": float(settings.SCRAPEJOBS_LEASE_S),
-                    },
-                    prepare=True,
-                )
-                rows = cur.fetchall()
+            rows = _claim_rows([(r.job_id, r.worker, r.fetch_key) for r in first.values()])
         finally:
             connection.close()  # back to the pool (a broken one is dropped there)
-        for row in rows:
-            first[uuid.UUID(str(row[0]))].row = tuple(row[1:])
+        for job_id, row in rows.items():
+            first[job_id].row = row
+
+
+def _claim_rows(requests: Sequence[tuple[uuid.UUID, str, str | None]]) -> dict[uuid.UUID, tuple[Any, ...]]:
+    """``CLAIM_SQL`` for ``(job id, worker, fetch key)`` requests, one per job, on this thread's
+    connection: the claimed jobs' rows (without the id) by job id."""
+    ordered = sorted(requests, key=lambda r: r[0])
+    connection.ensure_connection()
+    with psycopg.Cursor(connection.connection) as cur:
+        cur.execute(
+            CLAIM_SQL,
+            {
+                "ids": [job_id for job_id, _, _ in ordered],
+                "workers": [worker for _, worker, _ in ordered],
+                "fetch_keys": [fetch_key for _, _, fetch_key in ordered],
+                "lease_s": float(settings.SCRAPEJOBS_LEASE_S),
+            },
+            prepare=True,
+        )
+        return {uuid.UUID(str(row[0])): tuple(row[1:]) for row in cur.fetchall()}
 
 
 _batcher: ClaimBatcher | None = None

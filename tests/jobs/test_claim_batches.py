@@ -16,7 +16,7 @@ from django.db import connection, connections
 from django.utils import timezone
 
 from apps.jobs import claims
-from apps.jobs.claims import CLAIM_BATCH_SQL, ClaimBatcher, job_claim
+from apps.jobs.claims import CLAIM_SQL, ClaimBatcher, job_claim
 from apps.jobs.models import Attempt, Job
 from tests.jobs.test_hot_path_plans import _burst_on_stale_statistics, _nodes, _plan
 from tests.support.factories import job_make
@@ -182,7 +182,7 @@ def test_the_batch_reads_its_jobs_by_key_with_hundreds_published(tenant) -> None
         cur.execute("UPDATE jobs_job SET published_at = now() WHERE id = ANY(%s)", [ids[:400]])
     picked = sorted(ids[5:10])
     plan = _plan(
-        CLAIM_BATCH_SQL,
+        CLAIM_SQL,
         {"ids": picked, "workers": ["w:1:1"] * 5, "fetch_keys": [None] * 5, "lease_s": 60.0},
     )
     scans = [n for n in _nodes(plan) if n.get("Relation Name") == "jobs_job" and "Index" in n["Node Type"]]
