@@ -29,13 +29,17 @@ run: $(STAMP)
 # The whole suite, in two phases against one pair of embedded servers: every test not marked
 # `serial` in TEST_PROCS parallel processes (pytest-xdist; each its own test database, Redis
 # databases and results directory, see settings/test.py; the tests that start processes mostly
-# wait on them), then the `serial` ones (time itself is their subject) alone in one process.
+# wait on them), then the `serial` ones (time itself is their subject) in SERIAL_PROCS processes:
+# each of them keeps a core's worth of the machine (they wait, at 25-35 % of it), where the whole
+# parallel phase would starve them; the heaviest (the budget runs, the 500 waiters) share one
+# process (xdist group "heavy-serial"), beside only the light ones.
 # Exit status 5 is pytest's "no test selected" (a PYTEST_ARGS path with none of one phase's).
 TEST_PROCS ?= 3
+SERIAL_PROCS ?= 2
 test: $(STAMP) browser
 	$(BIN)/python -m scrapejobs.embedded exec --dir .run/test -- bash -c '\
 	  $(BIN)/python -m pytest -n $(TEST_PROCS) --dist loadgroup -m "not serial" $(PYTEST_ARGS); a=$$?; p=$$SECONDS; \
-	  $(BIN)/python -m pytest -m serial $(PYTEST_ARGS); b=$$?; \
+	  $(BIN)/python -m pytest -n $(SERIAL_PROCS) --dist loadgroup -m serial $(PYTEST_ARGS); b=$$?; \
 	  echo "make test: parallel phase exit $$a in $${p}s, serial phase exit $$b in $$((SECONDS - p))s, $${SECONDS}s in all"; \
 	  [ $$a -eq 0 -o $$a -eq 5 ] && [ $$b -eq 0 -o $$b -eq 5 ] && [ $$a -ne 5 -o $$b -ne 5 ]'
 

@@ -17,7 +17,7 @@ from bench import intake
 from scrapejobs.processes import ROOT
 
 # Starts web servers (the whole suite's, not the fast loop's); an open loop's queue is a matter of time:
-# run alone (make test's serial phase).
+# out of the parallel phase (make test's serial phase).
 pytestmark = [pytest.mark.e2e, pytest.mark.serial]
 
 

@@ -23,10 +23,13 @@ def test_tests_run_longest_first_with_unknown_process_starting_ones_at_their_def
         _item("d"),
         _item("e_e2e_unknown", e2e=True),
         _item("f"),
+        _item("m.py::g[x-1]@heavy"),  # its xdist_group appended by --dist loadgroup
     ]
-    known = {"c": 120.0, "d": 2.5, "f": 7.0}
+    known = {"c": 120.0, "d": 2.5, "f": 7.0, "m.py::g[x-1]": 9.0}
     durations.longest_first(items, known)  # type: ignore[arg-type]
-    assert [i.nodeid for i in items] == ["c", "f", "b_e2e_unknown", "e_e2e_unknown", "d", "a"]
+    assert [i.nodeid for i in items] == [
+        "c", "m.py::g[x-1]@heavy", "f", "b_e2e_unknown", "e_e2e_unknown", "d", "a"
+    ]  # fmt: skip
 
 
 def test_a_recorded_run_merges_into_the_file_and_leaves_short_tests_out(tmp_path: Path) -> None:
@@ -39,11 +42,14 @@ def test_a_recorded_run_merges_into_the_file_and_leaves_short_tests_out(tmp_path
         ("ran_again", 0.5),
         ("now_short", 0.2),
         ("new", 12.0),
+        ("m.py::grouped[a@b]@heavy", 2.0),  # recorded without its xdist_group
     ]:
         recorder.pytest_runtest_logreport(SimpleNamespace(nodeid=nodeid, duration=phase_s))  # type: ignore[arg-type]
     recorder.pytest_sessionfinish(None)  # type: ignore[arg-type]
-    assert json.loads(path.read_text()) == {"other_phase": 40.0, "new": 12.0, "ran_again": 3.8}
-    assert list(json.loads(path.read_text())) == ["other_phase", "new", "ran_again"]
+    assert json.loads(path.read_text()) == {
+        "other_phase": 40.0, "new": 12.0, "ran_again": 3.8, "m.py::grouped[a@b]": 2.0
+    }  # fmt: skip
+    assert list(json.loads(path.read_text())) == ["other_phase", "new", "ran_again", "m.py::grouped[a@b]"]
 
 
 def test_the_committed_file_reads_and_names_tests_of_this_tree() -> None:

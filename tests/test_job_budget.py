@@ -50,8 +50,10 @@ def _measure(budget: dict, target: TargetServer, *, tracing: bool = False) -> Bu
 
 @pytest.mark.e2e
 # Serial: the WAL tolerance is the spread of runs made alone; beside other tests the writer's
-# batches (and so the WAL per job) come out otherwise (+0.9 % in a parallel CI run).
+# batches (and so the WAL per job) come out otherwise (+0.9 % in a parallel CI run). The serial
+# phase's second process runs only light tests beside the group (Makefile, SERIAL_PROCS).
 @pytest.mark.serial
+@pytest.mark.xdist_group("heavy-serial")
 def test_a_job_costs_exactly_its_budget(target: TargetServer) -> None:
     budget = json.loads(BUDGET_FILE.read_text())
     measured = _measure(budget, target)
@@ -66,6 +68,7 @@ def test_a_job_costs_exactly_its_budget(target: TargetServer) -> None:
 
 @pytest.mark.e2e
 @pytest.mark.serial  # its WAL is compared with the untraced run's, as above
+@pytest.mark.xdist_group("heavy-serial")
 def test_a_traced_job_costs_what_an_untraced_one_does_but_for_its_trace_context(target: TargetServer) -> None:
     """FR-29: with tracing on, every job keeps its request's trace context and its steps are
     spans; what that adds to a job's counts is held by tests/budget.json's ``tracing`` entry (WAL:

@@ -18,7 +18,13 @@ from tests.support.procs import wait_for_web
 from tests.support.threads import CheckedThread
 
 # Serial: 500 waiters answered within 1 s of their job is a latency bound (make test runs it alone).
-pytestmark = [pytest.mark.e2e, pytest.mark.serial, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.serial,
+    # Not beside the budget runs in the serial phase's two processes (tests/test_job_budget.py).
+    pytest.mark.xdist_group("heavy-serial"),
+    pytest.mark.django_db(transaction=True),
+]
 
 WAITERS = 500
 TARGET_DELAY_S = 5

@@ -11,6 +11,7 @@ otherwise. A stale file costs time, never a result: it only orders."""
 from __future__ import annotations
 
 import json
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -31,9 +32,18 @@ def load(path: Path = FILE) -> dict[str, float]:
     return {str(k): float(v) for k, v in data.items()}
 
 
+# pytest-xdist's ``--dist loadgroup`` appends a test's ``xdist_group`` to its node id
+# (``…::test_x@group``), before or after this file's hooks see it: the file names tests without it.
+_GROUP = re.compile(r"@[^\]/:@]+$")
+
+
+def plain_nodeid(nodeid: str) -> str:
+    return _GROUP.sub("", nodeid)
+
+
 def expected_s(item: pytest.Item, known: dict[str, float]) -> float:
-    if item.nodeid in known:
-        return known[item.nodeid]
+    if plain_nodeid(item.nodeid) in known:
+        return known[plain_nodeid(item.nodeid)]
     return UNKNOWN_E2E_S if item.get_closest_marker("e2e") is not None else 0.0
 
 
@@ -51,7 +61,7 @@ class Recorder:
         self.seconds: dict[str, float] = defaultdict(float)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        self.seconds[report.nodeid] += report.duration
+        self.seconds[plain_nodeid(report.nodeid)] += report.duration
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if not self.seconds:
