@@ -85,9 +85,10 @@ def job_run_attempt(
     (the claim, one statement), else twice, the single-flight read first (one statement; with
     ``max_age_s`` > 0 one short transaction more); its connection goes back to the pool before
     the fetch, so a fetch of any length holds no database connection and the number of fetches
-    in flight is set by the worker's threads alone; Redis three times: the gate's script before
-    the claim, one cancel check as the fetch starts, and one pipeline after it (slot release,
-    the answer for the adaptive rate, receipt, nudges).
+    in flight is set by the worker's threads alone; Redis twice: the gate's script before the
+    claim and one pipeline after the fetch (slot release, the answer for the adaptive rate,
+    receipt, nudges). A cancel is seen by the claim, which refuses a job whose cancel was
+    requested, and after it by the lease keeper's watcher (tests/scraping/test_attempts.py).
 
     ``share``: the job's priority, tenant and weight, from the message: its place in its
     domain's line, and in a redirect hop's (NFR-9, NFR-10 at the gate).
