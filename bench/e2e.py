@@ -19,8 +19,12 @@ reached: a pool of C threads can finish at most C / L jobs per second.
 The three run in ``BENCH_E2E_ROUNDS`` (3) alternating rounds, the order rotated each round (A B C,
 B C A, C A B), against the same target at the same concurrency; each figure is the median of the
 rounds, with its spread (largest minus smallest) beside it. ``…_idle_slot_share``: the share of
-the worker's thread time spent idle while jobs were queued (0: the pool was full whenever work
-waited; sampled every 50 ms on the held connection). CPU is counted per process kind
+the worker's thread time spent idle while jobs waited to start (0: the pool was full whenever work
+waited), from the ledger after the run: a thread is busy from its attempt's claim to the attempt's
+end as the worker stamped it, not until the writer folds the receipt (the job's status is still
+``running`` then, and a count of those called a thread that had moved on busy).
+``…_attempt_overhead_ms``: the median attempt's length past the target's latency (the claim, the
+gate, storing the body, the receipt, and the waits for the interpreter between them). CPU is counted per process kind
 (bench/cpu.py): PostgreSQL's WAL writer, checkpointer and background writer count for scrapejobs,
 and its backends' CPU is also split by the process they served (``…_postgres_for_worker``,
 ``_control``, ``_intake``, ``_beat``: each process's sessions carry its name).
@@ -177,7 +181,7 @@ def _scrapejobs(
         with _pg_connect(db) as poll:
             poll.execute("ANALYZE")  # the planner's statistics, as a live database has them
             poll_pid = poll.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
-            idle = _IdleSlots(poll)
+            finals = _Finals(poll)
             clients = _PgClients(poll)
             try:
                 with running(*procs) as (writer, _beat, worker):
@@ -198,7 +202,7 @@ def _scrapejobs(
                         {**env, "PGAPPNAME": "intake"},
                     )
                     wait_until(
-                        lambda: idle.sample() >= 0 and clients.sample() and submit.p.poll() is not None,
+                        lambda: clients.sample() and submit.p.poll() is not None,
                         TIMEOUT_S,
                         "the submissions",
                     )
@@ -207,7 +211,7 @@ def _scrapejobs(
                     started = float(submit.output().split()[0])
                     submit.stop()
                     wait_until(
-                        lambda: clients.sample() and idle.sample() >= jobs,
+                        lambda: clients.sample() and finals.sample() >= jobs,
                         TIMEOUT_S,
                         "every job to be final",
                         0.05,
@@ -217,7 +221,7 @@ def _scrapejobs(
             finally:
                 shutil.rmtree(results, ignore_errors=True)
             counts = dict(poll.execute("SELECT status, count(*) FROM jobs_job GROUP BY status").fetchall())
-    counts["idle_slot_share"] = idle.share(elapsed)
+            counts.update(_pool_use(poll, latency_ms=latency_ms, started=started, ended=started + elapsed))
     for client, used in clients.split(meter.by_pid("postgres")).items():
         counts[f"postgres_cpu_s_for_{client}"] = used
     return jobs / elapsed, counts, meter
@@ -254,32 +258,51 @@ class _PgClients:
         return out
 
 
-class _IdleSlots:
-    """How long the worker's threads sat idle while jobs were queued (issue of the dispatcher, not
-    of the target): sampled on the held connection, the time-weighted sum of min(idle threads,
-    queued jobs), as a share of all thread time. 0 means the pool was full whenever work waited."""
+class _Finals:
+    """The count of final jobs, read on the held connection: the poll for the run's end."""
 
-    QUERY = (
-        "SELECT count(*) FILTER (WHERE status IN ('succeeded', 'failed', 'cancelled')),"
-        " count(*) FILTER (WHERE status = 'running'), count(*) FILTER (WHERE status = 'queued')"
-        " FROM jobs_job"
-    )
+    QUERY = "SELECT count(*) FROM jobs_job WHERE status IN ('succeeded', 'failed', 'cancelled')"
 
     def __init__(self, conn: Any):
         self.conn = conn
-        self.idle_slot_s = 0.0
-        self.last: tuple[float, float] | None = None  # (monotonic time, idle-with-work slots)
 
     def sample(self) -> int:
-        final, running, queued = self.conn.execute(self.QUERY).fetchone()
-        now, waiting = time.monotonic(), float(min(max(CONCURRENCY - running, 0), queued))
-        if self.last is not None:
-            self.idle_slot_s += (now - self.last[0]) * (self.last[1] + waiting) / 2
-        self.last = (now, waiting)
-        return int(final)
+        return int(self.conn.execute(self.QUERY).fetchone()[0])
 
-    def share(self, elapsed_s: float) -> float:
-        return self.idle_slot_s / (CONCURRENCY * elapsed_s) if elapsed_s > 0 else float("nan")
+
+def _pool_use(conn: Any, *, latency_ms: int, started: float, ended: float) -> dict[str, float]:
+    """From the ledger, after the run: the share of the pool's thread time (``CONCURRENCY``
+    threads from ``started`` to ``ended``, wall-clock seconds) spent idle while jobs waited to
+    start, and the median attempt's length past the target's latency. A thread is busy from its
+    attempt's claim (``started_at``, the database's clock) to the attempt's end (``finished_at``,
+    the worker's, on this machine); a job waits from its intake to its first claim. The idle share
+    is the time integral of min(idle threads, waiting jobs) over the pool's thread time."""
+    attempts = conn.execute(
+        "SELECT extract(epoch FROM started_at)::float8, extract(epoch FROM finished_at)::float8"
+        " FROM jobs_attempt WHERE finished_at IS NOT NULL"
+    ).fetchall()
+    jobs = conn.execute(
+        "SELECT extract(epoch FROM created_at)::float8, extract(epoch FROM started_at)::float8 FROM jobs_job"
+    ).fetchall()
+    events: list[tuple[float, int, int]] = []  # (time, change in busy threads, change in waiting jobs)
+    for began, finished in attempts:
+        events += [(began, 1, 0), (finished, -1, 0)]
+    for created, first_claim in jobs:
+        events.append((created, 0, 1))
+        if first_claim is not None:
+            events.append((first_claim, 0, -1))
+    events.sort()
+    idle_slot_s, busy, waiting, last = 0.0, 0, 0, started
+    for at, d_busy, d_waiting in events:
+        at = min(max(at, started), ended)
+        idle_slot_s += (at - last) * min(max(CONCURRENCY - busy, 0), waiting)
+        busy, waiting, last = busy + d_busy, waiting + d_waiting, at
+    lengths = [(finished - began) * 1000 for began, finished in attempts]
+    slot_s = CONCURRENCY * (ended - started)
+    return {
+        "idle_slot_share": idle_slot_s / slot_s if slot_s > 0 else float("nan"),
+        "attempt_overhead_ms": (median(lengths) - latency_ms) if lengths else float("nan"),
+    }
 
 
 SIDES = ("naive", "tuned", "scrapejobs")
@@ -298,7 +321,11 @@ def _round(side: str, target: str, latency_ms: int) -> dict[str, float]:
     if side == "scrapejobs":
         rate, counts, meter = _scrapejobs(target, latency_ms)
         cpu = meter.totals()
-        out = {"succeeded": float(counts.get("succeeded", 0)), "idle_slot_share": counts["idle_slot_share"]}
+        out = {
+            "succeeded": float(counts.get("succeeded", 0)),
+            "idle_slot_share": counts["idle_slot_share"],
+            "attempt_overhead_ms": counts["attempt_overhead_ms"],
+        }
         # PostgreSQL's share by whose statements it ran (part of cpu_ms_per_job_postgres).
         for key, used in counts.items():
             if key.startswith("postgres_cpu_s_for_"):
