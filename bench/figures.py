@@ -74,7 +74,9 @@ def _e2e_littles_law(f: Figures) -> str:
     ours = _get(f, "e2e_500ms_scrapejobs_share_of_littles_law")
     tuned = _get(f, "e2e_500ms_tuned_share_of_littles_law")
     idle = _get(f, "e2e_500ms_scrapejobs_idle_slot_share")
-    return f"{_num(ours)} (tuned task: {_num(tuned)}; threads idle with work queued: {_num(idle * 100, 0)} %)"
+    # Thread time outside an attempt (waiting for a message, the gate, the claim, the receipt)
+    # while jobs waited to start: bench/e2e.py ``_pool_use``.
+    return f"{_num(ours)} (tuned task: {_num(tuned)}; threads out of an attempt, jobs waiting: {_num(idle * 100, 0)} %)"
 
 
 def _e2e_cpu(f: Figures) -> str:
