@@ -18,6 +18,7 @@ from apps.politeness.robots_rules import robots_parse
 from apps.politeness.selectors import domain_limits_cache_clear, domain_state_get
 from apps.scraping.attempt import job_run_attempt
 from tests.e2e.fault_support import submit, wait_all_final
+from tests.support.procs import wait_for
 
 ROBOTS = """
 # a comment
@@ -226,8 +227,10 @@ def test_two_worker_processes_fetch_the_file_once_per_ttl_and_never_request_a_di
     )
     svc.start("control")
     svc.start("beat")
-    svc.start("worker", concurrency=8, name="a")
-    svc.start("worker", concurrency=8, name="b")
+    workers = [svc.start("worker", concurrency=8, name=name) for name in ("a", "b")]
+    # Both consuming before the jobs go out: one started late on a loaded machine (four test
+    # processes) and the other had run all 30 by then.
+    wait_for(lambda: all(" ready." in w.tail(200) for w in workers), 90, what="both workers ready")
     tenant = make_tenant()[0]
     allowed = [submit(tenant, target.url(f"/bytes/{100 + i}?delay=0.2")).id for i in range(30)]
     disallowed = [submit(tenant, target.url(f"/status/200?n={i}")).id for i in range(10)]
@@ -241,8 +244,8 @@ def test_two_worker_processes_fetch_the_file_once_per_ttl_and_never_request_a_di
         == [(JobStatus.FAILED, 1, "robots_disallowed")] * 10
     )
     assert target.requests_for("/status/") == []
-    workers = set(Attempt.objects.filter(job_id__in=allowed).values_list("worker", flat=True))
-    assert {w.split("@")[0] for w in workers} == {"a", "b"}, workers  # both processes took jobs
+    took = set(Attempt.objects.filter(job_id__in=allowed).values_list("worker", flat=True))
+    assert {w.split("@")[0] for w in took} == {"a", "b"}, took  # both processes took jobs
     fetched = [t for t, *_ in target.requests_for("/robots.txt")]
     assert len(fetched) == 1
 
