@@ -10,6 +10,12 @@ BENCH ?=
 # (BENCH_PEAK_MULTIPLE; bench/peak.py, docs/benchmarks.md). Unset: the benchmark's default, 1.
 MULTIPLE ?=
 PYTEST_ARGS ?=
+# Python keeps its bytecode caches (__pycache__, ignored by git) even where the environment says not
+# to write them (PYTHONDONTWRITEBYTECODE, set on these machines): without them every process
+# compiled the project's modules again as it started, and pytest rewrote every test module's
+# asserts again in each of its processes: collecting make test-fast's tests 7.3 CPU-s against
+# 3.1, a worker's start 0.86 against 0.77 (docs/development.md).
+export PYTHONDONTWRITEBYTECODE :=
 
 .PHONY: run test test-fast lint bench figures install clean schema lock browser
 

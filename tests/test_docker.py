@@ -79,6 +79,18 @@ def test_the_image_is_python_3_11_slim_runs_as_a_non_root_user_and_starts_throug
     assert cmd and yaml.safe_load(cmd.group(1))[0] in start_components()
 
 
+def test_the_image_compiles_every_package_of_the_project_it_runs_from_source() -> None:
+    """PYTHONDONTWRITEBYTECODE: no process of the container writes bytecode, so the build does."""
+    text = dockerfile()
+    assert re.search(r"^ENV PYTHONDONTWRITEBYTECODE=1\b", text, re.M)
+    compiled = re.search(r"python -m compileall -q ([^\\&\n]+)", text)
+    assert compiled, "no compileall in the image"
+    targets = set(compiled.group(1).split())
+    packages = {p.parent.name for p in ROOT.glob("*/__init__.py")} - {"tests", "bench", "clients"}
+    assert packages <= targets, packages - targets
+    assert "manage.py" in targets and all((ROOT / t).exists() for t in targets)
+
+
 def test_every_file_the_dockerfile_copies_exists() -> None:
     for line in re.findall(r"^COPY (.+)$", dockerfile(), re.M):
         *sources, _dest = shlex.split(line)

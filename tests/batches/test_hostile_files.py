@@ -17,6 +17,10 @@ import pyarrow.parquet as pq
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+# Each decode is a fresh interpreter (tests/support/decode_probe.py): the whole suite's, not the
+# fast loop's (as tests/test_startup_imports.py); seconds of CPU apiece by design.
+pytestmark = pytest.mark.e2e
+
 BOUND_MB = 128  # what one hostile file may add to the decoding process's peak
 
 

@@ -71,6 +71,7 @@ def _wheel_from_installed(dist_name: str, out: Path) -> Path:
     return wheel
 
 
+@pytest.mark.e2e  # a fresh virtualenv and pip: the whole suite's, not the fast loop's
 @pytest.mark.timeout(600)
 def test_the_client_installs_into_a_fresh_virtualenv_with_nothing_of_the_service(tmp_path):
     wheels = tmp_path / "wheels"

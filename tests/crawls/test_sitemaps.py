@@ -143,6 +143,7 @@ def _probe(path: Path) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.e2e  # a fresh interpreter reads it (its peak memory): the whole suite's, not the fast loop's
 def test_a_billion_laughs_sitemap_is_refused_without_memory_growth(tmp_path):
     # Expanded, lol9 would be 10^9 "lol"s: 3 GB. Refused, the reader grows by a few MB at most.
     path = tmp_path / "bomb.xml"

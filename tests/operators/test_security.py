@@ -60,12 +60,14 @@ def test_celery_processes_refuse_to_start_without_a_secret_key(tmp_path: Path, c
     assert "ready" not in done.stdout
 
 
+@pytest.mark.e2e  # fresh interpreters of the project: the whole suite's, not the fast loop's
 @pytest.mark.django_db
 def test_manage_py_reports_the_missing_secret_key_as_an_error(tmp_path: Path) -> None:
     done = _run([sys.executable, "manage.py", "check"], _env(tmp_path))
     assert done.returncode != 0 and "scrapejobs.E001" in done.stderr and REFUSAL in done.stderr
 
 
+@pytest.mark.e2e  # fresh interpreters of the project, as above
 @pytest.mark.django_db
 def test_a_set_key_a_development_key_file_or_debug_lets_it_start(tmp_path: Path) -> None:
     assert _run(WEB, _env(tmp_path, DJANGO_SECRET_KEY="k" * 50)).returncode == 0
