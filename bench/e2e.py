@@ -23,8 +23,10 @@ the worker's thread time spent idle while jobs waited to start (0: the pool was 
 waited), from the ledger after the run: a thread is busy from its attempt's claim to the attempt's
 end as the worker stamped it, not until the writer folds the receipt (the job's status is still
 ``running`` then, and a count of those called a thread that had moved on busy).
-``…_attempt_overhead_ms``: the median attempt's length past the target's latency (the claim, the
-gate, storing the body, the receipt, and the waits for the interpreter between them). CPU is counted per process kind
+``…_attempt_overhead_ms``: the median attempt's length (its claim to the worker's end stamp, after
+the body is stored and before the receipt is sent) past the target's latency: the lease's hold,
+the request, storing the body and the waits for the interpreter between them; the gate, the claim
+itself and the receipt fall outside it, in the idle share. CPU is counted per process kind
 (bench/cpu.py): PostgreSQL's WAL writer, checkpointer and background writer count for scrapejobs,
 and its backends' CPU is also split by the process they served (``…_postgres_for_worker``,
 ``_control``, ``_intake``, ``_beat``: each process's sessions carry its name).

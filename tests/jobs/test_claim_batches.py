@@ -4,21 +4,18 @@ answer it. Committed (transaction=True): the claiming thread has a connection of
 
 from __future__ import annotations
 
-import json
-import re
 import threading
 import uuid
 from datetime import timedelta
 
 import psycopg
 import pytest
-from django.db import connection, connections
+from django.db import connections
 from django.utils import timezone
 
 from apps.jobs import claims
-from apps.jobs.claims import CLAIM_SQL, ClaimBatcher, job_claim
+from apps.jobs.claims import ClaimBatcher, job_claim
 from apps.jobs.models import Attempt, Job
-from tests.jobs.test_hot_path_plans import _burst_on_stale_statistics, _nodes, _plan
 from tests.support.factories import job_make
 from tests.support.procs import wait_for
 
@@ -172,25 +169,3 @@ def test_job_claim_goes_through_the_batcher_of_a_scrape_worker(tenant, monkeypat
     assert (claimed.id, claimed.attempt, claimed.url) == (job.id, 1, job.url)
     assert claimed.share_fetches is not None and claimed.obey_robots is not None  # the tenant's, read
     assert job_claim(job_id=job.id, worker="w:1:2") is None  # a duplicate message
-
-
-def test_the_batch_reads_its_jobs_by_key_with_hundreds_published(tenant) -> None:
-    """As the single claim (tests/jobs/test_hot_path_plans.py): the batch's jobs, and the
-    put-back of one not yet due, are read by key, whatever the statistics say."""
-    ids = _burst_on_stale_statistics(tenant)
-    with connection.cursor() as cur:
-        cur.execute("UPDATE jobs_job SET published_at = now() WHERE id = ANY(%s)", [ids[:400]])
-    picked = sorted(ids[5:10])
-    plan = _plan(
-        CLAIM_SQL,
-        {"ids": picked, "workers": ["w:1:1"] * 5, "fetch_keys": [None] * 5, "lease_s": 60.0},
-    )
-    scans = [n for n in _nodes(plan) if n.get("Relation Name") == "jobs_job" and "Index" in n["Node Type"]]
-    assert len(scans) == 2, json.dumps(plan, indent=1)  # the claim's and the put-back's
-    for scan in scans:
-        assert scan.get("Rows Removed by Filter", 0) == 0, json.dumps(plan, indent=1)
-        assert re.search(r"\(id = r(_\d+)?\.id\)", scan.get("Index Cond", "")), json.dumps(plan, indent=1)
-        assert scan["Shared Hit Blocks"] + scan.get("Shared Read Blocks", 0) <= 8 * 5, json.dumps(
-            plan, indent=1
-        )
-    assert Job.objects.filter(id__in=picked, status="running").count() == 5

@@ -17,6 +17,7 @@ import pytest
 from django.db import connection
 
 from apps.jobs.claims import CLAIM_SQL
+from apps.jobs.models import Job
 from apps.jobs.singleflight import DECIDABLE_JOB_SQL, job_fetch_decide
 from tests.support.factories import job_make
 
@@ -78,20 +79,29 @@ def test_the_single_flight_read_touches_a_few_buffers_with_a_backlog_queued(tena
     assert "id =" in scan.get("Index Cond", ""), json.dumps(plan, indent=1)
 
 
-def test_the_claim_reads_its_job_by_key_with_hundreds_published(tenant) -> None:
-    """The claim's statement for one job (a claim made inside a transaction, or by a process
-    that does not batch): taking the job, and putting back one not yet due, each read the one
-    row by key, with the publisher's dispatch depth of jobs published and not yet taken."""
+@pytest.mark.parametrize("jobs", [1, 5], ids=["one-claim", "batch-of-five"])
+def test_the_claim_reads_its_jobs_by_key_with_hundreds_published(tenant, jobs: int) -> None:
+    """The claim's statement, for one job (a claim made inside a transaction, or by a process
+    that does not batch) and for a batch (apps.jobs.claims.ClaimBatcher): taking the jobs, and
+    putting back one not yet due, read each row by key, with the publisher's dispatch depth of
+    jobs published and not yet taken, whatever the statistics say."""
     ids = _burst_on_stale_statistics(tenant)
     with connection.cursor() as cur:
         cur.execute("UPDATE jobs_job SET published_at = now() WHERE id = ANY(%s)", [ids[:400]])
-    plan = _plan(CLAIM_SQL, {"ids": [ids[5]], "workers": ["w:1:1"], "fetch_keys": [None], "lease_s": 60.0})
+    picked = sorted(ids[5 : 5 + jobs])
+    plan = _plan(
+        CLAIM_SQL,
+        {"ids": picked, "workers": ["w:1:1"] * jobs, "fetch_keys": [None] * jobs, "lease_s": 60.0},
+    )
     scans = [n for n in _nodes(plan) if n.get("Relation Name") == "jobs_job" and "Index" in n["Node Type"]]
     assert len(scans) == 2, json.dumps(plan, indent=1)  # the claim's and the put-back's
     for scan in scans:
         assert scan.get("Rows Removed by Filter", 0) == 0, json.dumps(plan, indent=1)
         assert re.search(r"\(id = r(_\d+)?\.id\)", scan.get("Index Cond", "")), json.dumps(plan, indent=1)
-        assert scan["Shared Hit Blocks"] + scan.get("Shared Read Blocks", 0) <= 8, json.dumps(plan, indent=1)
+        assert scan["Shared Hit Blocks"] + scan.get("Shared Read Blocks", 0) <= 8 * jobs, json.dumps(
+            plan, indent=1
+        )
+    assert Job.objects.filter(id__in=picked, status="running").count() == jobs
 
 
 def test_the_read_still_decides_only_a_job_the_claim_could_take(tenant) -> None:
