@@ -4,8 +4,8 @@ service, beside two bare Celery tasks measured in the same run, at each target l
 in half a second as real sites do). For a latency L > 0 it also prints the share of Little's law
 reached: a pool of C threads can finish at most C / L jobs per second.
 
-- scrapejobs: writer, beat and worker processes (scrapejobs/processes.py command lines) on a
-  throwaway database, analysed before the run. Jobs are submitted with ``job_create`` in a loop
+- scrapejobs: writer, beat and ``BENCH_E2E_WORKERS`` (4) worker processes sharing the pool's
+  threads (scrapejobs/processes.py command lines) on a throwaway database, analysed before the run. Jobs are submitted with ``job_create`` in a loop
   from one process (the same single INSERT the API makes, without HTTP: the intake benchmark
   measures HTTP), then published by the outbox publisher, claimed, fetched, stored, and recorded
   through the writer. Measured from the first submit to the moment the last job is final in the
@@ -14,10 +14,15 @@ reached: a pool of C threads can finish at most C / L jobs per second.
   per ``delay()``, ``requests.get`` without a session, ack emulation on, prefetch 4).
 - tuned: ``bench/tuned_app.py``, the bare task as a competent engineer writes it (WARNING logs, a
   session per thread with keep-alive, ack emulation off, prefetch 1, no heartbeats, remote control
-  or rate limits, every message through one producer). The ratios that matter are to this one.
+  or rate limits, every message through one producer), in the same worker processes as
+  scrapejobs. The ratios that matter are to this one.
+- scrapejobs_one_process: scrapejobs with the whole pool in one worker process, as the naive task
+  runs: what the layout is worth (``…_scrapejobs_to_one_process_ratio``). A process's threads
+  share one interpreter lock: at a fast target its handoffs between 100 threads cost CPU and
+  latency that 4 processes of 25 threads do not pay (docs/benchmarks.md).
 
-The three run in ``BENCH_E2E_ROUNDS`` (3) alternating rounds, the order rotated each round (A B C,
-B C A, C A B), against the same target at the same concurrency; each figure is the median of the
+The four run in ``BENCH_E2E_ROUNDS`` (3) alternating rounds, the order rotated each round (A B C D,
+B C D A, C D A B), against the same target with the same threads in all; each figure is the median of the
 rounds, with its spread (largest minus smallest) beside it. ``…_idle_slot_share``: the share of
 the worker's thread time spent idle while jobs waited to start (0: the pool was full whenever work
 waited), from the ledger after the run: a thread is busy from its attempt's claim to the attempt's
@@ -65,6 +70,10 @@ from scrapejobs import processes
 
 JOBS = int(os.environ.get("BENCH_E2E_JOBS", "2000"))
 CONCURRENCY = int(os.environ.get("BENCH_E2E_CONCURRENCY", "100"))  # the worker's default
+# Worker processes the pool's threads are split among, for scrapejobs and the tuned task alike.
+WORKERS = int(os.environ.get("BENCH_E2E_WORKERS", "4"))
+if WORKERS < 1 or CONCURRENCY % WORKERS:
+    raise SystemExit(f"BENCH_E2E_WORKERS={WORKERS} must divide BENCH_E2E_CONCURRENCY={CONCURRENCY}")
 BODY_BYTES = 4096
 TIMEOUT_S = 600
 # The processes whose CPU a job costs, like for like (bench/cpu.py kinds, the submitter excluded).
@@ -116,15 +125,16 @@ _classify = _classifier()
 _PG_BACKGROUND = ("walwriter", "checkpointer", "background writer")
 
 
-def _baseline(kind: str, target: str, latency_ms: int) -> tuple[float, dict[str, float]]:
+def _baseline(kind: str, target: str, latency_ms: int, *, workers: int) -> tuple[float, dict[str, float]]:
     """A bare Celery task's run: ``naive`` (bench/naive_app.py) or ``tuned`` (bench/tuned_app.py),
-    same pool (threads) and concurrency; from the first message published to the last file
-    written. Completion is seen by listing a directory from this process (not counted)."""
+    same pool (threads) and concurrency, split among ``workers`` processes; from the first message
+    published to the last file written. Completion is seen by listing a directory from this
+    process (not counted)."""
     broker = redis_url_db(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"), 2)
     env = dict(os.environ, NAIVE_BROKER_URL=broker, TUNED_BROKER_URL=broker, PYTHONUNBUFFERED="1")
     out = Path(tempfile.mkdtemp(prefix=f"bench-{kind}-"))
     argv = [str(Path(sys.executable).parent / "celery"), "-A", f"bench.{kind}_app", "worker"]
-    argv += ["--queues", kind, "--pool", "threads", "--concurrency", str(CONCURRENCY)]
+    argv += ["--queues", kind, "--pool", "threads", "--concurrency", str(CONCURRENCY // workers)]
     argv += ["--without-mingle", "--without-gossip"]
     if kind == "naive":
         argv += ["--loglevel", "INFO"]
@@ -135,8 +145,9 @@ def _baseline(kind: str, target: str, latency_ms: int) -> tuple[float, dict[str,
     fetch = app_module.fetch
 
     try:
-        with running(Proc(f"{kind}-worker", argv, env)) as (worker,):
-            wait_until(lambda: celery_ready(worker), 60, f"the {kind} worker")
+        procs = [Proc(f"{kind}-worker", [*argv, "--hostname", f"{kind}{i}@%h"], env) for i in range(workers)]
+        with running(*procs) as started_procs:
+            wait_until(lambda: all(celery_ready(w) for w in started_procs), 60, f"the {kind} workers")
             with CpuMeter(_classify) as meter:
                 started = time.time()
                 if kind == "naive":
@@ -161,9 +172,10 @@ def _baseline(kind: str, target: str, latency_ms: int) -> tuple[float, dict[str,
 
 
 def _scrapejobs(
-    target: str, latency_ms: int, *, jobs: int = JOBS
+    target: str, latency_ms: int, *, jobs: int = JOBS, workers: int = 1
 ) -> tuple[float, dict[str, float], CpuMeter]:
-    """Throughput (jobs/s), jobs per final status, and the meter of the run (CPU, memory)."""
+    """Throughput (jobs/s), jobs per final status, and the meter of the run (CPU, memory), with
+    the pool's ``CONCURRENCY`` threads split among ``workers`` worker processes."""
     results = Path(tempfile.mkdtemp(prefix="bench-results-"))
     with throwaway_database("e2e") as db:
         env = service_env(
@@ -176,7 +188,14 @@ def _scrapejobs(
         procs = (
             Proc("control", processes.control(), {**env, "PGAPPNAME": "control"}),
             Proc("beat", processes.beat(schedule_file=schedule), {**env, "PGAPPNAME": "beat"}),
-            Proc("worker", processes.worker(concurrency=CONCURRENCY), {**env, "PGAPPNAME": "worker"}),
+            *(
+                Proc(
+                    "worker",
+                    processes.worker(concurrency=CONCURRENCY // workers, name=f"worker{i}"),
+                    {**env, "PGAPPNAME": "worker"},
+                )
+                for i in range(workers)
+            ),
         )
         # One connection held for the whole run, its backend left out of the count: the poll for
         # the end costs neither side CPU that is counted (a new connection per poll did).
@@ -186,8 +205,12 @@ def _scrapejobs(
             finals = _Finals(poll)
             clients = _PgClients(poll)
             try:
-                with running(*procs) as (writer, _beat, worker):
-                    wait_until(lambda: celery_ready(writer) and celery_ready(worker), 60, "writer and worker")
+                with running(*procs) as (writer, _beat, *workers_up):
+                    wait_until(
+                        lambda: celery_ready(writer) and all(celery_ready(w) for w in workers_up),
+                        60,
+                        "writer and workers",
+                    )
                     meter = CpuMeter(_classifier(skip_pids=frozenset({poll_pid}))).__enter__()
                     submit = Proc(
                         "submit",
@@ -307,11 +330,12 @@ def _pool_use(conn: Any, *, latency_ms: int, started: float, ended: float) -> di
     }
 
 
-SIDES = ("naive", "tuned", "scrapejobs")
+SIDES = ("naive", "tuned", "scrapejobs", "scrapejobs_one_process")
 ROUNDS = int(os.environ.get("BENCH_E2E_ROUNDS", "3"))
 # The processes each side needs to run a job, the submitting one left out on all (NFR-11).
 KINDS = {
     "scrapejobs": ("worker", "writer", "beat", "postgres", "postgres_bg", "redis", "target"),
+    "scrapejobs_one_process": ("worker", "writer", "beat", "postgres", "postgres_bg", "redis", "target"),
     "naive": ("naive_worker", "redis", "target"),
     "tuned": ("tuned_worker", "redis", "target"),
 }
@@ -320,8 +344,10 @@ KINDS = {
 def _round(side: str, target: str, latency_ms: int) -> dict[str, float]:
     """One side's run: jobs/s, CPU ms per job of its own processes, by kind and in all."""
     flush_redis()
-    if side == "scrapejobs":
-        rate, counts, meter = _scrapejobs(target, latency_ms)
+    if side.startswith("scrapejobs"):
+        rate, counts, meter = _scrapejobs(
+            target, latency_ms, workers=1 if side == "scrapejobs_one_process" else WORKERS
+        )
         cpu = meter.totals()
         out = {
             "succeeded": float(counts.get("succeeded", 0)),
@@ -335,7 +361,8 @@ def _round(side: str, target: str, latency_ms: int) -> dict[str, float]:
                     used * 1000 / JOBS
                 )
     else:
-        rate, cpu = _baseline(side, target, latency_ms)
+        # The naive task runs as it is often written, in one process; the tuned one as scrapejobs.
+        rate, cpu = _baseline(side, target, latency_ms, workers=1 if side == "naive" else WORKERS)
         out = {}
     out["jobs_per_s"] = rate
     for kind in KINDS[side]:
@@ -356,11 +383,13 @@ def run() -> None:
     with running(target_proc):
         figure("e2e_jobs", JOBS)
         figure("e2e_worker_concurrency", CONCURRENCY)
+        figure("e2e_worker_processes", WORKERS)
         figure("e2e_rounds", ROUNDS)
         for latency_ms in LATENCIES_MS:
             note(
                 f"e2e: {JOBS} jobs of {BODY_BYTES} bytes, target latency {latency_ms} ms, thread pool of "
-                f"{CONCURRENCY}, {ROUNDS} rounds of naive, tuned and scrapejobs, the order rotated each round"
+                f"{CONCURRENCY} in {WORKERS} processes (naive and scrapejobs_one_process: in one), {ROUNDS} rounds "
+                f"of {', '.join(SIDES)}, the order rotated each round"
             )
             runs: dict[str, list[dict[str, float]]] = {side: [] for side in SIDES}
             for r in range(ROUNDS):
@@ -376,14 +405,15 @@ def run() -> None:
                     if key in ("jobs_per_s", "cpu_ms_per_job_service"):
                         figure(f"{tag}_{side}_{key}_spread", _spread(values))
             # Ratios per round (each side's run of round r, close in time), then their median.
-            for base in ("tuned", "naive"):
+            for base in ("tuned", "naive", "one_process"):
+                base_runs = runs["scrapejobs_one_process" if base == "one_process" else base]
                 rates = [
                     o["jobs_per_s"] / b["jobs_per_s"]
-                    for o, b in zip(runs["scrapejobs"], runs[base], strict=True)
+                    for o, b in zip(runs["scrapejobs"], base_runs, strict=True)
                 ]
                 cpus = [
                     o["cpu_ms_per_job_service"] / b["cpu_ms_per_job_service"]
-                    for o, b in zip(runs["scrapejobs"], runs[base], strict=True)
+                    for o, b in zip(runs["scrapejobs"], base_runs, strict=True)
                 ]
                 figure(f"{tag}_scrapejobs_to_{base}_ratio", median(rates))
                 figure(f"{tag}_scrapejobs_to_{base}_ratio_spread", _spread(rates))

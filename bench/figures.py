@@ -72,11 +72,17 @@ def _e2e_ratio(latency_ms: int) -> Callable[[Figures], str]:
 
 def _e2e_littles_law(f: Figures) -> str:
     ours = _get(f, "e2e_500ms_scrapejobs_share_of_littles_law")
+    one = _get(f, "e2e_500ms_scrapejobs_one_process_share_of_littles_law")
+    processes = _get(f, "e2e_worker_processes")
     tuned = _get(f, "e2e_500ms_tuned_share_of_littles_law")
     idle = _get(f, "e2e_500ms_scrapejobs_idle_slot_share")
     # Thread time outside an attempt (waiting for a message, the gate, the claim, the receipt)
-    # while jobs waited to start: bench/e2e.py ``_pool_use``.
-    return f"{_num(ours)} (tuned task: {_num(tuned)}; threads out of an attempt, jobs waiting: {_num(idle * 100, 0)} %)"
+    # while jobs waited to start: bench/e2e.py ``_pool_use``. The pool's threads in the bench's
+    # worker processes, and in one (the layout's worth, docs/benchmarks.md).
+    return (
+        f"{_num(ours)} in {_num(processes)} processes, {_num(one)} in one (tuned task: {_num(tuned)}; "
+        f"threads out of an attempt, jobs waiting: {_num(idle * 100, 0)} %)"
+    )
 
 
 def _e2e_cpu(f: Figures) -> str:

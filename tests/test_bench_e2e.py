@@ -45,3 +45,63 @@ def test_a_full_pool_or_no_waiting_job_is_no_idle_time(monkeypatch: pytest.Monke
     use = e2e._pool_use(ledger, latency_ms=0, started=100.0, ended=104.0)
     assert use["idle_slot_share"] == 0.0
     assert use["attempt_overhead_ms"] == pytest.approx(1500)
+
+
+def test_the_four_sides_alternate_and_the_layout_is_compared_round_by_round(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every round runs each side once, the order rotated (A B C D, B C D A, …), the naive task
+    in one process and the tuned one in scrapejobs's worker processes; each ratio is the median
+    of the rounds' own ratios (NFR-11, docs/benchmarks.md)."""
+    from contextlib import nullcontext
+
+    calls: list[tuple[str, int]] = []
+    rates = {"naive": 100.0, "tuned": 200.0, "scrapejobs": 180.0, "scrapejobs_one_process": 150.0}
+
+    def baseline(kind: str, target: str, latency_ms: int, *, workers: int) -> tuple[float, dict[str, float]]:
+        calls.append((kind, workers))
+        return rates[kind] * (1 + len(calls) / 100), {f"{kind}_worker": 1.0, "redis": 0.1, "target": 0.1}
+
+    def scrapejobs(target: str, latency_ms: int, *, workers: int = 1) -> tuple[float, dict[str, float], Any]:
+        side = "scrapejobs" if workers == e2e.WORKERS else "scrapejobs_one_process"
+        calls.append((side, workers))
+        meter = type("Meter", (), {"totals": lambda _self: {"worker": 1.0, "postgres": 1.0}})()
+        counts = {"succeeded": 40.0, "idle_slot_share": 0.1, "attempt_overhead_ms": 5.0}
+        return rates[side] * (1 + len(calls) / 100), counts, meter
+
+    figures: dict[str, float] = {}
+    monkeypatch.setattr(e2e, "LATENCIES_MS", [500])
+    monkeypatch.setattr(e2e, "ROUNDS", 4)
+    monkeypatch.setattr(e2e, "WORKERS", 4)
+    monkeypatch.setattr(e2e, "_baseline", baseline)
+    monkeypatch.setattr(e2e, "_scrapejobs", scrapejobs)
+    monkeypatch.setattr(e2e, "flush_redis", lambda: None)
+    monkeypatch.setattr(e2e, "start_target", lambda: (None, "http://127.0.0.1:1"))
+    monkeypatch.setattr(e2e, "running", lambda *_: nullcontext())
+    monkeypatch.setattr(e2e, "note", lambda _text: None)
+    monkeypatch.setattr(e2e, "figure", lambda name, value, unit="": figures.__setitem__(name, value))
+
+    e2e.run()
+
+    sides = [side for side, _ in calls]
+    assert sides[:4] == ["naive", "tuned", "scrapejobs", "scrapejobs_one_process"]
+    assert sides[4:8] == ["tuned", "scrapejobs", "scrapejobs_one_process", "naive"]
+    assert sides[8:12] == ["scrapejobs", "scrapejobs_one_process", "naive", "tuned"]
+    assert sides[12:16] == ["scrapejobs_one_process", "naive", "tuned", "scrapejobs"]
+    assert {workers for side, workers in calls if side == "naive"} == {1}
+    assert {workers for side, workers in calls if side in ("tuned", "scrapejobs")} == {4}
+    assert {workers for side, workers in calls if side == "scrapejobs_one_process"} == {1}
+    assert figures["e2e_worker_processes"] == 4
+    # Round by round: scrapejobs's rate over the one-process run's, close in time (the rates drift
+    # with the call count here, as a noisy machine's do); their median, not the medians' ratio.
+    ours = [r for r, (side, _) in zip(range(16), calls, strict=True) if side == "scrapejobs"]
+    one = [r for r, (side, _) in zip(range(16), calls, strict=True) if side == "scrapejobs_one_process"]
+    per_round = sorted(
+        (rates["scrapejobs"] * (1 + (a + 1) / 100)) / (rates["scrapejobs_one_process"] * (1 + (b + 1) / 100))
+        for a, b in zip(ours, one, strict=True)
+    )
+    assert figures["e2e_500ms_scrapejobs_to_one_process_ratio"] == pytest.approx(
+        (per_round[1] + per_round[2]) / 2
+    )
+    assert figures["e2e_500ms_cpu_per_job_to_one_process_ratio"] == pytest.approx(1.0)
+    assert figures["e2e_500ms_scrapejobs_one_process_share_of_littles_law"] > 0

@@ -30,6 +30,7 @@ SMALL = {
     "BENCH_INTAKE_OPEN_RATE": "20",
     "BENCH_E2E_JOBS": "40",
     "BENCH_E2E_ROUNDS": "1",
+    "BENCH_E2E_WORKERS": "2",  # four sides' worker processes each start: the run, not the layout
     "BENCH_BUDGET_JOBS": "10",
     "BENCH_BUDGET_PUBLISH_BATCH": "10",
     "BENCH_BUDGET_WRITER_BATCH": "10",
