@@ -61,11 +61,12 @@ class ClaimedJob:
 # (parse, plan, commit; NFR-11, docs/benchmarks.md).
 # statement_timestamp() is now() for a statement run on its own (autocommit, as here); inside
 # a caller's transaction (tests) it still moves on from one statement to the next.
-# ``deferred``'s conditions sit in a CASE so that its only indexable clause is the id: written
-# plainly they imply the predicate of the partial index of published, untaken jobs
-# (jobs_published_untaken), and on statistics older than a burst the planner read the job
-# through it, filtering every published job for one id (400 of them at the publisher's
-# dispatch depth), on every claim (tests/jobs/test_hot_path_plans.py).
+# Both updates' conditions sit in a CASE so that their only indexable clause is the id: written
+# plainly they imply the predicate of a partial index, the queued backlog's (jobs_queued_backlog)
+# for ``claimed``, that of published, untaken jobs (jobs_published_untaken) for ``deferred``, and
+# on statistics older than a burst the planner read the jobs through it, the whole backlog
+# scanned for one id, on every claim (tests/jobs/test_hot_path_plans.py; seen for a claim of
+# one job, 868 buffers where the key's read takes 4).
 # ``deferred`` never touches a row ``claimed`` takes (``not_before`` is past there, still to
 # come here), so the two updates of one statement never meet on a row.
 CLAIM_SQL = f"""
@@ -79,9 +80,11 @@ WITH t AS (SELECT statement_timestamp() AS now), req AS (
            started_at = COALESCE(j.started_at, t.now), updated_at = t.now,
            fetch_key = COALESCE(r.fetch_key, j.fetch_key)
       FROM req AS r, t
-     WHERE j.id = r.id AND j.status = 'queued' AND {counted_attempts_sql("j")} < j.max_attempts
-       AND (j.not_before IS NULL OR j.not_before <= t.now)
-       AND j.cancel_requested_at IS NULL AND j.fetch_parked_at IS NULL
+     WHERE j.id = r.id
+       AND CASE WHEN j.status = 'queued' AND {counted_attempts_sql("j")} < j.max_attempts
+                     AND (j.not_before IS NULL OR j.not_before <= t.now)
+                     AND j.cancel_requested_at IS NULL AND j.fetch_parked_at IS NULL
+                THEN true ELSE false END
  RETURNING j.id, j.attempts, j.method, j.url, j.headers, j.body, j.timeout_s, j.max_attempts,
            j.lease_expires_at, j.tenant_id, j.render, j.browser_options, j.deferred_attempts,
            j.revalidate, j.callback_on, r.worker
