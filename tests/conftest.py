@@ -81,6 +81,20 @@ def _clean_process_caches() -> Iterator[None]:
     robots_local_cache_clear()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _lease_renewals_by_hand() -> None:
+    """In the test process the lease keeper renews only when a test calls ``renew_all()``. Its
+    thread renews on a connection of its own, which does not see the rows of a test that runs in
+    a transaction, so a tick (every SCRAPEJOBS_LEASE_S / 3) that landed during such a test's
+    attempt refused the lease of the job it was running: ``lease_lost`` (seen in CI,
+    tests/politeness/test_robots.py). The cancel watcher keeps its half-second; the worker
+    processes that tests start keep their own keepers."""
+    from apps.scraping import leases
+
+    with leases._keeper_lock:
+        leases._keeper = (os.getpid(), leases.LeaseKeeper(interval_s=24 * 3600))
+
+
 @pytest.fixture
 def local_results(tmp_path) -> Iterator[object]:
     """Results (and the default storage) on the local filesystem under this test's tmp_path:
