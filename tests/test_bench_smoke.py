@@ -31,6 +31,7 @@ SMALL = {
     "BENCH_E2E_JOBS": "40",
     "BENCH_E2E_ROUNDS": "1",
     "BENCH_E2E_WORKERS": "2",  # four sides' worker processes each start: the run, not the layout
+    "BENCH_E2E_LATENCIES_MS": "50",  # one latency, not two: a slow target's figures (Little's law) too
     "BENCH_BUDGET_JOBS": "10",
     "BENCH_BUDGET_PUBLISH_BATCH": "10",
     "BENCH_BUDGET_WRITER_BATCH": "10",
