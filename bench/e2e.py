@@ -5,8 +5,8 @@ in half a second as real sites do). For a latency L > 0 it also prints the share
 reached: a pool of C threads can finish at most C / L jobs per second.
 
 - scrapejobs: writer, beat and ``BENCH_E2E_WORKERS`` (4) worker processes sharing the pool's
-  threads (scrapejobs/processes.py command lines) on a throwaway database, analysed before the run. Jobs are submitted with ``job_create`` in a loop
-  from one process (the same single INSERT the API makes, without HTTP: the intake benchmark
+  threads (scrapejobs/processes.py command lines) on a throwaway database, analysed before the
+  run. Jobs are submitted with ``job_create`` in a loop from one process (the same single INSERT the API makes, without HTTP: the intake benchmark
   measures HTTP), then published by the outbox publisher, claimed, fetched, stored, and recorded
   through the writer. Measured from the first submit to the moment the last job is final in the
   database, seen through one held connection whose backend's CPU counts on no side.
@@ -21,9 +21,9 @@ reached: a pool of C threads can finish at most C / L jobs per second.
   share one interpreter lock: at a fast target its handoffs between 100 threads cost CPU and
   latency that 4 processes of 25 threads do not pay (docs/benchmarks.md).
 
-The four run in ``BENCH_E2E_ROUNDS`` (3) alternating rounds, the order rotated each round (A B C D,
-B C D A, C D A B), against the same target with the same threads in all; each figure is the median of the
-rounds, with its spread (largest minus smallest) beside it. ``…_idle_slot_share``: the share of
+The four run in ``BENCH_E2E_ROUNDS`` (3) alternating rounds, the order rotated each round
+(A B C D, B C D A, C D A B), against the same target with the same threads in all; each figure is
+the median of the rounds, with its spread (largest minus smallest) beside it. ``…_idle_slot_share``: the share of
 the worker's thread time spent idle while jobs waited to start (0: the pool was full whenever work
 waited), from the ledger after the run: a thread is busy from its attempt's claim to the attempt's
 end as the worker stamped it, not until the writer folds the receipt (the job's status is still
@@ -76,9 +76,6 @@ if WORKERS < 1 or CONCURRENCY % WORKERS:
     raise SystemExit(f"BENCH_E2E_WORKERS={WORKERS} must divide BENCH_E2E_CONCURRENCY={CONCURRENCY}")
 BODY_BYTES = 4096
 TIMEOUT_S = 600
-# The processes whose CPU a job costs, like for like (bench/cpu.py kinds, the submitter excluded).
-SERVICE_KINDS = ("worker", "writer", "beat", "postgres", "redis", "target")
-NAIVE_KINDS = ("naive_worker", "redis", "target")
 LATENCIES_MS = [int(x) for x in os.environ.get("BENCH_E2E_LATENCIES_MS", "0,500").split(",") if x.strip()]
 
 
@@ -332,22 +329,28 @@ def _pool_use(conn: Any, *, latency_ms: int, started: float, ended: float) -> di
 
 SIDES = ("naive", "tuned", "scrapejobs", "scrapejobs_one_process")
 ROUNDS = int(os.environ.get("BENCH_E2E_ROUNDS", "3"))
-# The processes each side needs to run a job, the submitting one left out on all (NFR-11).
+# The processes whose CPU a job costs each side, like for like (bench/cpu.py kinds), the
+# submitting one left out on all (NFR-11).
+_SERVICE_KINDS = ("worker", "writer", "beat", "postgres", "postgres_bg", "redis", "target")
 KINDS = {
-    "scrapejobs": ("worker", "writer", "beat", "postgres", "postgres_bg", "redis", "target"),
-    "scrapejobs_one_process": ("worker", "writer", "beat", "postgres", "postgres_bg", "redis", "target"),
+    "scrapejobs": _SERVICE_KINDS,
+    "scrapejobs_one_process": _SERVICE_KINDS,
     "naive": ("naive_worker", "redis", "target"),
     "tuned": ("tuned_worker", "redis", "target"),
 }
+
+
+def _workers(side: str) -> int:
+    """The worker processes a side's pool is split among: scrapejobs and the tuned task in
+    ``WORKERS``; the naive task as it is often written, and scrapejobs_one_process, in one."""
+    return WORKERS if side in ("scrapejobs", "tuned") else 1
 
 
 def _round(side: str, target: str, latency_ms: int) -> dict[str, float]:
     """One side's run: jobs/s, CPU ms per job of its own processes, by kind and in all."""
     flush_redis()
     if side.startswith("scrapejobs"):
-        rate, counts, meter = _scrapejobs(
-            target, latency_ms, workers=1 if side == "scrapejobs_one_process" else WORKERS
-        )
+        rate, counts, meter = _scrapejobs(target, latency_ms, workers=_workers(side))
         cpu = meter.totals()
         out = {
             "succeeded": float(counts.get("succeeded", 0)),
@@ -361,8 +364,7 @@ def _round(side: str, target: str, latency_ms: int) -> dict[str, float]:
                     used * 1000 / JOBS
                 )
     else:
-        # The naive task runs as it is often written, in one process; the tuned one as scrapejobs.
-        rate, cpu = _baseline(side, target, latency_ms, workers=1 if side == "naive" else WORKERS)
+        rate, cpu = _baseline(side, target, latency_ms, workers=_workers(side))
         out = {}
     out["jobs_per_s"] = rate
     for kind in KINDS[side]:
@@ -405,15 +407,15 @@ def run() -> None:
                     if key in ("jobs_per_s", "cpu_ms_per_job_service"):
                         figure(f"{tag}_{side}_{key}_spread", _spread(values))
             # Ratios per round (each side's run of round r, close in time), then their median.
-            for base in ("tuned", "naive", "one_process"):
-                base_runs = runs["scrapejobs_one_process" if base == "one_process" else base]
+            for base_side in ("tuned", "naive", "scrapejobs_one_process"):
+                base = base_side.removeprefix("scrapejobs_")
                 rates = [
                     o["jobs_per_s"] / b["jobs_per_s"]
-                    for o, b in zip(runs["scrapejobs"], base_runs, strict=True)
+                    for o, b in zip(runs["scrapejobs"], runs[base_side], strict=True)
                 ]
                 cpus = [
                     o["cpu_ms_per_job_service"] / b["cpu_ms_per_job_service"]
-                    for o, b in zip(runs["scrapejobs"], base_runs, strict=True)
+                    for o, b in zip(runs["scrapejobs"], runs[base_side], strict=True)
                 ]
                 figure(f"{tag}_scrapejobs_to_{base}_ratio", median(rates))
                 figure(f"{tag}_scrapejobs_to_{base}_ratio_spread", _spread(rates))

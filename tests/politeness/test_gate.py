@@ -256,8 +256,9 @@ def test_an_answer_redis_refuses_to_record_costs_neither_the_receipt_nor_the_att
     assert job.status == "succeeded"
 
 
-# Committed rows: the fetches take seconds, and the lease keeper's thread renews the lease from
-# its own connection, which must see the job (inside the test's transaction it would not: lease_lost).
+# Committed rows: the fetches take seconds, and a lease renewal runs on a connection of its own,
+# which must see the job (inside the test's transaction it would not: lease_lost). The test
+# process renews only by hand (tests/conftest.py), so this holds for a renewal a test asks for.
 @pytest.mark.django_db(transaction=True)
 @override_settings(SCRAPEJOBS_DOMAIN_ADAPTIVE=True)  # every answer is recorded (off in the tests)
 def test_a_jobs_own_short_timeout_says_nothing_of_the_site_but_a_default_one_does(
