@@ -62,6 +62,12 @@ def _site_page(kind: str, n: int, q: dict[str, str]) -> bytes:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # TCP_NODELAY, as servers in front of real sites set it (nginx's tcp_nodelay, on by default):
+    # the headers and the body go out as two writes, and with Nagle's algorithm the body waited
+    # for the client's ACK of the headers, which a kept-alive connection delays by 40 ms (Linux's
+    # delayed ACK). Every client that reused its connection paid 40 ms a request; one that opened a
+    # new connection each time (still in quick-ACK mode) did not (docs/benchmarks.md).
+    disable_nagle_algorithm = True
     server: TargetServer  # type: ignore[assignment]
 
     def log_message(self, *args: object) -> None:  # quiet
