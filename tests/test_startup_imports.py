@@ -16,6 +16,7 @@ import sys
 import pytest
 
 from scrapejobs.processes import ROOT
+from tests.support.procs import service_env
 
 # Fresh interpreters: the whole suite's, not the fast loop's (as tests/test_wsgi.py).
 pytestmark = pytest.mark.e2e
@@ -60,8 +61,33 @@ print(json.dumps(json.loads(out.getvalue())["components"]["securitySchemes"]))
 """
 
 
-def _run(probe: str, **environ: str) -> str:
-    env = dict(os.environ)
+# The control component's periodic tasks, each run once as beat would run it, against a database
+# with no batch to load, announce or erase: a check that finds nothing to do imports nothing
+# heavy. Two still do, and are left out here: the daily export (hourly, it checks for days to
+# export through the exporter's module) and the orphaned parts' sweep (every 15 minutes, through
+# the parts module); REQUIREMENTS.md's NFR-42 says so.
+PERIODIC = """
+import json, sys
+import django
+
+django.setup()
+from scrapejobs.celery import _beat_schedule, app
+
+app.loader.import_default_modules()
+ran, loaded = [], {}
+for name, entry in _beat_schedule().items():
+    if name in %r:
+        continue
+    app.tasks[entry["task"]]()
+    ran.append(name)
+    loaded.update({m: name for m in %r if m in sys.modules and m not in loaded})
+print(json.dumps({"ran": ran, "loaded": loaded}))
+"""
+STILL_HEAVY = ("exports-daily", "batches-orphans-remove")
+
+
+def _run(probe: str, env: dict[str, str] | None = None, **environ: str) -> str:
+    env = dict(env or os.environ)
     # The pytest process imported scrapejobs.celery, which set it: the probe must set it itself.
     env.pop("CELERY_SKIP_CHECKS", None)
     env.update(environ)
@@ -85,6 +111,17 @@ def test_a_worker_starts_without_the_web_schema_or_pyarrow():
     ):
         assert task in found["tasks"], task
     assert found["loaded"] == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_control_components_periodic_checks_with_nothing_to_do_import_nothing_heavy():
+    """NFR-42: batches-erase and batches-resume (every 10 s) and batches-completion-announce
+    (every 5 s) imported pyarrow, numpy and DRF's serializers in every control process within
+    its first ten seconds, with no batch anywhere: 0.3 CPU-seconds each, in the middle of its
+    work, and the modules held from then on."""
+    found = json.loads(_run(PERIODIC % (STILL_HEAVY, HEAVY), env=service_env()))
+    assert {"batches-erase", "batches-resume", "batches-completion-announce", "writer-flush"} <= set(found["ran"])
+    assert found["loaded"] == {}
 
 
 def test_an_empty_celery_skip_checks_runs_the_checks_again():

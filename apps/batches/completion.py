@@ -34,8 +34,8 @@ from django.db import transaction
 from django.db.models.functions import Now
 
 from apps.batches.models import Batch, BatchStatus
-from apps.jobs.bulk import batch_first_unfinished_row, batch_job_counts
 from apps.jobs.models import FINAL_STATUSES, JobStatus
+from apps.jobs.selectors import batch_first_unfinished_row, batch_job_counts
 from apps.webhooks.services import webhook_delivery_create_for_batch
 
 EVENT_COMPLETED = "batch.completed"

@@ -80,7 +80,7 @@ class Batch(models.Model):
                 condition=Q(callback_url__isnull=False, callback_enqueued_at__isnull=True),
                 name="batches_callback_pending",
             ),
-            # batches_erase_pending (apps/batches/services.py): batches whose erasure is under way.
+            # batches_erase_pending (apps/batches/selectors.py): batches whose erasure is under way.
             models.Index(
                 fields=["erase_requested_at"],
                 condition=Q(erase_requested_at__isnull=False, erase_finished_at__isnull=True),

@@ -6,7 +6,7 @@ The batch row is inserted first (status ``receiving``), which is what makes ``Id
 work as on POST /jobs: the unique (tenant, key) index lets one request of several concurrent
 retries through, and a replay finds the batch. The manifest carries everything the loader needs
 (the parts, and the counts of rows and rejects), so a batch whose intake died after writing it is
-still loaded in full (``batches_to_resume``); one whose intake died before it never is, and its
+still loaded in full (``batches_to_resume``, apps/batches/selectors.py); one whose intake died before it never is, and its
 parts are removed after a grace period (``batches_orphans_remove``).
 """
 
@@ -21,7 +21,7 @@ from typing import IO, Any
 import pyarrow as pa
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F, Q, Sum
+from django.db.models import F, Sum
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -247,23 +247,6 @@ def batches_orphans_remove() -> tuple[int, int]:
     return removed, failed
 
 
-def batches_to_resume(*, limit: int = 100) -> list[uuid.UUID]:
-    """Unfinished batches without a live loader lease: accepted or loading ones whose message was
-    lost or whose loader died, and ``receiving`` ones older than a lease (their intake may have
-    died after writing the manifest; the loader leaves them alone when it finds none)."""
-    stale = timezone.now() - timedelta(seconds=settings.SCRAPEJOBS_BATCH_LEASE_S)
-    # Uses batches_unfinished.
-    unfinished = Q(status__in=[BatchStatus.ACCEPTED, BatchStatus.LOADING]) | Q(
-        status=BatchStatus.RECEIVING, updated_at__lt=stale
-    )
-    return list(
-        Batch.objects.filter(unfinished)
-        .exclude(lease__expires_at__gt=Now())
-        .order_by("updated_at")
-        .values_list("id", flat=True)[:limit]
-    )
-
-
 def batch_fingerprint_of(fh: IO[bytes], *, format: str, callback_url: str | None = None) -> str:
     """SHA-256 of the submitted bytes, their format and the batch's callback URL: the same file
     with the same callback again is a replay. Without a callback the digest is what it was before
@@ -293,16 +276,6 @@ def batch_erase_request(*, batch: Batch) -> Batch:
         erase_requested_at=Now(), updated_at=Now()
     )
     return Batch.objects.get(id=batch.id)
-
-
-def batches_erase_pending(*, limit: int = 100) -> list[tuple[uuid.UUID, int]]:
-    """(id, erase_after_row) of batches whose erasure is under way, oldest request first
-    (batches_erase_pending)."""
-    return list(
-        Batch.objects.filter(erase_requested_at__isnull=False, erase_finished_at__isnull=True)
-        .order_by("erase_requested_at")
-        .values_list("id", "erase_after_row")[:limit]
-    )
 
 
 def batch_erase_advance(*, batch_id: uuid.UUID, from_row: int, to_row: int) -> bool:

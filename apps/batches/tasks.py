@@ -29,7 +29,7 @@ def batch_load_enqueue(batch_id: uuid.UUID) -> None:
 # twice is claimed by one loader (the lease), the other message finds it held.
 @shared_task(name="apps.batches.tasks.batches_resume", queue="control", soft_time_limit=50, time_limit=60)
 def batches_resume() -> int:
-    from apps.batches.services import batches_to_resume  # noqa: PLC0415 - NFR-42
+    from apps.batches.selectors import batches_to_resume  # noqa: PLC0415 - NFR-42
 
     found = batches_to_resume()
     for batch_id in found:

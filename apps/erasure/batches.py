@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from apps.batches.services import batch_erase_advance, batch_erase_finish, batches_erase_pending
+from apps.batches.selectors import batches_erase_pending
+from apps.batches.services import batch_erase_advance, batch_erase_finish
 from apps.erasure.services import jobs_erase_ids
 from apps.jobs.erasure import batch_jobs_after
 from apps.results.locks import session_lock

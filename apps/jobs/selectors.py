@@ -1,6 +1,10 @@
 """Reads of the ledger that other parts need beyond a plain ORM query of their own: what a
 dead-letter discard remembers, the secrets webhook deliveries are signed with, what a queued job
-waits for. The operators' figures are in ``rollups``."""
+waits for, how a batch's jobs stand. The operators' figures are in ``rollups``.
+
+No pyarrow here: the control component's periodic batch checks read through this module every
+few seconds, and a process that imported pyarrow and numpy for them carried both for nothing
+(NFR-42; the bulk merge that needs them is ``apps.jobs.bulk``)."""
 
 from __future__ import annotations
 
@@ -94,3 +98,29 @@ def tenant_queued_count(*, tenant_id: uuid.UUID | str, at_most: int) -> int:
             [str(tenant_id), at_most],
         )
         return int(cur.fetchone()[0])
+
+
+def batch_job_counts(*, batch_id: uuid.UUID) -> dict[str, int]:
+    """A batch's jobs by status (GET /batches/{id}); served by jobs_unique_batch_row."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT status, count(*) FROM jobs_job WHERE batch_id = %s GROUP BY status", [batch_id])
+        return {status: n for status, n in cur.fetchall()}
+
+
+def batch_first_unfinished_row(*, batch_id: uuid.UUID, from_row: int = 0) -> int | None:
+    """The lowest ``batch_row`` at or above ``from_row`` whose job is not final (queued or running),
+    or None when there is none. Walks jobs_unique_batch_row in row order and stops at the first
+    one, so a caller that remembers the answer (apps/batches/completion.py) reads each finished
+    job about once over the batch's life instead of at every check."""
+    with connection.cursor() as cur:
+        cur.execute(
+            """
+            SELECT batch_row FROM jobs_job
+             WHERE batch_id = %s AND batch_row >= %s AND status IN ('queued', 'running')
+             ORDER BY batch_row
+             LIMIT 1
+            """,
+            [batch_id, from_row],
+        )
+        row = cur.fetchone()
+    return None if row is None else int(row[0])

@@ -18,7 +18,8 @@ from django.utils import timezone
 from apps.batches.loader import batch_lease_take, batch_load
 from apps.batches.models import Batch, BatchLease, BatchPart
 from apps.batches.parts import PartInfo, manifest_key, manifest_write, part_table
-from apps.batches.services import batches_orphans_remove, batches_to_resume
+from apps.batches.selectors import batches_to_resume
+from apps.batches.services import batches_orphans_remove
 from apps.jobs.bulk import jobs_bulk_merge
 from apps.jobs.models import Job
 from apps.results.storage import results_storage
