@@ -120,7 +120,9 @@ def test_the_control_components_periodic_checks_with_nothing_to_do_import_nothin
     its first ten seconds, with no batch anywhere: 0.3 CPU-seconds each, in the middle of its
     work, and the modules held from then on."""
     found = json.loads(_run(PERIODIC % (STILL_HEAVY, HEAVY), env=service_env()))
-    assert {"batches-erase", "batches-resume", "batches-completion-announce", "writer-flush"} <= set(found["ran"])
+    assert {"batches-erase", "batches-resume", "batches-completion-announce", "writer-flush"} <= set(
+        found["ran"]
+    )
     assert found["loaded"] == {}
 
 
