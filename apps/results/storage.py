@@ -2,15 +2,19 @@
 
 A body is streamed to a spool file on disk while its SHA-256 and size are computed (it is never
 held whole in memory), then handed to the storage: a rename for local files on the same disk, a
-(multipart) upload for S3. Keys are deterministic, ``<prefix>/<nn>/<name>/<attempt>``, an
+(multipart) upload for S3. Keys are deterministic, ``<prefix>/<nn>/<name>.<attempt>``, an
 opaque name made from the job's id (an HMAC under SECRET_KEY) and its first two characters (a
 directory level, so that local storage never holds millions of names in one), so storing the same attempt again overwrites the same object instead
 of leaving an orphan, and a key (hence a signed link or an S3 presigned URL, which carry it)
 names no job: a job served another tenant's fetch links to that tenant's object without learning
 its job's id (NFR-6, as ``served_from`` hides it), nor the day that job was created: keys
 stored before named it (``<prefix>/<yyyy>/<mm>/<dd>/<name>/<attempt>``, from the UUIDv7), and
-a signed link carries its key readable (it is signed, not encrypted). Those keys stay where they
-are, read through each job's ``result_key`` and deleted by retention (``result_keys_ever``).
+a signed link carries its key readable (it is signed, not encrypted). The attempt is part of the
+file's name, not a file in a directory of the job's: on local storage a directory per job was a
+second inode per result, made for every body (a tenth of a millisecond of a worker's CPU each,
+docs/benchmarks.md) and left empty behind when retention deleted the body. Keys stored before
+(``<prefix>/<nn>/<name>/<attempt>``, and the dated ones) stay where they are, read through each
+job's ``result_key`` and deleted by retention and erasure (``result_keys_ever``).
 """
 
 from __future__ import annotations
@@ -52,19 +56,23 @@ def results_storage() -> Storage:
 def result_key(*, job_id: uuid.UUID | str, attempt: int) -> str:
     name = _opaque_name(uuid.UUID(str(job_id)))
     prefix = settings.SCRAPEJOBS_RESULT_KEY_PREFIX.strip("/")
-    return f"{prefix}/{name[:2]}/{name}/{attempt}"
+    return f"{prefix}/{name[:2]}/{name}.{attempt}"
 
 
 def result_keys_ever(*, job_id: uuid.UUID | str, attempt: int) -> list[str]:
-    """Every key an attempt's body may have been stored under: ``result_key``'s, the dated one
-    of the same name that results stored before had, and the dated one named after the job's id
-    that results stored before opaque names had (retention deletes all three: a missing object
-    counts as deleted)."""
+    """Every key an attempt's body may have been stored under: ``result_key``'s; the one in a
+    directory of the job's that results stored before had (``<prefix>/<nn>/<name>/<attempt>``);
+    the dated one of the same name before that; and the dated one named after the job's id that
+    results stored before opaque names had (retention and erasure delete all four: a missing
+    object counts as deleted)."""
     job_uuid = uuid.UUID(str(job_id))
+    name = _opaque_name(job_uuid)
     dated = _key_dir(job_uuid)
+    prefix = settings.SCRAPEJOBS_RESULT_KEY_PREFIX.strip("/")
     return [
         result_key(job_id=job_uuid, attempt=attempt),
-        f"{dated}/{_opaque_name(job_uuid)}/{attempt}",
+        f"{prefix}/{name[:2]}/{name}/{attempt}",
+        f"{dated}/{name}/{attempt}",
         f"{dated}/{job_uuid}/{attempt}",
     ]
 
@@ -256,8 +264,13 @@ def _local_move(storage: FileSystemStorage, key: str, spool: str, *, chmod: bool
     twentieth of the worker's time per job at a 1 ms target; keys are unique per attempt
     and a retried store replaces its own file, as ``allow_overwrite`` does."""
     final = Path(storage.path(key))
-    final.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(spool, final)
+    try:
+        # The key's directory (one of 256 shards) exists after the first bodies: no mkdir
+        # per job, only when the rename finds it missing (new, or removed by an operator).
+        os.replace(spool, final)
+    except FileNotFoundError:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(spool, final)
     if chmod and storage.file_permissions_mode is not None:
         os.chmod(final, storage.file_permissions_mode)
     return key

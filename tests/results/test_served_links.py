@@ -88,7 +88,7 @@ def test_a_body_stored_under_the_old_dated_key_is_still_served(make_tenant, targ
     from apps.results.storage import result_keys_ever
 
     fetched, served, _, api_b = _sharing_pair(make_tenant, target)
-    old_key = result_keys_ever(job_id=fetched.id, attempt=1)[1]
+    old_key = result_keys_ever(job_id=fetched.id, attempt=1)[2]
     assert f"{fetched.created_at:%Y/%m/%d}" in old_key
     (local_results / old_key).parent.mkdir(parents=True)
     (local_results / fetched.result_key).rename(local_results / old_key)

@@ -47,7 +47,8 @@ def _succeeded_job(tenant, stored, content_type="text/plain") -> Job:
 def test_the_key_names_the_attempt_and_neither_the_job_nor_its_day():
     job_id = uuid7()
     key = result_key(job_id=job_id, attempt=3)
-    prefix, shard, name, attempt = key.split("/")
+    prefix, shard, file_name = key.split("/")
+    name, attempt = file_name.split(".")
     assert (prefix, attempt, shard) == ("results", "3", name[:2])
     assert len(name) == 32 and str(job_id) not in key and job_id.hex not in key
     assert time.strftime("%Y", time.gmtime()) not in key.replace(name, "")
@@ -248,6 +249,29 @@ def test_an_s3_result_downloads_through_a_presigned_link(s3_results, make_tenant
     client.delete_object(Bucket=bucket, Key=stored.key)
     with pytest.raises(ResultGone):
         result_link(job=_succeeded_job(tenant, stored))
+
+
+def test_a_body_is_one_file_in_its_shard_and_no_directory_of_its_own(local_results):
+    """A result is ``<prefix>/<nn>/<name>.<attempt>``: storing it makes one file (the spool file,
+    renamed) and no directory of the job's, which was a second inode per result and stayed
+    behind, empty, when retention deleted the body. A shard directory removed meanwhile (an
+    operator's clean-up) is made again."""
+    import shutil
+
+    job_id = uuid7()
+    first = result_store(job_id=job_id, attempt=1, chunks=[b"one"])
+    second = result_store(job_id=job_id, attempt=2, chunks=[b"two"])
+    assert first.key.rsplit("/", 1)[0] == second.key.rsplit("/", 1)[0]  # the same shard, side by side
+    shard = local_results / first.key.rsplit("/", 1)[0]
+    assert shard.parent == local_results / "results" and len(shard.name) == 2
+    assert sorted(p.name for p in shard.iterdir()) == sorted(
+        k.rsplit("/", 1)[1] for k in (first.key, second.key)
+    )
+    assert all(p.is_file() for p in shard.iterdir())
+    shutil.rmtree(shard)
+    third = result_store(job_id=job_id, attempt=3, chunks=[b"three"])
+    with results_storage().open(third.key, "rb") as fh:
+        assert fh.read() == b"three"
 
 
 def test_a_spool_directory_removed_under_a_running_process_is_made_again(local_results):

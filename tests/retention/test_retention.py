@@ -18,7 +18,13 @@ from django.utils import timezone
 from apps.jobs.claims import job_claim
 from apps.jobs.models import Attempt, Job
 from apps.jobs.sweeping import jobs_lose_expired_leases
-from apps.results.storage import result_key, result_store, results_storage, storage_files_under
+from apps.results.storage import (
+    result_key,
+    result_keys_ever,
+    result_store,
+    results_storage,
+    storage_files_under,
+)
 from apps.results.storage_retention import RetentionStats, retention_run
 from apps.results.tasks import retention_run_task
 from scrapejobs.celery import _beat_schedule
@@ -173,6 +179,26 @@ def test_expired_results_and_orphan_bodies_are_deleted_once_and_their_jobs_answe
         and Attempt.objects.filter(job__tenant=tenant).count() == 7
     )
     assert _beat_schedule()["results-retention"]["task"] == retention_run_task.name
+
+
+def test_an_expired_body_stored_in_a_directory_of_its_job_is_deleted(backend, make_tenant):
+    """Bodies were stored under ``<prefix>/<nn>/<name>/<attempt>`` before the attempt became
+    part of the file's name (apps/results/storage.py): such a job keeps its key, and retention
+    deletes it when its result expires."""
+    tenant, _, _ = make_tenant()
+    job = _succeed(helpers.queued(tenant))
+    now_key = result_key(job_id=job.id, attempt=1)
+    before = result_keys_ever(job_id=job.id, attempt=1)[1]
+    assert job.result_key == now_key and before == now_key.replace(".1", "/1")
+    storage = results_storage()
+    with storage.open(now_key, "rb") as fh:
+        storage.save(before, fh)
+    storage.delete(now_key)
+    Job.objects.filter(id=job.id).update(result_key=before)
+    _age(job, days=31)
+    assert _stored_keys() == {before}
+    assert retention_run_task()["results_deleted"] == 1
+    assert _stored_keys() == set()
 
 
 def test_job_rows_are_pruned_by_their_own_setting_once_nothing_of_theirs_is_stored(backend, make_tenant):
