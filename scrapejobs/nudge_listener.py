@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 
 import redis
+from django.conf import settings
 from django.db import connection
 
 from apps.jobs.nudges import NUDGES, PUBLISH, WRITER
@@ -31,18 +32,21 @@ logger = logging.getLogger(__name__)
 
 # BZPOPMIN's own timeout: how often the listener wakes to see whether it should stop.
 BLOCK_S = 1
-# Runs of one kind start at least this far apart. Nudges come with every receipt and every
-# finished fetch; back-to-back runs each carrying a handful of jobs would spend the control
-# process's time on per-run overhead (the publisher's planning queries, the writer's lease and
-# reads). 50 ms keeps a nudged job's latency in tens of milliseconds (measured in without
-# a gap, throughput at a 1 ms target fell by half).
-MIN_GAP_S = 0.05
+# Runs of one kind start at least SCRAPEJOBS_NUDGE_GAP_S apart (default 0.1 s). Nudges come with
+# every receipt and every finished fetch; back-to-back runs each carrying a handful of jobs spend
+# the control process's time on per-run overhead (the publisher's planning queries, the writer's
+# lease and reads): without a gap, throughput at a 1 ms target fell by half. At 50 ms a run at a
+# 500 ms target carried about 8 jobs, and the control process and its PostgreSQL sessions spent
+# about as much CPU per job again as at 1 ms; 100 ms halves the runs for 50 ms more, at most, before
+# a finished job is folded or the broker refilled (docs/settings.md). A run after a quiet spell
+# starts at once.
 
 
 class _Runner:
-    def __init__(self, name: str, fn: Callable[[], object], stop: threading.Event):
+    def __init__(self, name: str, fn: Callable[[], object], stop: threading.Event, gap_s: float):
         self.fn = fn
         self.stop = stop
+        self.gap_s = gap_s
         self.poked = threading.Event()
         self.thread = threading.Thread(target=self._run, name=f"nudge-{name}", daemon=True)
 
@@ -54,9 +58,9 @@ class _Runner:
         while not self.stop.is_set():
             if not self.poked.wait(BLOCK_S):
                 continue
-            gap = last + MIN_GAP_S - time.monotonic()
-            if gap > 0:
-                self.stop.wait(gap)  # nudges arriving meanwhile join this run
+            gap = last + self.gap_s - time.monotonic()
+            if gap > 0 and self.stop.wait(gap):  # nudges arriving meanwhile join this run
+                return  # stopping: no run that would start after the stop was asked
             self.poked.clear()  # before the run: a nudge during the run means one more run
             last = time.monotonic()
             try:
@@ -68,9 +72,12 @@ class _Runner:
 
 
 class NudgeListener:
-    def __init__(self, runs: dict[str, Callable[[], object]]):
+    def __init__(self, runs: dict[str, Callable[[], object]], *, gap_s: float | None = None):
         self.stop = threading.Event()
-        self.runners = {kind: _Runner(kind.rsplit(":", 1)[-1], fn, self.stop) for kind, fn in runs.items()}
+        self.gap_s = settings.SCRAPEJOBS_NUDGE_GAP_S if gap_s is None else gap_s
+        self.runners = {
+            kind: _Runner(kind.rsplit(":", 1)[-1], fn, self.stop, self.gap_s) for kind, fn in runs.items()
+        }
         self.thread = threading.Thread(target=self._listen, name="nudge-listener", daemon=True)
 
     def start(self) -> NudgeListener:
@@ -96,7 +103,7 @@ class NudgeListener:
                 runner.poke()
                 # The set holds one nudge of a kind at most, so waiting a little before the next pop
                 # loses nothing, and saves a round trip per receipt under a stream of them.
-                self.stop.wait(MIN_GAP_S / 2)
+                self.stop.wait(self.gap_s / 2)
 
 
 def _publish() -> object:

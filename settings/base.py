@@ -504,6 +504,14 @@ SCRAPEJOBS_DATABASE_WRITE_TIMEOUT_SECONDS = _positive_float(
 )
 # Beat runs the writer flush this often; one flush drains for at most 0.8x this long.
 SCRAPEJOBS_WRITER_FLUSH_INTERVAL_S = _positive_float("SCRAPEJOBS_WRITER_FLUSH_INTERVAL_S", 1.0)
+# The control process runs the publisher and the writer when nudged, each kind's runs at least
+# this far apart (scrapejobs/nudge_listener.py): fewer, larger runs cost less CPU per job; a
+# finished job is folded, and the broker refilled, up to this much later.
+SCRAPEJOBS_NUDGE_GAP_S = env.float("SCRAPEJOBS_NUDGE_GAP_S", default=0.1)
+if not 0.01 <= SCRAPEJOBS_NUDGE_GAP_S <= 5:
+    raise environ.ImproperlyConfigured(
+        f"SCRAPEJOBS_NUDGE_GAP_S={SCRAPEJOBS_NUDGE_GAP_S} must be within 0.01 to 5"
+    )
 # The writer lease lapses this long after its holder's last renewal (a dead writer's successor
 # waits at most this long; the holder renews every third of it).
 SCRAPEJOBS_WRITER_LEASE_TTL_S = _positive_float("SCRAPEJOBS_WRITER_LEASE_TTL_S", 10.0)

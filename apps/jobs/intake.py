@@ -174,7 +174,7 @@ def publisher_nudge() -> None:
 
 
 # One thread per process; asks within 50 ms fold into one nudge (the control process's listener
-# spaces its runs 50 ms apart too).
+# spaces its runs SCRAPEJOBS_NUDGE_GAP_S apart).
 _publisher_nudges = BackgroundNudge(lambda: nudges_send(PUBLISH), name="publisher nudge", min_interval_s=0.05)
 
 
