@@ -88,7 +88,8 @@ def _e2e_littles_law(f: Figures) -> str:
 def _e2e_cpu(f: Figures) -> str:
     ours = _get(f, "e2e_0ms_scrapejobs_cpu_ms_per_job_service")
     tuned = _get(f, "e2e_0ms_tuned_cpu_ms_per_job_service")
-    return f"**{_num(_get(f, 'e2e_0ms_cpu_per_job_to_tuned_ratio'))}×** ({_num(ours)} / {_num(tuned)} ms)"
+    slow = _num(_get(f, "e2e_500ms_cpu_per_job_to_tuned_ratio"))
+    return f"**{_num(_get(f, 'e2e_0ms_cpu_per_job_to_tuned_ratio'))}×** at 1 ms ({_num(ours)} / {_num(tuned)} ms); {slow}× at 500 ms"
 
 
 def _budget_rows(f: Figures) -> str:
@@ -138,7 +139,7 @@ README_ROWS = (
     Row("end to end, 1 ms target: scrapejobs / tuned bare Celery task", "e2e", _e2e_ratio(0), "≥ 0.8×"),
     Row("end to end, 500 ms target, 100 threads: scrapejobs / tuned task", "e2e", _e2e_ratio(500), "≥ 0.95×"),
     Row("end to end, 500 ms target: share of Little's law", "e2e", _e2e_littles_law, "≥ 0.9"),
-    Row("CPU per job, all service processes / the tuned task's, 1 ms target", "e2e", _e2e_cpu, "≤ 2.0×"),
+    Row("CPU per job, all service processes / the tuned task's", "e2e", _e2e_cpu, "≤ 2.0×"),
     Row("`jobs_job` row versions / index entries per job (held by a test)", "budget", _budget_rows, "–"),
     Row(
         "the seed's peak (28 jobs/s, 20 s targets) × 1, 2, 5, 10: largest multiple holding, "
