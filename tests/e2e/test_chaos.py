@@ -174,11 +174,16 @@ def test_every_job_ends_final_and_correct_while_workers_and_redis_die(
             body = stored.read_bytes()
             assert hashlib.sha256(body).hexdigest() == job.result_sha256
             assert body == _expected_body(path, requests), (job.url, body[:60])
-            # One stored result per job. Another body under the job can only be that of an
-            # attempt that stored it and was lost with its worker before reporting (an orphan).
-            others = [p for p in stored.parent.iterdir() if p != stored]
+            # One stored result per job. Another body of the job's (``<name>.<attempt>`` beside
+            # it in its shard) can only be that of an attempt that stored it and was lost with its
+            # worker before reporting (an orphan).
+            name = stored.name.rsplit(".", 1)[0]
+            others = [
+                p for p in stored.parent.glob(f"{name}.*") if p != stored and p.suffix[1:].isdigit()
+            ]
             for other in others:
-                assert Attempt.objects.get(job=job, number=int(other.name)).outcome == AttemptOutcome.LOST
+                number = int(other.name.rsplit(".", 1)[1])
+                assert Attempt.objects.get(job=job, number=number).outcome == AttemptOutcome.LOST
             orphans += len(others)
     print(f"  orphan bodies of lost attempts: {orphans}")
     assert not wrong, f"{len(wrong)} jobs ended otherwise than their target decides:\n" + "\n".join(

@@ -122,7 +122,9 @@ def test_a_duplicate_message_for_a_job_is_a_no_op(services, make_tenant, target,
     assert attempt_history(job) == [(1, AttemptOutcome.SUCCEEDED, None)]
     assert len(target.requests_for("/bytes/4096")) == 1
     assert stored_body(tmp_path, job) == body_for(4096)
-    assert [p.name for p in (tmp_path / job.result_key).parent.iterdir()] == ["1"]
+    stored = tmp_path / job.result_key  # <prefix>/<nn>/<name>.<attempt>: the job's bodies side by side
+    assert [p.name for p in stored.parent.glob(stored.name.rsplit(".", 1)[0] + ".*")] == [stored.name]
+    assert stored.name.endswith(".1")
 
 
 def test_temporary_failures_are_retried_and_permanent_ones_are_not(services, make_tenant, target, tmp_path):
