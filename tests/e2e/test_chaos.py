@@ -178,9 +178,7 @@ def test_every_job_ends_final_and_correct_while_workers_and_redis_die(
             # it in its shard) can only be that of an attempt that stored it and was lost with its
             # worker before reporting (an orphan).
             name = stored.name.rsplit(".", 1)[0]
-            others = [
-                p for p in stored.parent.glob(f"{name}.*") if p != stored and p.suffix[1:].isdigit()
-            ]
+            others = [p for p in stored.parent.glob(f"{name}.*") if p != stored and p.suffix[1:].isdigit()]
             for other in others:
                 number = int(other.name.rsplit(".", 1)[1])
                 assert Attempt.objects.get(job=job, number=number).outcome == AttemptOutcome.LOST
