@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from apps.batches.selectors import batches_erase_pending
-from apps.batches.services import batch_erase_advance, batch_erase_finish
 from apps.erasure.services import jobs_erase_ids
 from apps.jobs.erasure import batch_jobs_after
 from apps.results.locks import session_lock
@@ -58,6 +57,10 @@ def batches_erase_run(*, budget_s: float = 50.0) -> BatchErasureStats:
 
 def _erase_chunk(batch_id: uuid.UUID, after_row: int, stats: BatchErasureStats) -> tuple[int, bool]:
     """One chunk; returns (the row erased up to, whether to go on with this batch now)."""
+    # apps/batches/services.py brings pyarrow and DRF's serializers: imported by a run that has a
+    # batch to erase, not by the control process's every-ten-seconds run that finds none (NFR-42).
+    from apps.batches.services import batch_erase_advance, batch_erase_finish  # noqa: PLC0415 - see above
+
     rows = batch_jobs_after(
         batch_id=batch_id, after_row=after_row, limit=settings.SCRAPEJOBS_ERASURE_CHUNK_SIZE
     )
