@@ -43,6 +43,14 @@ def _bounded_int(name: str, default: int, low: int, high: int) -> int:
     return value
 
 
+def _bounded_float(name: str, default: float, low: float, high: float) -> float:
+    """Read a float setting and fail loudly at start-up when it is out of its range."""
+    value = env.float(name, default=default)
+    if not low <= value <= high:
+        raise environ.ImproperlyConfigured(f"{name}={value} is outside {low}..{high}")
+    return value
+
+
 def _fraction(name: str, default: float) -> float:
     value = env.float(name, default=default)
     if not 0 < value < 1:
@@ -507,11 +515,7 @@ SCRAPEJOBS_WRITER_FLUSH_INTERVAL_S = _positive_float("SCRAPEJOBS_WRITER_FLUSH_IN
 # The control process runs the publisher and the writer when nudged, each kind's runs at least
 # this far apart (scrapejobs/nudge_listener.py): fewer, larger runs cost less CPU per job; a
 # finished job is folded, and the broker refilled, up to this much later.
-SCRAPEJOBS_NUDGE_GAP_S = env.float("SCRAPEJOBS_NUDGE_GAP_S", default=0.1)
-if not 0.01 <= SCRAPEJOBS_NUDGE_GAP_S <= 5:
-    raise environ.ImproperlyConfigured(
-        f"SCRAPEJOBS_NUDGE_GAP_S={SCRAPEJOBS_NUDGE_GAP_S} must be within 0.01 to 5"
-    )
+SCRAPEJOBS_NUDGE_GAP_S = _bounded_float("SCRAPEJOBS_NUDGE_GAP_S", 0.1, 0.01, 5.0)
 # The writer lease lapses this long after its holder's last renewal (a dead writer's successor
 # waits at most this long; the holder renews every third of it).
 SCRAPEJOBS_WRITER_LEASE_TTL_S = _positive_float("SCRAPEJOBS_WRITER_LEASE_TTL_S", 10.0)

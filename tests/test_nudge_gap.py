@@ -12,6 +12,7 @@ from django.test import override_settings
 
 from scrapejobs.nudge_listener import NudgeListener
 from tests.support.procs import wait_for
+from tests.support.settings_probe import settings_run
 
 
 def test_the_gap_comes_from_its_setting():
@@ -45,3 +46,19 @@ def test_runs_poked_without_pause_start_at_least_the_gap_apart(gap_s: float):
     gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
     # time is the subject: the gap between two runs' starts is the setting's, never less
     assert min(gaps) >= gap_s * 0.99, gaps
+
+
+@pytest.mark.parametrize(("value", "refused"), [("0.1", False), ("0.25", False), ("0", True), ("6", True)])
+def test_a_gap_out_of_its_range_stops_the_process_at_start(value: str, refused: bool):
+    done = settings_run(
+        "from django.conf import settings; print(settings.SCRAPEJOBS_NUDGE_GAP_S)",
+        SCRAPEJOBS_NUDGE_GAP_S=value,
+    )
+    if refused:
+        assert (
+            done.returncode != 0
+            and f"SCRAPEJOBS_NUDGE_GAP_S={float(value)} is outside 0.01..5.0" in done.stderr
+        )
+    else:
+        assert done.returncode == 0, done.stderr
+        assert float(done.stdout) == float(value)
