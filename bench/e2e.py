@@ -6,10 +6,11 @@ reached: a pool of C threads can finish at most C / L jobs per second.
 
 - scrapejobs: writer, beat and ``BENCH_E2E_WORKERS`` (4) worker processes sharing the pool's
   threads (scrapejobs/processes.py command lines) on a throwaway database, analysed before the
-  run. Jobs are submitted with ``job_create`` in a loop from one process (the same single INSERT the API makes, without HTTP: the intake benchmark
-  measures HTTP), then published by the outbox publisher, claimed, fetched, stored, and recorded
-  through the writer. Measured from the first submit to the moment the last job is final in the
-  database, seen through one held connection whose backend's CPU counts on no side.
+  run. Jobs are submitted with ``job_create`` in a loop from one process (the same single INSERT
+  the API makes, without HTTP: the intake benchmark measures HTTP), then published by the outbox
+  publisher, claimed, fetched, stored, and recorded through the writer. Measured from the first
+  submit to the moment the last job is final in the database, seen through one held connection
+  whose backend's CPU counts on no side.
 - naive: ``bench/naive_app.py``, the bare task as it is often written (INFO logs, a broker client
   per ``delay()``, ``requests.get`` without a session, ack emulation on, prefetch 4).
 - tuned: ``bench/tuned_app.py``, the bare task as a competent engineer writes it (WARNING logs, a
@@ -23,11 +24,12 @@ reached: a pool of C threads can finish at most C / L jobs per second.
 
 The four run in ``BENCH_E2E_ROUNDS`` (3) alternating rounds, the order rotated each round
 (A B C D, B C D A, C D A B), against the same target with the same threads in all; each figure is
-the median of the rounds, with its spread (largest minus smallest) beside it. ``…_idle_slot_share``: the share of
-the worker's thread time spent idle while jobs waited to start (0: the pool was full whenever work
-waited), from the ledger after the run: a thread is busy from its attempt's claim to the attempt's
-end as the worker stamped it, not until the writer folds the receipt (the job's status is still
-``running`` then, and a count of those called a thread that had moved on busy).
+the median of the rounds, with its spread (largest minus smallest) beside it.
+``…_idle_slot_share``: the share of the worker's thread time spent idle while jobs waited to start
+(0: the pool was full whenever work waited), from the ledger after the run: a thread is busy from
+its attempt's claim to the attempt's end as the worker stamped it, not until the writer folds the
+receipt (the job's status is still ``running`` then, and a count of those called a thread that
+had moved on busy).
 ``…_attempt_overhead_ms``: the median attempt's length (its claim to the worker's end stamp, after
 the body is stored and before the receipt is sent) past the target's latency: the lease's hold,
 the request, storing the body and the waits for the interpreter between them; the gate, the claim

@@ -6,8 +6,8 @@ The batch row is inserted first (status ``receiving``), which is what makes ``Id
 work as on POST /jobs: the unique (tenant, key) index lets one request of several concurrent
 retries through, and a replay finds the batch. The manifest carries everything the loader needs
 (the parts, and the counts of rows and rejects), so a batch whose intake died after writing it is
-still loaded in full (``batches_to_resume``, apps/batches/selectors.py); one whose intake died before it never is, and its
-parts are removed after a grace period (``batches_orphans_remove``).
+still loaded in full (``batches_to_resume``, apps/batches/selectors.py); one whose intake died
+before it never is, and its parts are removed after a grace period (``batches_orphans_remove``).
 """
 
 from __future__ import annotations

@@ -88,7 +88,8 @@ def scrape_job(
     finally:
         # A slot just freed up: the publisher keeps the broker shallow (SCRAPEJOBS_DISPATCH_DEPTH),
         # so ask it to refill now rather than at its next beat tick (coalesced to one run per
-        # SCRAPEJOBS_NUDGE_GAP_S however many scrapes end). An attempt that ran asked already, with its receipt.
+        # SCRAPEJOBS_NUDGE_GAP_S however many scrapes end). An attempt that ran asked already,
+        # with its receipt.
         if receipt is None:
             publisher_nudge()
 
