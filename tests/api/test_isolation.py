@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from apps.jobs.models import Job
+from apps.tenants.services import token_cache_clear
 from tests.query import helpers
 
 pytestmark = pytest.mark.django_db
@@ -28,8 +29,22 @@ def test_another_tenants_job_is_not_found_by_any_read(two_tenants, make):
         r = stranger.get(path)
         assert (r.status_code, r.json()) == (404, NOT_FOUND), path
         assert owner_api.get(path).status_code != 404, path
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("make", [helpers.queued, helpers.succeeded])
+def test_another_tenants_job_is_not_found_by_a_wait(two_tenants, make):
+    """A wait reads on a thread of the shared executor, through a connection of its own: the
+    tenants and the job are committed (transaction=True), as they are in service. In a test's
+    open transaction that thread cannot see the stranger's token once the process's token cache
+    has been cleared (the revocation listener clears it whenever it starts listening), and
+    answered 401 instead of the 404 under test."""
+    owner, owner_api, stranger = two_tenants
+    job = make(owner)
+    token_cache_clear()  # the wait's thread looks the token up itself, as after a listener's start
     r = stranger.get(f"{JOBS}/{job.id}", {"wait": 1})
     assert (r.status_code, r.json()) == (404, NOT_FOUND)
+    assert owner_api.get(f"{JOBS}/{job.id}", {"wait": 1}).status_code == 200
 
 
 @pytest.mark.parametrize("make", [helpers.queued, helpers.running, helpers.succeeded])
