@@ -7,8 +7,9 @@ host, port) for ``SCRAPEJOBS_ROBOTS_TTL_S``, and in each process in an LRU bound
 (``SCRAPEJOBS_ROBOTS_LOCAL_CACHE_BYTES``). Both are bounded by what is parsed: the first
 ``MAX_PARSE_BYTES`` of a file (as Google's parser does) and ``MAX_RULES_BYTES`` of rules. One
 worker fetches it while the others wait for its copy: whoever sets the origin's lock (``SET NX``
-with an expiry, so a worker killed while fetching frees it) fetches; the rest poll the cache. So
-the target sees one request per TTL whatever the number of workers. What an answer means (RFC
+with an expiry, so a worker killed while fetching frees it) fetches; the rest poll the cache, one
+thread per process (``_flights``: its other threads wait for that one's answer). So the target
+sees one request per TTL whatever the number of workers. What an answer means (RFC
 9309 2.3.1): 2xx, the rules; 4xx, allow everything; 5xx or no answer at all, disallow everything
 for ``SCRAPEJOBS_ROBOTS_UNAVAILABLE_S`` (``RobotsUnavailable``: the job is retried later, not
 failed).
@@ -41,6 +42,7 @@ from apps.politeness.robots_rules import (
     robots_parse,
 )
 from apps.redis_clients import state_redis
+from apps.runtime.single_flight import SingleFlight
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +53,12 @@ ROBOTS_FETCH_TIMEOUT_S = 10.0
 # A worker remembers an origin's rules this long (or less: what is left of the Redis copy's TTL),
 # so a job does not read a file of up to 512 KiB from Redis every time.
 LOCAL_CACHE_S = 30.0
+# A worker waiting for another's fetch reads Redis again after 5 ms, then twice as long each time,
+# at most every 50 ms: a file that takes a few milliseconds to fetch is seen as soon as it lands,
+# and a slow one costs a read per 50 ms of a single thread per process (``_flights``).
+_POLL_FIRST_S = 0.005
 _POLL_S = 0.05
+_sleep = time.sleep  # the poll's pause (tests record it)
 
 _ALLOW_ALL = "all"
 _UNAVAILABLE = "none"
@@ -90,7 +97,12 @@ def robots_rules_get(
     if hit is not None and hit[0] > now:
         entry = hit[1]
     else:
-        entry, ttl_s = _shared_entry_get(origin=origin, host=host, fetch=fetch, wait_s=wait_s)
+        entry, ttl_s = _flights.run(
+            origin,
+            lambda: _shared_entry_get(origin=origin, host=host, fetch=fetch, wait_s=wait_s),
+            wait_s=wait_s,
+            timed_out=lambda: RobotsUnavailable(origin, 1.0),
+        )
         _local.put(origin, (now + min(LOCAL_CACHE_S, ttl_s), entry))
     rules, unavailable_until = entry
     if rules is None:
@@ -170,6 +182,14 @@ def robots_local_cache_clear() -> None:
     _local.clear()
 
 
+# The threads of this process that miss an origin's rules at once: the first asks Redis (and
+# fetches the file, if it takes the origin's lock); the others wait for its answer rather than
+# each reading Redis every ``_POLL_S`` (a worker's whole pool, each thread on its first job to a new
+# site, woke up to 50 ms after the file was there). A follower that waits longer than its own
+# ``wait_s`` is refused as a poll that ran out is.
+_flights: SingleFlight[str, tuple[_Entry, float]] = SingleFlight()
+
+
 def _shared_entry_get(
     *, origin: str, host: str, fetch: Callable[[], RobotsAnswer], wait_s: float
 ) -> tuple[_Entry, float]:
@@ -178,6 +198,7 @@ def _shared_entry_get(
     r = state_redis()
     key, lock = robots_keys(origin)
     give_up = time.monotonic() + wait_s
+    pause = _POLL_FIRST_S
     while True:
         raw, ttl_ms = _cached(r, key)
         if raw is not None:
@@ -198,7 +219,8 @@ def _shared_entry_get(
             return _entry(raw, ttl_s), ttl_s
         if time.monotonic() >= give_up:
             raise RobotsUnavailable(origin, 1.0)
-        time.sleep(_POLL_S)
+        _sleep(pause)
+        pause = min(pause * 2, _POLL_S)
 
 
 def _cached(r: object, key: str) -> tuple[str | None, int]:

@@ -17,6 +17,7 @@ from apps.politeness.domains import registrable_domain
 from apps.politeness.keys import LINE_PRIORITIES, domain_keys
 from apps.politeness.models import DomainGrouping, DomainPolicy
 from apps.redis_clients import state_redis
+from apps.runtime.single_flight import SingleFlight
 from apps.tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
@@ -44,6 +45,7 @@ class DomainLimits:
 
 
 _cache: dict[str, tuple[float, DomainLimits]] = {}
+_reads: SingleFlight[str, DomainLimits] = SingleFlight()
 
 
 def domain_limits_default(*, host: str = "") -> DomainLimits:
@@ -69,7 +71,9 @@ def domain_limits_get(*, domain: str) -> DomainLimits:
     if hit is not None and hit[0] > now:
         return hit[1]
     try:
-        limits = _limits_read(host=domain)
+        # One read per process for the threads that miss at once (a worker's whole pool starting
+        # on a new site, or the copy expiring under load).
+        limits = _reads.run(domain, lambda: _limits_read(host=domain))
     except Exception as e:
         # PostgreSQL away: the last limits read serve another while (a worker in the middle of
         # an attempt must not fail it, nor wait for the pool again at every call). With none

@@ -10,8 +10,9 @@ import time
 import pytest
 import redis as redis_lib
 from django.conf import settings as django_settings
+from django.db import connection
 
-from apps.politeness import limiter
+from apps.politeness import limiter, selectors
 from apps.politeness.keys import domain_keys
 from apps.politeness.limiter import (
     domain_outcome_record,
@@ -20,6 +21,8 @@ from apps.politeness.limiter import (
 )
 from apps.politeness.models import DomainPolicy
 from apps.politeness.selectors import domain_limits_cache_clear, domain_limits_get, domain_state_get
+from tests.support.procs import wait_for
+from tests.support.threads import CheckedThread
 
 pytestmark = pytest.mark.django_db
 
@@ -47,6 +50,40 @@ def test_a_domain_without_a_policy_gets_the_default_limits(settings):
     policy(0.5, 1, 1, domain="set.example")
     limits = domain_limits_get(domain="set.example")
     assert (limits.requests_per_second, limits.burst, limits.max_concurrency) == (0.5, 1, 1)
+
+
+@pytest.mark.django_db(transaction=True)  # the threads read the policy on their own connections
+def test_a_pool_of_threads_missing_a_domains_limits_at_once_reads_them_once(monkeypatch):
+    """NFR-11: a worker's 25 threads starting on a new site (or its copy expiring under load) made
+    25 identical reads, each waiting for a connection of the pool; one reads, the others are handed
+    its answer."""
+    policy(3.0, 6, 2, domain="herd.example")
+    real_read = selectors._limits_read
+    reads: list[str] = []
+
+    def read(*, host: str):
+        reads.append(host)
+        wait_for(
+            lambda: selectors._reads.followers(host) == 24, timeout=30, interval=0.01, what="24 followers"
+        )
+        return real_read(host=host)
+
+    monkeypatch.setattr(selectors, "_limits_read", read)
+    got: list[tuple[float, int, int]] = []
+
+    def limits() -> None:
+        try:
+            found = domain_limits_get(domain="herd.example")
+            got.append((found.requests_per_second, found.burst, found.max_concurrency))
+        finally:
+            connection.close()
+
+    threads = [CheckedThread(target=limits) for _ in range(25)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert (reads, got) == (["herd.example"], [(3.0, 6, 2)] * 25)
 
 
 def test_the_bucket_gives_its_burst_then_refuses_until_a_token_is_due():

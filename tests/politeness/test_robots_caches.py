@@ -5,6 +5,7 @@ a process's copies are an LRU bounded by SCRAPEJOBS_ROBOTS_LOCAL_CACHE_BYTES."""
 from __future__ import annotations
 
 import pytest
+from django.db import connection
 
 from apps.politeness import robots
 from apps.politeness.keys import robots_keys
@@ -16,6 +17,8 @@ from apps.politeness.robots import (
 )
 from apps.politeness.robots_rules import MAX_PARSE_BYTES, MAX_RULES_BYTES, robots_parse
 from apps.redis_clients import state_redis
+from tests.support.procs import wait_for
+from tests.support.threads import CheckedThread
 
 
 @pytest.fixture(autouse=True)
@@ -98,3 +101,78 @@ def test_the_process_cache_keeps_the_most_recently_used_rules_within_its_bytes(d
     assert 1 < len(local) < len(origins)
     # What fell out is still answered, from Redis.
     assert not _get(origins[1], "never fetched").allows("/3/" + "p" * 200)
+
+
+@pytest.mark.django_db(transaction=True)  # the leader reads the origin's limits on its own connection
+def test_threads_of_one_process_that_miss_an_origin_at_once_read_redis_once(monkeypatch) -> None:
+    """A worker's whole pool starting on a new site: one thread asks Redis (and here fetches the
+    file); the other 24 are handed its rules instead of each reading Redis every 50 ms until the
+    copy is there (NFR-11)."""
+    origin = "http://flight.example:80"
+    reads: list[str] = []
+    real_cached = robots._cached
+
+    def cached(r: object, key: str) -> tuple[str | None, int]:
+        reads.append(key)
+        return real_cached(r, key)
+
+    monkeypatch.setattr(robots, "_cached", cached)
+    fetches: list[int] = []
+
+    def fetch() -> RobotsAnswer:
+        fetches.append(1)
+        wait_for(
+            lambda: robots._flights.followers(origin) == 24, timeout=30, interval=0.01, what="24 followers"
+        )
+        return RobotsAnswer(status=200, text="User-agent: *\nDisallow: /no\n")
+
+    allowed: list[bool] = []
+
+    def ask() -> None:
+        try:
+            rules = robots_rules_get(origin=origin, host="flight.example", fetch=fetch, wait_s=5)
+            allowed.append(rules.allows("/no"))
+        finally:
+            connection.close()
+
+    threads = [CheckedThread(target=ask) for _ in range(25)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert (len(fetches), allowed) == (1, [False] * 25)
+    assert len(reads) == 2  # the leader's miss, and its look again under the origin's lock
+
+
+def test_a_worker_waiting_for_another_workers_fetch_looks_again_after_5_ms_then_twice_as_long(
+    monkeypatch,
+) -> None:
+    """Another worker holds the origin's lock and is fetching: this one reads Redis again after 5,
+    10, 20, 40, then every 50 ms, and takes that worker's copy as soon as it is there."""
+    origin = "http://busy.example:80"
+    key, lock = robots_keys(origin)
+    r = state_redis()
+    r.set(lock, "another-worker", px=30_000)
+    pauses: list[float] = []
+
+    def pause(s: float) -> None:
+        pauses.append(s)
+        if len(pauses) == 6:  # the other worker's copy lands, its lock goes
+            r.set(
+                key,
+                robots._COMPACT
+                + "\n"
+                + robots._compact(robots_parse("User-agent: *\nDisallow: /x\n", product="scrapejobs")),
+                px=60_000,
+            )
+            r.delete(lock)
+
+    monkeypatch.setattr(robots, "_sleep", pause)
+    try:
+        rules = robots_rules_get(
+            origin=origin, host="busy.example", fetch=lambda: pytest.fail("fetched a second time"), wait_s=5
+        )
+    finally:
+        r.delete(key, lock)
+    assert pauses == [0.005, 0.01, 0.02, 0.04, 0.05, 0.05]
+    assert (rules.allows("/x"), rules.allows("/y")) == (False, True)
