@@ -205,12 +205,19 @@ def _publisher_waiting_on_the_lock(lock: psycopg.Connection) -> bool:
     return bool(row and row[0] > 0)
 
 
+# What "at once" means for a submission while Redis is away: its calls to Redis fail open within
+# 0.1 s each (apps/redis_clients.py), so a POST takes a few tenths of a second; one that waited on
+# Redis would take the state client's connect timeout (5 s) or more. 2 s and not 1: on a loaded
+# 2-core CI run of the whole suite one POST took 1.05 s.
+SUBMIT_BOUND_S = 2.0
+
+
 def _assert_accepted_at_once(answers: list[tuple[requests.Response, float]]) -> None:
     for r, took in answers:
         assert r.status_code == 202, r.content
-        # time is the subject: a submission without Redis within 1 s, where a Redis
-        # connect timeout or a token wait would take longer
-        assert took < 1.0, f"a submission took {took:.2f}s without Redis"
+        # time is the subject: a submission without Redis within SUBMIT_BOUND_S, where a wait
+        # on Redis would take its client's connect timeout (5 s) or a token wait
+        assert took < SUBMIT_BOUND_S, f"a submission took {took:.2f}s without Redis"
     assert Job.objects.filter(id__in=[r.json()["id"] for r, _ in answers]).count() == len(answers)
 
 
@@ -262,7 +269,7 @@ def test_thirty_seconds_without_redis_cost_clients_nothing_and_every_job_ends_su
         listing = session.get(f"{base}{JOBS}?limit=5", timeout=10)
         if read.status_code != 200 or listing.status_code != 200:
             refused.append(f"{phase} GET {read.status_code} {listing.status_code}")
-        if took > 1.0:
+        if took > SUBMIT_BOUND_S:
             slow.append(f"{phase} POST took {took:.2f}s")
 
     restarted: list[str] = []
