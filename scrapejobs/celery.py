@@ -16,6 +16,7 @@ from celery.signals import after_setup_logger, beat_init, worker_init, worker_re
 from kombu import Queue
 
 from scrapejobs import broker
+from scrapejobs.task_end_wake import TaskEndWakesLoop, scrape_only
 
 # redis:// and rediss:// brokers through kombu's Redis transport with one repair (see there);
 # before any connection is made, in every process (this module is imported first).
@@ -276,15 +277,30 @@ def _scrape_consumer_without_ack_emulation(sender: object = None, **_: object) -
     consumer's one thread, which also reads and dispatches every message (NFR-11). It buys a
     scrape message nothing: the message is acknowledged as its task starts (apps/scraping/tasks.py)
     and a copy is given back only after the visibility timeout (an hour), while the sweeper
-    publishes a job nobody took again after SCRAPEJOBS_REPUBLISH_AFTER_S. A stopping worker puts
-    the messages it received and had not started back on their queues (kombu keeps them in
-    memory; apps/scheduling/shutdown_watchdog.py); only a killed one leaves their jobs to the
-    sweeper, as before. The control tasks, acknowledged late, keep the emulation."""
+    publishes a job nobody took again after SCRAPEJOBS_REPUBLISH_AFTER_S. Such a process also
+    takes a message only when one of its threads is free (``worker_disable_prefetch``, each task's
+    end waking its consumer: scrapejobs/task_end_wake.py, docs/design/dispatch.md), so it holds no
+    message it has not started, and a stopping or killed one takes none with it. The control
+    tasks, acknowledged late, keep the emulation and the prefetch."""
     if getattr(sender, "app", None) is not app:
         return
-    consumed = set(app.amqp.queues.consume_from or ())
-    if consumed and consumed <= {*SCRAPE_QUEUES, BROWSER_QUEUE}:
+    if _scrape_only():
         app.conf.broker_transport_options = {**app.conf.broker_transport_options, "ack_emulation": False}
+        # No message held without a free thread to run it, each task's end waking the consumer
+        # (scrapejobs/task_end_wake.py, NFR-8).
+        app.conf.worker_disable_prefetch = True
+
+
+def _scrape_only() -> bool:
+    return scrape_only(app.amqp.queues.consume_from or (), (*SCRAPE_QUEUES, BROWSER_QUEUE))
+
+
+class _ScrapeTaskEndWakesLoop(TaskEndWakesLoop):
+    def include_if(self, parent: object) -> bool:
+        return getattr(parent, "app", None) is app and _scrape_only()
+
+
+app.steps["worker"].add(_ScrapeTaskEndWakesLoop)
 
 
 @worker_init.connect

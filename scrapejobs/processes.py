@@ -80,9 +80,9 @@ def worker(*, concurrency: int | None = None, name: str = "worker") -> list[str]
 
 def browser(*, concurrency: int | None = None, name: str = "browser") -> list[str]:
     """Rendered jobs (FR-30): pages at once per process (``SCRAPEJOBS_BROWSER_CONCURRENCY``, read
-    by Django's settings too, which size the page slots to the same number), one message
-    reserved ahead per thread: a render takes seconds, and a message held by a busy process
-    is one another process could be rendering."""
+    by Django's settings too, which size the page slots to the same number), and no message
+    reserved ahead (docs/design/dispatch.md): a render takes seconds, and a message held by a busy
+    process is one another process could be rendering."""
     conc = concurrency or int(os.environ.get("SCRAPEJOBS_BROWSER_CONCURRENCY", "2"))
     return [
         *_celery(),
