@@ -16,7 +16,7 @@ from celery.signals import after_setup_logger, beat_init, worker_init, worker_re
 from kombu import Queue
 
 from scrapejobs import broker
-from scrapejobs.task_end_wake import TaskEndWakesLoop, scrape_only
+from scrapejobs.task_end_wake import TaskEndWakesLoop
 
 # redis:// and rediss:// brokers through kombu's Redis transport with one repair (see there);
 # before any connection is made, in every process (this module is imported first).
@@ -270,7 +270,7 @@ def _tracing_start(sender: object = None, **_: object) -> None:
 
 
 @worker_init.connect
-def _scrape_consumer_without_ack_emulation(sender: object = None, **_: object) -> None:
+def _scrape_consumer_options(sender: object = None, **_: object) -> None:
     """A process that consumes only scrape messages (the worker and browser components) turns
     kombu's ack emulation off. The emulation writes a copy of every received message into the
     broker's unacked set and removes it on the acknowledgement: two pipelines per message on the
@@ -292,7 +292,10 @@ def _scrape_consumer_without_ack_emulation(sender: object = None, **_: object) -
 
 
 def _scrape_only() -> bool:
-    return scrape_only(app.amqp.queues.consume_from or (), (*SCRAPE_QUEUES, BROWSER_QUEUE))
+    """Whether this worker consumes scrape messages and nothing else (the worker and browser
+    components)."""
+    consumed = set(app.amqp.queues.consume_from or ())
+    return bool(consumed) and consumed <= {*SCRAPE_QUEUES, BROWSER_QUEUE}
 
 
 class _ScrapeTaskEndWakesLoop(TaskEndWakesLoop):

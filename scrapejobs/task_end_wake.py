@@ -15,7 +15,7 @@ end also writes a byte to a pipe the loop reads (``TaskEndWakesLoop``): the loop
 free thread and asks for a message at once.
 
 Both apply to the processes that consume only scrape messages (the worker and browser components,
-``scrape_only``); the control component keeps its prefetch.
+scrapejobs/celery.py); the control component keeps its prefetch.
 """
 
 from __future__ import annotations
@@ -23,18 +23,11 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-from collections.abc import Iterable
 from typing import Any
 
 from celery import bootsteps
 
 logger = logging.getLogger(__name__)
-
-
-def scrape_only(consumed: Iterable[str], scrape_queues: Iterable[str]) -> bool:
-    """Whether a worker consuming ``consumed`` consumes scrape messages and nothing else."""
-    queues = set(consumed)
-    return bool(queues) and queues <= set(scrape_queues)
 
 
 class TaskEndWakesLoop(bootsteps.StartStopStep):

@@ -15,11 +15,12 @@ that to the sweeper, which publishes the job again after those 5 minutes; after 
 lease brings it back. So the scrape worker keeps no copy of the messages it holds in the broker
 (no ack emulation, scrapejobs/celery.py: a copy came back only after the visibility timeout, an
 hour), and takes a message only when one of its threads is free (scrapejobs/task_end_wake.py,
-docs/design/dispatch.md), so it holds none it has not started; any a stopping worker does hold go
-back on their queues (apps/scheduling/shutdown_watchdog.py). And a late acknowledgement is made by the worker's consumer
-thread, which runs it only when its event loop next wakes (up to a second later when no broker
-read is pending, celery#4378), while the message still counts against the prefetch limit: with 100
-threads against a 500 ms target the worker kept on average about half its threads busy.
+docs/design/dispatch.md), so it holds none it has not started; any a stopping worker does hold
+go back on their queues (apps/scheduling/shutdown_watchdog.py). And a late acknowledgement is
+made by the worker's consumer thread, which runs it only when its event loop next wakes (up to a
+second later when no broker read is pending, celery#4378), while the message still counts
+against the prefetch limit: with 100 threads against a 500 ms target the worker kept on average
+about half its threads busy.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from apps.politeness.limiter import (
 from apps.politeness.models import DomainPolicy
 from apps.politeness.selectors import domain_limits_cache_clear, domain_limits_get, domain_state_get
 from tests.support.procs import wait_for
-from tests.support.threads import CheckedThread
+from tests.support.threads import run_together
 
 pytestmark = pytest.mark.django_db
 
@@ -78,11 +78,7 @@ def test_a_pool_of_threads_missing_a_domains_limits_at_once_reads_them_once(monk
         finally:
             connection.close()
 
-    threads = [CheckedThread(target=limits) for _ in range(25)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
+    run_together(limits, 25)
     assert (reads, got) == (["herd.example"], [(3.0, 6, 2)] * 25)
 
 

@@ -18,7 +18,7 @@ from apps.politeness.robots import (
 from apps.politeness.robots_rules import MAX_PARSE_BYTES, MAX_RULES_BYTES, robots_parse
 from apps.redis_clients import state_redis
 from tests.support.procs import wait_for
-from tests.support.threads import CheckedThread
+from tests.support.threads import run_together
 
 
 @pytest.fixture(autouse=True)
@@ -135,11 +135,7 @@ def test_threads_of_one_process_that_miss_an_origin_at_once_read_redis_once(monk
         finally:
             connection.close()
 
-    threads = [CheckedThread(target=ask) for _ in range(25)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
+    run_together(ask, 25)
     assert (len(fetches), allowed) == (1, [False] * 25)
     assert len(reads) == 2  # the leader's miss, and its look again under the origin's lock
 

@@ -8,6 +8,7 @@ test's own thread, with its traceback."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 
@@ -27,3 +28,12 @@ class CheckedThread(threading.Thread):
         if self.error is not None:
             error, self.error = self.error, None
             raise error
+
+
+def run_together(target: Callable[[], object], n: int, *, timeout: float = 30.0) -> None:
+    """Run ``target`` in ``n`` threads at once and join them, raising what any of them raised."""
+    threads = [CheckedThread(target=target) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
