@@ -29,7 +29,9 @@ the median of the rounds, with its spread (largest minus smallest) beside it.
 (0: the pool was full whenever work waited), from the ledger after the run: a thread is busy from
 its attempt's claim to the attempt's end as the worker stamped it, not until the writer folds the
 receipt (the job's status is still ``running`` then, and a count of those called a thread that
-had moved on busy).
+had moved on busy). The idle time with no job waiting is split at the last submission
+(``…_unfed_share`` before, ``…_drain_share`` after), beside ``…_submit_s``, ``…_pool_full_s`` and
+``…_fold_lag_s`` (``_pool_use``).
 ``…_attempt_overhead_ms``: the median attempt's length (its claim to the worker's end stamp, after
 the body is stored and before the receipt is sent) past the target's latency: the lease's hold,
 the request, storing the body and the waits for the interpreter between them; the gate, the claim
@@ -232,7 +234,7 @@ def _scrapejobs(
                     )
                     if submit.p.returncode != 0:
                         raise RuntimeError(submit.output())
-                    started = float(submit.output().split()[0])
+                    started, submitted = (float(x) for x in submit.output().split()[:2])
                     submit.stop()
                     wait_until(
                         lambda: clients.sample() and finals.sample() >= jobs,
@@ -246,6 +248,7 @@ def _scrapejobs(
                 shutil.rmtree(results, ignore_errors=True)
             counts = dict(poll.execute("SELECT status, count(*) FROM jobs_job GROUP BY status").fetchall())
             counts.update(_pool_use(poll, latency_ms=latency_ms, started=started, ended=started + elapsed))
+            counts["submit_s"] = submitted - started
     for client, used in clients.split(meter.by_pid("postgres")).items():
         counts[f"postgres_cpu_s_for_{client}"] = used
     return jobs / elapsed, counts, meter
@@ -295,12 +298,22 @@ class _Finals:
 
 
 def _pool_use(conn: Any, *, latency_ms: int, started: float, ended: float) -> dict[str, float]:
-    """From the ledger, after the run: the share of the pool's thread time (``CONCURRENCY``
-    threads from ``started`` to ``ended``, wall-clock seconds) spent idle while jobs waited to
-    start, and the median attempt's length past the target's latency. A thread is busy from its
-    attempt's claim (``started_at``, the database's clock) to the attempt's end (``finished_at``,
-    the worker's, on this machine); a job waits from its intake to its first claim. The idle share
-    is the time integral of min(idle threads, waiting jobs) over the pool's thread time."""
+    """From the ledger, after the run: where the pool's thread time went (``CONCURRENCY`` threads
+    from ``started`` to ``ended``, wall-clock seconds), and the median attempt's length past the
+    target's latency. A thread is busy from its attempt's claim (``started_at``, the database's
+    clock) to the attempt's end (``finished_at``, the worker's, on this machine); a job waits
+    from its intake to its first claim. A thread out of an attempt is idle, and its time is:
+
+    - ``idle_slot_share``: idle while a job waited to start (the dispatcher's fault): the time
+      integral of min(idle threads, waiting jobs);
+    - ``unfed_share``: idle with no job waiting before the last job was submitted (the intake had
+      not handed the work over yet: the run's start);
+    - ``drain_share``: idle with no job waiting after that (threads with nothing left to take
+      while the last attempts ran and their receipts were folded: the run's end);
+
+    each over the pool's thread time; the attempts take the rest. ``pool_full_s``: from the
+    start to the moment every thread was first in an attempt; ``fold_lag_s``: from the last
+    attempt's end to the run's end (the last receipt folded and seen by the poll)."""
     attempts = conn.execute(
         "SELECT extract(epoch FROM started_at)::float8, extract(epoch FROM finished_at)::float8"
         " FROM jobs_attempt WHERE finished_at IS NOT NULL"
@@ -316,19 +329,50 @@ def _pool_use(conn: Any, *, latency_ms: int, started: float, ended: float) -> di
         if first_claim is not None:
             events.append((first_claim, 0, -1))
     events.sort()
-    idle_slot_s, busy, waiting, last = 0.0, 0, 0, started
+    events.append((ended, 0, 0))  # the stretch after the last event counts too
+    last_submitted = max((created for created, _ in jobs), default=started)
+    idle_slot_s = unfed_s = drain_s = 0.0
+    busy, waiting, last = 0, 0, started
+    full_at: float | None = None
     for at, d_busy, d_waiting in events:
         at = min(max(at, started), ended)
-        idle_slot_s += (at - last) * min(max(CONCURRENCY - busy, 0), waiting)
+        idle = max(CONCURRENCY - busy, 0)
+        fed = min(idle, waiting)
+        idle_slot_s += (at - last) * fed
+        # The stretch [last, at) split at the last submission: before it unfed, after it drain.
+        split = min(max(last_submitted, last), at)
+        unfed_s += (split - last) * (idle - fed)
+        drain_s += (at - split) * (idle - fed)
         busy, waiting, last = busy + d_busy, waiting + d_waiting, at
+        if full_at is None and busy >= CONCURRENCY:
+            full_at = at
     lengths = [(finished - began) * 1000 for began, finished in attempts]
     slot_s = CONCURRENCY * (ended - started)
+
+    def share(seconds: float) -> float:
+        return seconds / slot_s if slot_s > 0 else float("nan")
+
     return {
-        "idle_slot_share": idle_slot_s / slot_s if slot_s > 0 else float("nan"),
+        "idle_slot_share": share(idle_slot_s),
+        "unfed_share": share(unfed_s),
+        "drain_share": share(drain_s),
+        "pool_full_s": (full_at - started) if full_at is not None else float("nan"),
+        "fold_lag_s": ended - max((f for _, f in attempts), default=ended),
         "attempt_overhead_ms": (median(lengths) - latency_ms) if lengths else float("nan"),
     }
 
 
+# What a scrapejobs round reports of its pool beside its rate and CPU (``_pool_use``), and how
+# long its submissions took.
+_POOL_FIGURES = (
+    "idle_slot_share",
+    "unfed_share",
+    "drain_share",
+    "pool_full_s",
+    "fold_lag_s",
+    "attempt_overhead_ms",
+    "submit_s",
+)
 SIDES = ("naive", "tuned", "scrapejobs", "scrapejobs_one_process")
 ROUNDS = int(os.environ.get("BENCH_E2E_ROUNDS", "3"))
 # The processes whose CPU a job costs each side, like for like (bench/cpu.py kinds), the
@@ -354,11 +398,8 @@ def _round(side: str, target: str, latency_ms: int) -> dict[str, float]:
     if side.startswith("scrapejobs"):
         rate, counts, meter = _scrapejobs(target, latency_ms, workers=_workers(side))
         cpu = meter.totals()
-        out = {
-            "succeeded": float(counts.get("succeeded", 0)),
-            "idle_slot_share": counts["idle_slot_share"],
-            "attempt_overhead_ms": counts["attempt_overhead_ms"],
-        }
+        out = {"succeeded": float(counts.get("succeeded", 0))}
+        out.update({key: counts[key] for key in _POOL_FIGURES})
         # PostgreSQL's share by whose statements it ran (part of cpu_ms_per_job_postgres).
         for key, used in counts.items():
             if key.startswith("postgres_cpu_s_for_"):

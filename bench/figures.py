@@ -186,8 +186,7 @@ def _when(result: dict[str, Any]) -> str:
     )
     return (
         f"{result.get('finished_at', '?')[:10]}, commit {result.get('commit', '?')}, "
-        f"{machine.get('cores', '?')} cores, {machine.get('memory_gib', '?')} GiB, load {load[0]} at the start"
-        + (small if result.get("settings") else "")
+        f"{_machine(result)}, load {load[0]} at the start" + (small if result.get("settings") else "")
     )
 
 
@@ -204,7 +203,7 @@ def readme_table(results: dict[str, dict[str, Any]]) -> str:
         lines.append(f"| {row.label} | {now} | {row.aim} | `make bench BENCH={row.bench}` |")
     used = sorted({row.bench for row in README_ROWS if row.bench in results})
     if used:
-        machines = sorted({_machine(results[name]) for name in used})
+        machines = sorted({_machine(results[name], memory=False) for name in used})
         lines.append("")
         lines.append(
             f"Measured on {' / '.join(machines)} (each run's date and machine: docs/benchmarks.md): "
@@ -214,9 +213,13 @@ def readme_table(results: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _machine(result: dict[str, Any]) -> str:
+def _machine(result: dict[str, Any], *, memory: bool = True) -> str:
+    """Cores, their model and (``memory``) memory: a ratio moves with the processor (the same
+    service and baseline gave other CPU ratios on an AMD EPYC and an Intel Xeon of 2 cores each)."""
     machine = result.get("machine", {})
-    return f"{machine.get('cores', '?')} cores, {machine.get('memory_gib', '?')} GiB"
+    model = " ".join(str(machine.get("cpu_model", "?")).replace("(R)", "").replace("(TM)", "").split())
+    cores = f"{machine.get('cores', '?')} cores ({model.removesuffix(' Processor')})"
+    return f"{cores}, {machine.get('memory_gib', '?')} GiB" if memory else cores
 
 
 def _when_short(result: dict[str, Any]) -> str:

@@ -35,6 +35,11 @@ def test_a_thread_between_attempts_with_a_job_waiting_is_idle_and_a_folded_recei
     use = e2e._pool_use(ledger, latency_ms=500, started=100.0, ended=102.5)
     assert use["idle_slot_share"] == pytest.approx(0.5 / (2 * 2.5))
     assert use["attempt_overhead_ms"] == pytest.approx(1000 - 500)  # attempts of 1, 2 and 1 s
+    # The first thread idles from 2 with nothing left to take: the run's drain, not the dispatcher.
+    assert use["drain_share"] == pytest.approx(0.5 / (2 * 2.5))
+    assert use["unfed_share"] == 0.0
+    assert use["pool_full_s"] == 0.0
+    assert use["fold_lag_s"] == 0.0
 
 
 def test_a_full_pool_or_no_waiting_job_is_no_idle_time(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -45,6 +50,24 @@ def test_a_full_pool_or_no_waiting_job_is_no_idle_time(monkeypatch: pytest.Monke
     use = e2e._pool_use(ledger, latency_ms=0, started=100.0, ended=104.0)
     assert use["idle_slot_share"] == 0.0
     assert use["attempt_overhead_ms"] == pytest.approx(1500)
+    assert use["drain_share"] == pytest.approx(2 / 4)  # 102 to 104, every job submitted
+    assert use["fold_lag_s"] == pytest.approx(2.0)  # the last attempt ended at 102, the run at 104
+
+
+def test_a_thread_with_no_job_submitted_yet_is_unfed_and_the_pool_is_full_once_every_thread_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(e2e, "CONCURRENCY", 2)
+    # The second job is submitted 0.4 s after the first: the second thread idles until then with
+    # nothing to take (the intake's pace, not the dispatcher's), then the first thread idles for
+    # the last 0.4 s (the drain). Every thread is in an attempt from 100.4.
+    ledger = _Ledger(attempts=[(100.0, 101.0), (100.4, 101.4)], jobs=[(100.0, 100.0), (100.4, 100.4)])
+    use = e2e._pool_use(ledger, latency_ms=1000, started=100.0, ended=101.5)
+    assert use["idle_slot_share"] == 0.0
+    assert use["unfed_share"] == pytest.approx(0.4 / (2 * 1.5))
+    assert use["drain_share"] == pytest.approx((0.4 + 2 * 0.1) / (2 * 1.5))
+    assert use["pool_full_s"] == pytest.approx(0.4)
+    assert use["fold_lag_s"] == pytest.approx(0.1)
 
 
 def test_the_four_sides_alternate_and_the_layout_is_compared_round_by_round(
@@ -66,7 +89,7 @@ def test_the_four_sides_alternate_and_the_layout_is_compared_round_by_round(
         side = "scrapejobs" if workers == e2e.WORKERS else "scrapejobs_one_process"
         calls.append((side, workers))
         meter = type("Meter", (), {"totals": lambda _self: {"worker": 1.0, "postgres": 1.0}})()
-        counts = {"succeeded": 40.0, "idle_slot_share": 0.1, "attempt_overhead_ms": 5.0}
+        counts = {"succeeded": 40.0, **dict.fromkeys(e2e._POOL_FIGURES, 0.1)}
         return rates[side] * (1 + len(calls) / 100), counts, meter
 
     figures: dict[str, float] = {}

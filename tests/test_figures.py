@@ -35,8 +35,17 @@ def test_a_figure_is_rendered_from_its_result_file_and_a_missing_one_says_so(tmp
     assert written["figures"]["read_cache_ratio"] == 4.256
     assert written["settings"] == {"BENCH_E2E_JOBS": "40"}  # a smaller run says so
     assert written["machine"]["cores"] >= 1 and written["commit"]
+    # The processor's model is named with the machine, its trademarks left out: ratios move with it.
+    written["machine"]["cpu_model"] = "Intel(R) Xeon(R) Processor"
+    (tmp_path / "read.json").write_text(json.dumps(written))
     results = figures.results_load(tmp_path)
     table = figures.readme_table(results)
+    cores = written["machine"]["cores"]
+    assert f"Measured on {cores} cores (Intel Xeon) (each run's date and machine" in table
+    assert (
+        f"{cores} cores (Intel Xeon), {written['machine']['memory_gib']} GiB, load 0.5"
+        in figures.all_tables(results)
+    )
     assert "| `GET /jobs/{id}`, read cache on / off | 4.26× | ≥ 3× |" in table
     peak = "| the seed's peak (28 jobs/s, 20 s targets) × 1, 2, 5, 10: largest multiple holding, and what"
     assert f"{peak} limited the next | not measured yet |" in table
