@@ -1,18 +1,12 @@
-"""A scrape worker holds no message it has no free thread for (NFR-8, docs/design/dispatch.md).
-
-With Celery's prefetch a worker reserves as many messages as it has threads beyond those it runs.
-Behind a fetch of 20 s, a worker whose threads were all busy sat on up to its concurrency in
-messages while other workers had free threads: at five times the seed's peak (3 workers of 980
-threads, 2,800 fetches in flight) 5 % of jobs started 18 s late, where the pool had room for them at
-once (``make bench BENCH=peak``, ``peak_x5_waiting_while_slots_free_s``). The publisher's dispatch
-depth counts only what waits in the broker, not what workers hold.
+"""A scrape worker holds no message it has no free thread for (NFR-8; the why, with the benchmark
+figure that holds it: docs/design/dispatch.md).
 
 Celery's ``worker_disable_prefetch`` makes the consumer take a message only while the pool has a
 free thread. Alone it stalls: kombu's Redis transport asks for the next message (its BRPOP) only on
 a tick of the worker's event loop, and a task that ends on a pool thread does not wake that loop,
-which then sleeps up to a second; at a 500 ms target each thread ran a job a second. So each task's
-end also writes a byte to a pipe the loop reads (``TaskEndWakesLoop``): the loop wakes, sees the
-free thread and asks for a message at once.
+which then sleeps up to a second (kombu's BRPOP timeout). So each task's end also writes a byte to
+a pipe the loop reads (``TaskEndWakesLoop``): the loop wakes, sees the free thread and asks for a
+message at once (tests/e2e/test_no_reserve.py).
 
 Both apply to the processes that consume only scrape messages (the worker and browser components,
 scrapejobs/celery.py); the control component keeps its prefetch.
