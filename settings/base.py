@@ -215,6 +215,14 @@ DATABASES["default"].setdefault("OPTIONS", {}).update(
     keepalives_count=_bounded_int("SCRAPEJOBS_DB_KEEPALIVES_COUNT", 3, 1, 100),
     tcp_user_timeout=_bounded_int("SCRAPEJOBS_DB_TCP_USER_TIMEOUT_MS", 30_000, 0, 3_600_000),
 )
+# The hot path's statements run with prepare=True (the claim, the single-flight read, the writer's
+# fold: NFR-11) are parsed and planned once per connection. Django turns psycopg's preparing off
+# (prepare_threshold None), which makes prepare=True a no-op; a threshold no other statement
+# reaches leaves those alone prepared (Django's own queries bind client-side and are never
+# prepared). Off: for a pooler that drops prepared statements (PgBouncer before 1.21, or without
+# max_prepared_statements; docs/settings.md).
+if env.bool("SCRAPEJOBS_DB_PREPARED_STATEMENTS", default=True):
+    DATABASES["default"]["OPTIONS"]["prepare_threshold"] = 2**31 - 1
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Redis / Celery ----------------------------------------------------------------------

@@ -63,9 +63,10 @@ def attempts_apply_finished(
         # client-side, quoting every array element in Python (more costly than the statement).
         cur = psycopg.Cursor(connection.connection)
         # Pipeline mode: the settings and the statement go in one round trip, then COMMIT. Both
-        # are prepared on their connection (prepare=True; Django leaves automatic preparing
-        # off), and the statement's plan is the generic one (plan_cache_mode): planning it anew
-        # for every batch was about a tenth of the database's CPU per receipt, and its plan
+        # are prepared on their connection (prepare=True; settings/base.py lets only such
+        # statements be prepared), and the statement's plan is the generic one
+        # (plan_cache_mode): planning it anew for every batch was about a tenth of the
+        # database's CPU per receipt, and its plan
         # (index probes per receipt) does not depend on the arrays' contents. This needs a
         # direct connection or a pooler that keeps prepared statements (PgBouncer 1.21+ with
         # max_prepared_statements).
