@@ -18,6 +18,8 @@ from kombu import Queue
 from scrapejobs import broker
 from scrapejobs.task_end_wake import TaskEndWakesLoop
 
+logger = logging.getLogger(__name__)
+
 # redis:// and rediss:// brokers through kombu's Redis transport with one repair (see there);
 # before any connection is made, in every process (this module is imported first).
 broker.transport_install()
@@ -316,6 +318,19 @@ def _scrape_claims_batched(sender: object = None, **_: object) -> None:
         from apps.jobs.claims import claims_batch  # noqa: PLC0415 - Django is set up by now
 
         claims_batch()
+
+
+@worker_ready.connect
+def _scrape_warm_up(sender: object = None, **_: object) -> None:
+    """A process that consumes scrape messages opens and warms its connections before it takes
+    its first message (apps/scraping/warm_up.py): its first jobs start as fast as the next."""
+    if getattr(sender, "app", None) is not app:
+        return
+    if set(app.amqp.queues.consume_from or ()) & {*SCRAPE_QUEUES, BROWSER_QUEUE}:
+        from apps.scraping.warm_up import worker_warm_up  # noqa: PLC0415 - Django is set up by now
+
+        threads = int(getattr(getattr(sender, "pool", None), "num_processes", 0) or 1)
+        logger.info("warm-up for %d threads: %s", threads, worker_warm_up(threads=threads))
 
 
 @worker_ready.connect

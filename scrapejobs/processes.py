@@ -210,7 +210,6 @@ BACKGROUND_THREADS: dict[str, dict[str, str]] = {
         "publisher nudge": "asks the control component to publish after an intake commit",
     },
     "worker": {
-        "claims": "claims every job its threads are waiting to claim in one statement",
         "lease-keeper": "renews the leases of every running fetch in one statement",
         "cancel-watcher": "reads the cancel flags of the running fetches",
         "result-upload ": "one per body being stored, bounded by the storage allowance",
@@ -219,7 +218,6 @@ BACKGROUND_THREADS: dict[str, dict[str, str]] = {
     # The worker's task and attempt machinery, plus one Chromium driven from one event loop
     # (apps/scraping/browser.py; a page's requests are fetched on its "page-fetch" pool).
     "browser": {
-        "claims": "claims every job its threads are waiting to claim in one statement",
         "lease-keeper": "renews the leases of every running render in one statement",
         "cancel-watcher": "reads the cancel flags of the running renders",
         "result-upload ": "one per body or screenshot being stored, bounded by the storage allowance",

@@ -56,9 +56,9 @@ class ClaimedJob:
 # rows in the same order, as the writer's folds do; its result rows start with the job's id. One
 # statement, so one round trip and atomic without BEGIN/COMMIT: the conditional UPDATE decides who
 # owns each job, and an attempt's row is written only for a winner. Prepared on its connection (a
-# plain psycopg cursor binds server-side; prepare=True), and under load batched: a claim on its
-# own cost PostgreSQL several times what one in a batch of five does, most of it per statement
-# (parse, plan, commit; NFR-11, docs/benchmarks.md).
+# plain psycopg cursor binds server-side; prepare=True, which settings/base.py lets through),
+# and under load batched: a claim on its own cost PostgreSQL several times what one in a batch
+# of five does, most of it per statement (parse, plan, commit; NFR-11, docs/benchmarks.md).
 # statement_timestamp() is now() for a statement run on its own (autocommit, as here); inside
 # a caller's transaction (tests) it still moves on from one statement to the next.
 # Both updates' conditions sit in a CASE so that their only indexable clause is the id: written
@@ -132,8 +132,8 @@ def job_claim(*, job_id: uuid.UUID | str, worker: str, fetch_key: str | None = N
     batcher = _batcher
     if batcher is not None and not connection.in_atomic_block:
         # The thread's own connection goes back to the pool first (the attempt gives it back
-        # after the claim anyway): the claiming thread needs one, and a pool smaller than the
-        # threads waiting to claim would otherwise be held by them all.
+        # after the claim anyway): the thread leading the statement needs one, and a pool
+        # smaller than the threads waiting to claim would otherwise be held by them all.
         connection.close()
         row = batcher.claim(job_uuid, worker=worker, fetch_key=fetch_key)
     else:
@@ -144,7 +144,7 @@ def job_claim(*, job_id: uuid.UUID | str, worker: str, fetch_key: str | None = N
 
 
 class _ClaimRequest:
-    __slots__ = ("done", "error", "fetch_key", "job_id", "row", "worker")
+    __slots__ = ("done", "error", "fetch_key", "job_id", "lead", "row", "worker")
 
     def __init__(self, job_id: uuid.UUID, worker: str, fetch_key: str | None):
         self.job_id = job_id
@@ -152,15 +152,20 @@ class _ClaimRequest:
         self.fetch_key = fetch_key
         self.row: tuple[Any, ...] | None = None
         self.error: BaseException | None = None
+        self.lead = False  # this request's thread makes the next statement
         self.done = threading.Event()
 
 
 class ClaimBatcher:
-    """A worker process's claims, made together (NFR-11): the threads that want to claim hand
-    their requests to one claiming thread, which claims every request waiting in one statement
-    (``CLAIM_SQL``, at most ``max_batch``), then the next batch with whatever came
-    meanwhile. Nothing waits to fill a batch: alone, a claim goes at once, as before; under load
-    the batches grow by themselves with the time a statement takes.
+    """A worker process's claims, made together (NFR-11): one statement (``CLAIM_SQL``, at most
+    ``max_batch`` claims) for every claim waiting. The threads that want to claim take turns
+    leading (flat combining): a thread that finds nobody claiming makes the statement itself, for
+    its own claim and every one that came meanwhile; the claims that arrive while it runs wait,
+    and the first of them leads the next statement, for all of them, when it ends. Nothing waits
+    to fill a batch: alone, a claim goes at once on its own thread, as an unbatched claim would;
+    under load the batches grow by themselves with the time a statement takes. No thread of its
+    own: a claim is handed from one thread to another only while a statement is in flight, never
+    to a claiming thread and back (each handoff is a wait for the interpreter, docs/design/dispatch.md).
 
     What a requesting thread sees is what ``job_claim``'s own statement gave it: its row, or
     None (not claimable, or a second message for a job already in the batch), or the
@@ -169,45 +174,59 @@ class ClaimBatcher:
     (docs/settings.md), and at most ``wait_s`` (then ``psycopg.OperationalError``, which the
     caller reads as the database being away): a claim still running in the database then may
     take the job with nobody to run it, which its lease brings back, as for a worker that died
-    after its claim. The claiming thread borrows a connection of the pool for each batch."""
+    after its claim. The leading thread borrows a connection of the pool for its statement."""
 
     def __init__(self, *, max_batch: int = 50, wait_s: float = 300.0):
         self.max_batch = max_batch
         self.wait_s = wait_s
         self._lock = threading.Lock()
-        self._waiting = threading.Condition(self._lock)
         self._pending: list[_ClaimRequest] = []
-        self._thread: tuple[int, threading.Thread] | None = None
+        self._leading = False  # a thread is making a statement, or has been handed the lead
+        self._pid = os.getpid()
 
     def claim(self, job_id: uuid.UUID, *, worker: str, fetch_key: str | None) -> tuple[Any, ...] | None:
         request = _ClaimRequest(job_id, worker, fetch_key)
         with self._lock:
-            if self._thread is None or self._thread[0] != os.getpid():  # a forked child starts its own
-                thread = threading.Thread(target=self._run, name="claims", daemon=True)
-                self._thread = (os.getpid(), thread)
-                thread.start()
+            if self._pid != os.getpid():  # a forked child: the parent's leader is not here
+                self._pid, self._pending, self._leading = os.getpid(), [], False
             self._pending.append(request)
-            self._waiting.notify()
-        if not request.done.wait(self.wait_s):
-            raise psycopg.OperationalError(f"no claim decision for job {job_id} within {self.wait_s:.0f}s")
+            request.lead = not self._leading
+            self._leading = True
+        if not request.lead and not request.done.wait(self.wait_s):
+            with self._lock:
+                if not request.lead:  # else the lead came with the timeout: take it
+                    if request in self._pending:
+                        self._pending.remove(request)
+                    raise psycopg.OperationalError(
+                        f"no claim decision for job {job_id} within {self.wait_s:.0f}s"
+                    )
+        if request.lead:
+            self._lead()
         if request.error is not None:
             raise request.error
         return request.row
 
-    def _run(self) -> None:
-        while True:
+    def _lead(self) -> None:
+        """One statement for the claims waiting (this thread's first among them), then the lead
+        to the first claim that came meanwhile, or to nobody."""
+        with self._lock:
+            batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
+        try:
+            self._claim_batch(batch)
+        except BaseException as e:  # noqa: BLE001 - handed to every claim of the batch
+            for request in batch:
+                request.error = e
+        finally:
             with self._lock:
-                while not self._pending:
-                    self._waiting.wait()
-                batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
-            try:
-                self._claim_batch(batch)
-            except BaseException as e:  # noqa: BLE001 - handed to every waiting thread; never dies
                 for request in batch:
-                    request.error = e
-            finally:
-                for request in batch:
+                    request.lead = False
                     request.done.set()
+                if self._pending:
+                    following = self._pending[0]
+                    following.lead = True
+                    following.done.set()  # wakes it to lead
+                else:
+                    self._leading = False
 
     @staticmethod
     def _claim_batch(batch: list[_ClaimRequest]) -> None:
@@ -239,6 +258,12 @@ def _claim_rows(requests: Sequence[tuple[uuid.UUID, str, str | None]]) -> dict[u
             prepare=True,
         )
         return {uuid.UUID(str(row[0])): tuple(row[1:]) for row in cur.fetchall()}
+
+
+def claim_statement_prepare() -> None:
+    """Prepare ``CLAIM_SQL`` on a connection of this thread, as a claim would (the same types of
+    parameters), for a job that does not exist: it changes nothing (apps/scraping/warm_up.py)."""
+    _claim_rows([(uuid.uuid4(), "warm-up", None)])
 
 
 _batcher: ClaimBatcher | None = None

@@ -89,6 +89,15 @@ def _script(name: str, source: str) -> Any:
     return cached
 
 
+def gate_scripts_load() -> int:
+    """Load the script every job's gate runs into the state Redis ahead of the first job (its
+    first EVALSHA then finds it, with no NOSCRIPT and reload; apps/scraping/warm_up.py); returns
+    how many were loaded."""
+    script = _script("acquire", _ACQUIRE)
+    script.registered_client.script_load(_ACQUIRE)
+    return 1
+
+
 @dataclass(frozen=True)
 class LineShare:
     """Where a job stands in a domain's line: its priority, and its tenant with that tenant's

@@ -1,6 +1,7 @@
 """A scrape worker's claims made in batches (apps.jobs.claims.ClaimBatcher, NFR-11): one
 statement for every claim waiting, each requesting thread answered as its own claim would
-answer it. Committed (transaction=True): the claiming thread has a connection of its own."""
+answer it, the statement made by one of the claiming threads in turn. Committed
+(transaction=True): each thread has a connection of its own."""
 
 from __future__ import annotations
 
@@ -24,34 +25,38 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 class _HeldFirstBatch(ClaimBatcher):
     """A batcher whose first batch waits for ``release``: the requests made meanwhile are all in
-    the second batch (``sizes``: each batch's number of requests)."""
+    the second batch (``sizes``: each batch's number of requests; ``threads``: the thread that
+    made each batch's statement)."""
 
-    def __init__(self):
-        super().__init__(wait_s=30)
+    def __init__(self, wait_s: float = 30):
+        super().__init__(wait_s=wait_s)
         self.release = threading.Event()
         self.sizes: list[int] = []
+        self.threads: list[int] = []
         self.first_started = threading.Event()
-
-    def _run(self) -> None:
         original = self._claim_batch
 
         def claim_batch(batch):
             self.sizes.append(len(batch))
+            self.threads.append(threading.get_ident())
             if len(self.sizes) == 1:
                 self.first_started.set()
                 assert self.release.wait(30)
             return original(batch)
 
         self._claim_batch = claim_batch  # type: ignore[method-assign]
-        super()._run()
 
 
-def _claim_all(batcher: ClaimBatcher, requests: list[tuple[uuid.UUID, str]]) -> dict[int, object]:
+def _claim_all(
+    batcher: ClaimBatcher, requests: list[tuple[uuid.UUID, str]], idents: set[int] | None = None
+) -> dict[int, object]:
     """Each request ``(job id, worker)`` from a thread of its own; the answers by request index
-    (a row, None, or the exception raised)."""
+    (a row, None, or the exception raised). ``idents``: filled with the threads' idents."""
     answers: dict[int, object] = {}
 
     def run(i: int, job_id: uuid.UUID, worker: str) -> None:
+        if idents is not None:
+            idents.add(threading.get_ident())
         try:
             answers[i] = batcher.claim(job_id, worker=worker, fetch_key=None)
         except Exception as e:  # noqa: BLE001 - the answer under test
@@ -73,9 +78,10 @@ def test_claims_waiting_together_are_made_in_one_batch_each_as_its_own(tenant) -
     assert batcher.first_started.wait(10)
     # Eleven claims arrive while the first batch is in the database: one batch for all of them.
     answers: dict[int, object] = {}
+    eleven: set[int] = set()
     waiting = threading.Thread(
         target=lambda: answers.update(
-            _claim_all(batcher, [(j.id, f"w:1:{n}") for n, j in enumerate(jobs[1:], 1)])
+            _claim_all(batcher, [(j.id, f"w:1:{n}") for n, j in enumerate(jobs[1:], 1)], eleven)
         )
     )
     waiting.start()
@@ -84,6 +90,8 @@ def test_claims_waiting_together_are_made_in_one_batch_each_as_its_own(tenant) -
     opener.join(10)
     waiting.join(30)
     assert batcher.sizes == [1, 11]
+    # The first statement was the opener's own; the second, one of the eleven's, handed the lead.
+    assert batcher.threads[0] == opener.ident and batcher.threads[1] in eleven
     assert all(isinstance(row, tuple) for row in answers.values()), answers
     for n, job in enumerate(jobs):
         job.refresh_from_db()
@@ -147,7 +155,7 @@ def test_a_batch_the_database_refused_raises_its_error_in_every_waiting_thread(t
     answers = _claim_all(batcher, [(j.id, "w:1:1") for j in jobs])
     assert all(isinstance(e, psycopg.OperationalError) for e in answers.values()), answers
     monkeypatch.undo()
-    # The claiming thread lives on: the next claim goes through.
+    # Nobody is left leading: the next claim goes through.
     assert isinstance(batcher.claim(jobs[0].id, worker="w:1:1", fetch_key=None), tuple)
     assert Job.objects.get(id=jobs[0].id).status == "running"
 
@@ -169,3 +177,44 @@ def test_job_claim_goes_through_the_batcher_of_a_scrape_worker(tenant, monkeypat
     assert (claimed.id, claimed.attempt, claimed.url) == (job.id, 1, job.url)
     assert claimed.share_fetches is not None and claimed.obey_robots is not None  # the tenant's, read
     assert job_claim(job_id=job.id, worker="w:1:2") is None  # a duplicate message
+
+
+def test_a_claim_alone_is_made_at_once_on_its_own_thread(tenant) -> None:
+    job = job_make(tenant, "http://batch.test/alone")
+    batcher = _HeldFirstBatch()
+    batcher.release.set()
+    before = {t.ident for t in threading.enumerate()}
+    row = batcher.claim(job.id, worker="w:1:1", fetch_key=None)
+    assert isinstance(row, tuple) and row[0] == 1
+    assert batcher.threads == [threading.get_ident()]  # no thread of the batcher's
+    assert {t.ident for t in threading.enumerate()} == before
+    assert batcher._pending == [] and not batcher._leading
+
+
+def test_a_claim_that_waits_past_wait_s_is_refused_and_leaves_the_line(tenant) -> None:
+    held = job_make(tenant, "http://batch.test/held")
+    late = job_make(tenant, "http://batch.test/late")
+    batcher = _HeldFirstBatch(wait_s=0.3)  # the time is the subject: how long a claim may wait
+    opener = threading.Thread(target=lambda: batcher.claim(held.id, worker="w:1:0", fetch_key=None))
+    opener.start()
+    assert batcher.first_started.wait(10)
+    with pytest.raises(psycopg.OperationalError, match="no claim decision"):
+        batcher.claim(late.id, worker="w:1:1", fetch_key=None)
+    assert batcher._pending == []
+    batcher.release.set()
+    opener.join(10)
+    assert batcher.sizes == [1] and not batcher._leading  # nothing left to lead
+    late.refresh_from_db()
+    assert (late.status, late.attempts) == ("queued", 0)
+    assert Job.objects.get(id=held.id).status == "running"
+
+
+def test_a_forked_child_starts_with_nobody_leading(tenant) -> None:
+    job = job_make(tenant, "http://batch.test/forked")
+    batcher = ClaimBatcher(wait_s=30)
+    # As a child finds it after a fork in the middle of its parent's statement: another
+    # process's id, a lead held by a thread that does not exist here, a request waiting.
+    batcher._pid, batcher._leading = -1, True
+    batcher._pending.append(claims._ClaimRequest(uuid.uuid4(), "w:0:0", None))
+    assert isinstance(batcher.claim(job.id, worker="w:1:1", fetch_key=None), tuple)
+    assert batcher._pending == [] and not batcher._leading
