@@ -323,14 +323,15 @@ def _scrape_claims_batched(sender: object = None, **_: object) -> None:
 @worker_ready.connect
 def _scrape_warm_up(sender: object = None, **_: object) -> None:
     """A process that consumes scrape messages opens and warms its connections before it takes
-    its first message (apps/scraping/warm_up.py): its first jobs start as fast as the next."""
+    its first message, waiting for that a few seconds at most (apps/scraping/warm_up.py): its
+    first jobs start as fast as the next."""
     if getattr(sender, "app", None) is not app:
         return
     if set(app.amqp.queues.consume_from or ()) & {*SCRAPE_QUEUES, BROWSER_QUEUE}:
-        from apps.scraping.warm_up import worker_warm_up  # noqa: PLC0415 - Django is set up by now
+        from apps.scraping.warm_up import worker_warm_up_bounded  # noqa: PLC0415 - Django is set up by now
 
         threads = int(getattr(getattr(sender, "pool", None), "num_processes", 0) or 1)
-        logger.info("warm-up for %d threads: %s", threads, worker_warm_up(threads=threads))
+        logger.info("warm-up for %d threads: %s", threads, worker_warm_up_bounded(threads=threads))
 
 
 @worker_ready.connect

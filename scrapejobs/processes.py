@@ -214,6 +214,7 @@ BACKGROUND_THREADS: dict[str, dict[str, str]] = {
         "cancel-watcher": "reads the cancel flags of the running fetches",
         "result-upload ": "one per body being stored, bounded by the storage allowance",
         "shutdown-watchdog": "on SIGTERM, gives back the fetches still running after the grace",
+        "warm-up": "as the process starts, prepares the claim and opens its connections",
     },
     # The worker's task and attempt machinery, plus one Chromium driven from one event loop
     # (apps/scraping/browser.py; a page's requests are fetched on its "page-fetch" pool).
@@ -222,6 +223,7 @@ BACKGROUND_THREADS: dict[str, dict[str, str]] = {
         "cancel-watcher": "reads the cancel flags of the running renders",
         "result-upload ": "one per body or screenshot being stored, bounded by the storage allowance",
         "shutdown-watchdog": "on SIGTERM, gives back the renders still running after the grace",
+        "warm-up": "as the process starts, prepares the claim and opens its connections",
         "browser-loop": "owns Playwright and the process's Chromium; every page renders on its event loop",
     },
     "control": {

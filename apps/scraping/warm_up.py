@@ -8,12 +8,16 @@ pool's connections opened side by side while each of them waits, at the gate and
 takes its first message: the claim statement prepared on a pooled connection (its plan and the
 catalogs of the tables it reads), the gate's script loaded into Redis, and the state Redis
 connections the pool's threads will use opened. Each step is best effort: a dependency that is
-away as the worker starts is logged and met again by the first job, as without the warm-up.
+away as the worker starts is logged and met again by the first job, as without the warm-up. The
+worker waits for it at most ``WARM_UP_WAIT_S`` (``worker_warm_up_bounded``): a database that is
+away can hold a connection's wait for the pool's timeout (30 s), and a worker that cannot claim
+yet must still start, take its messages and have them delivered again (apps/scraping/tasks.py).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 
 import redis
 from django.db import connection
@@ -23,6 +27,24 @@ from apps.politeness.limiter import gate_scripts_load
 from apps.redis_clients import STATE_REDIS_MAX_CONNECTIONS, state_redis
 
 logger = logging.getLogger(__name__)
+
+# How long a starting worker waits for its warm-up before it takes messages anyway.
+WARM_UP_WAIT_S = 5.0
+
+
+def worker_warm_up_bounded(*, threads: int, wait_s: float = WARM_UP_WAIT_S) -> dict[str, int] | None:
+    """``worker_warm_up`` on a thread of its own, waited for at most ``wait_s``: what it did, or
+    None when it was still running then (it goes on, and ends whenever its dependencies answer)."""
+    done: list[dict[str, int]] = []
+    thread = threading.Thread(
+        target=lambda: done.append(worker_warm_up(threads=threads)), name="warm-up", daemon=True
+    )
+    thread.start()
+    thread.join(wait_s)
+    if not done:
+        logger.warning("warm-up still running after %.0f s; the worker starts without it", wait_s)
+        return None
+    return done[0]
 
 
 def worker_warm_up(*, threads: int) -> dict[str, int]:

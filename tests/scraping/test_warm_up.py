@@ -5,6 +5,7 @@ each step best effort, and none of them changes a job."""
 from __future__ import annotations
 
 import hashlib
+import threading
 from pathlib import Path
 
 import psycopg
@@ -17,7 +18,7 @@ from apps.jobs.models import Attempt, Job
 from apps.politeness import limiter
 from apps.redis_clients import state_redis
 from apps.scraping import warm_up
-from apps.scraping.warm_up import worker_warm_up
+from apps.scraping.warm_up import worker_warm_up, worker_warm_up_bounded
 from tests.support.factories import job_make
 from tests.support.procs import wait_for
 
@@ -77,6 +78,30 @@ def test_redis_away_at_the_warm_up_is_logged_not_raised(monkeypatch, caplog) -> 
     assert worker_warm_up(threads=2) == {"statements": 1, "scripts": 0, "connections": 0}
     assert "warm-up: Redis could not be reached" in caplog.text
     assert Job.objects.count() == 0
+
+
+def test_a_worker_waits_for_a_stuck_warm_up_only_so_long(monkeypatch, caplog) -> None:
+    stuck, ended = threading.Event(), threading.Event()
+
+    def waits_for_the_pool() -> None:  # as a database that is away makes the pool's wait
+        try:
+            stuck.wait(30)
+        finally:
+            ended.set()
+
+    monkeypatch.setattr(warm_up, "claim_statement_prepare", waits_for_the_pool)
+    # The time is the subject: how long the worker's start waits for its warm-up.
+    assert worker_warm_up_bounded(threads=1, wait_s=0.2) is None
+    assert "warm-up still running after 0 s; the worker starts without it" in caplog.text
+    assert not ended.is_set()  # still running on its own thread, not waited for
+    stuck.set()
+    assert ended.wait(10)
+    wait_for(
+        lambda: not any(t.name == "warm-up" for t in threading.enumerate()),
+        timeout=10,
+        interval=0.05,
+        what="the warm-up to end",
+    )
 
 
 @pytest.mark.e2e
