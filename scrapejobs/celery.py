@@ -308,13 +308,18 @@ class _ScrapeTaskEndWakesLoop(TaskEndWakesLoop):
 app.steps["worker"].add(_ScrapeTaskEndWakesLoop)
 
 
+def _consumes_scrapes(sender: object) -> bool:
+    """Whether ``sender`` (a worker, or its consumer) is this app's and consumes scrape messages,
+    among others or alone (the worker and browser components)."""
+    consumed = set(app.amqp.queues.consume_from or ())
+    return getattr(sender, "app", None) is app and bool(consumed & {*SCRAPE_QUEUES, BROWSER_QUEUE})
+
+
 @worker_init.connect
 def _scrape_claims_batched(sender: object = None, **_: object) -> None:
     """A process that consumes scrape messages makes its claims in batches, one statement for
     every claim waiting (apps.jobs.claims.ClaimBatcher, NFR-11)."""
-    if getattr(sender, "app", None) is not app:
-        return
-    if set(app.amqp.queues.consume_from or ()) & {*SCRAPE_QUEUES, BROWSER_QUEUE}:
+    if _consumes_scrapes(sender):
         from apps.jobs.claims import claims_batch  # noqa: PLC0415 - Django is set up by now
 
         claims_batch()
@@ -325,9 +330,7 @@ def _scrape_warm_up(sender: object = None, **_: object) -> None:
     """A process that consumes scrape messages opens and warms its connections before it takes
     its first message, waiting for that a few seconds at most (apps/scraping/warm_up.py): its
     first jobs start as fast as the next."""
-    if getattr(sender, "app", None) is not app:
-        return
-    if set(app.amqp.queues.consume_from or ()) & {*SCRAPE_QUEUES, BROWSER_QUEUE}:
+    if _consumes_scrapes(sender):
         from apps.scraping.warm_up import worker_warm_up_bounded  # noqa: PLC0415 - Django is set up by now
 
         threads = int(getattr(getattr(sender, "pool", None), "num_processes", 0) or 1)

@@ -66,10 +66,9 @@ def attempts_apply_finished(
         # are prepared on their connection (prepare=True; settings/base.py lets only such
         # statements be prepared), and the statement's plan is the generic one
         # (plan_cache_mode): planning it anew for every batch was about a tenth of the
-        # database's CPU per receipt, and its plan
-        # (index probes per receipt) does not depend on the arrays' contents. This needs a
-        # direct connection or a pooler that keeps prepared statements (PgBouncer 1.21+ with
-        # max_prepared_statements).
+        # database's CPU per receipt, and its plan (index probes per receipt) does not depend
+        # on the arrays' contents. This needs a direct connection or a pooler that keeps
+        # prepared statements (PgBouncer 1.21+ with max_prepared_statements).
         names, values = ["plan_cache_mode"], ["force_generic_plan"]
         if timeout_s is not None:
             ms = str(max(1, int(timeout_s * 1000)))

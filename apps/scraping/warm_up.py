@@ -20,11 +20,11 @@ import logging
 import threading
 
 import redis
-from django.db import connection
 
 from apps.jobs.claims import claim_statement_prepare
 from apps.politeness.limiter import gate_scripts_load
 from apps.redis_clients import STATE_REDIS_MAX_CONNECTIONS, state_redis
+from apps.scraping.fetch_and_store import connection_release
 
 logger = logging.getLogger(__name__)
 
@@ -57,8 +57,7 @@ def worker_warm_up(*, threads: int) -> dict[str, int]:
     except Exception:  # noqa: BLE001 - best effort: the first claim opens its own
         logger.warning("warm-up: the claim statement could not be prepared", exc_info=True)
     finally:
-        if not connection.in_atomic_block:
-            connection.close()  # back to the pool, warm
+        connection_release()  # back to the pool, warm
     client = state_redis()
     try:
         done["scripts"] = gate_scripts_load()
