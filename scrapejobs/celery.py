@@ -316,6 +316,19 @@ def _consumes_scrapes(sender: object) -> bool:
 
 
 @worker_init.connect
+def _scrape_worker_nice(sender: object = None, **_: object) -> None:
+    """A process that consumes scrape messages runs at ``SCRAPEJOBS_WORKER_NICE`` (default 0): on
+    a machine it shares, the intake's latency comes first (NFR-2, apps/runtime/priority.py)."""
+    from django.conf import settings  # noqa: PLC0415 - Django is set up by now
+
+    if _consumes_scrapes(sender) and settings.SCRAPEJOBS_WORKER_NICE > 0:
+        from apps.runtime.priority import process_nice_set  # noqa: PLC0415
+
+        process_nice_set(settings.SCRAPEJOBS_WORKER_NICE)
+        logger.info("worker threads at nice %d", settings.SCRAPEJOBS_WORKER_NICE)
+
+
+@worker_init.connect
 def _scrape_claims_batched(sender: object = None, **_: object) -> None:
     """A process that consumes scrape messages makes its claims in batches, one statement for
     every claim waiting (apps.jobs.claims.ClaimBatcher, NFR-11)."""

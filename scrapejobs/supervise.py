@@ -20,7 +20,9 @@
 
 Everything comes from the environment: the Django settings, plus PORT, FLOWER_PORT and the sizes
 read by ``processes.from_env``, and SCRAPEJOBS_RUN_DIR (default ``.run/dev``). Development
-default: ``SCRAPEJOBS_ALLOW_PRIVATE_TARGETS=true`` unless set, so a local target can be fetched.
+defaults, unless set: ``SCRAPEJOBS_ALLOW_PRIVATE_TARGETS=true``, so a local target can be fetched;
+``SCRAPEJOBS_WORKER_NICE=10``, so that on this one machine the web's requests come before the
+worker's when the cores are busy.
 
 It imports nothing from Django: setup runs through ``manage.py`` in subprocesses, so this process
 holds no database connection while it supervises.
@@ -254,6 +256,7 @@ def _dev_env() -> tuple[dict[str, str], Path]:
     env.setdefault("DJANGO_SETTINGS_MODULE", "settings.base")
     env.setdefault("SCRAPEJOBS_ALLOW_PRIVATE_TARGETS", "true")  # development: local targets work
     env.setdefault("SCRAPEJOBS_LOG_FORMAT", "text")  # development: readable lines, not JSON
+    env.setdefault("SCRAPEJOBS_WORKER_NICE", "10")  # one machine: the web's requests go first (NFR-2)
     env["PYTHONUNBUFFERED"] = "1"  # children's lines appear as they are printed
     run_dir = Path(env.get("SCRAPEJOBS_RUN_DIR", ".run/dev"))
     if not run_dir.is_absolute():

@@ -168,7 +168,7 @@ def test_the_capacity_worker_is_the_services_worker_with_its_pool_replaced() -> 
 def test_the_benchmarks_read_their_settings() -> None:
     probe = (
         "import bench.peak as p, bench.capacity as c; "
-        "print(p.RATE, p.SECONDS, p.TARGET_S, p.THREADS, p.MULTIPLE, c.LEVELS, c.TARGET_S, c.MEASURE_S, c.POOL)"
+        "print(p.RATE, p.SECONDS, p.TARGET_S, p.THREADS, p.MULTIPLE, p.WORKER_NICE, c.LEVELS, c.TARGET_S, c.MEASURE_S, c.POOL)"
     )
     env = dict(
         os.environ,
@@ -177,6 +177,7 @@ def test_the_benchmarks_read_their_settings() -> None:
         BENCH_PEAK_TARGET_S="2",
         BENCH_PEAK_THREADS="500",
         BENCH_PEAK_MULTIPLE="10",
+        BENCH_PEAK_WORKER_NICE="0",
         BENCH_CAPACITY_LEVELS="10,20",
         BENCH_CAPACITY_TARGET_S="1",
         BENCH_CAPACITY_SECONDS="5",
@@ -189,6 +190,7 @@ def test_the_benchmarks_read_their_settings() -> None:
         "2.0",
         "500",
         "10",
+        "0",
         "[10,",
         "20]",
         "1.0",
@@ -205,6 +207,7 @@ def test_the_benchmarks_read_their_settings() -> None:
         "20.0",
         "1000",
         "1",
+        "10",
         "[100,",
         "300,",
         "1000]",
