@@ -299,11 +299,11 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 # is the record of every job; worker heartbeats still reach Flower without task events. Switch them
 # on to watch tasks in Flower (make run's Flower then asks the workers for them too).
 SCRAPEJOBS_TASK_EVENTS = env.bool("SCRAPEJOBS_TASK_EVENTS", default=False)
+CELERY_WORKER_SEND_TASK_EVENTS = SCRAPEJOBS_TASK_EVENTS
+CELERY_TASK_SEND_SENT_EVENT = SCRAPEJOBS_TASK_EVENTS
 # The scrape worker's nice value (0..19; apps/runtime/priority.py): above 0 on a machine the
 # worker shares with the web, so that the intake's latency comes first when the cores are busy.
 SCRAPEJOBS_WORKER_NICE = _bounded_int("SCRAPEJOBS_WORKER_NICE", 0, 0, 19)
-CELERY_WORKER_SEND_TASK_EVENTS = SCRAPEJOBS_TASK_EVENTS
-CELERY_TASK_SEND_SENT_EVENT = SCRAPEJOBS_TASK_EVENTS
 
 # --- The service -------------------------------------------------------------------------
 SCRAPEJOBS_ALLOW_PRIVATE_TARGETS = env.bool("SCRAPEJOBS_ALLOW_PRIVATE_TARGETS", default=False)
