@@ -197,8 +197,9 @@ def _service(db: str, plan: Layout, results: Path) -> tuple[str, tuple[Proc, ...
     )
     _tenant_id, token = create_tenant(env)
     port = free_port()
-    # One machine for every component: the workers run at nice 10, as under make run, so that the
-    # intake's requests (p99 aim 200 ms, NFR-2) come first when the cores are busy (docs/settings.md).
+    # One machine for every component: the workers run at WORKER_NICE (10 unless set, as under make
+    # run), so that the intake's requests (p99 aim 200 ms, NFR-2) come first when the cores are busy
+    # (docs/settings.md).
     worker_env = dict(
         env, SCRAPEJOBS_DB_POOL_MAX_SIZE=str(plan.db_pool), SCRAPEJOBS_WORKER_NICE=str(WORKER_NICE)
     )

@@ -51,11 +51,7 @@ def test_every_thread_is_lowered_those_started_later_inherit_it_and_none_is_rais
     probe = """
 import os, threading
 from apps.runtime.priority import process_nice_set
-def _nice_of_threads(pid):
-    out = {}
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        out[tid] = int(open(f"/proc/{pid}/task/{tid}/stat").read().rpartition(")")[2].split()[16])
-    return out
+from tests.scraping.test_worker_nice import _nice_of_threads
 hold = threading.Event()
 before = threading.Thread(target=hold.wait, daemon=True); before.start()
 base = os.nice(0)
