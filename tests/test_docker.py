@@ -160,6 +160,21 @@ def test_compose_runs_the_whole_stack_with_healthchecks() -> None:
     assert "mc mb" in " ".join(services["createbucket"]["command"])
 
 
+def test_the_fetching_services_yield_the_cpu_to_the_web_and_control_on_a_busy_host() -> None:
+    """NFR-2: the intake's p99 holds while the workers keep the cores busy. Outside containers
+    the worker lowers its own nice value (SCRAPEJOBS_WORKER_NICE); across containers nice does not
+    reach, so compose gives the scrape worker and the browser a smaller CPU weight than the
+    services that answer requests or feed them (Docker's default weight is 1,024)."""
+    services = compose()["services"]
+    default = 1024
+    for name in ("worker", "browser"):
+        shares = services[name]["cpu_shares"]
+        # Docker accepts 2..262144; an int, not a string a variable left unexpanded
+        assert isinstance(shares, int) and 2 <= shares < default, name
+    for name in ("web", "control", "beat", "migrate", "flower"):
+        assert services[name].get("cpu_shares", default) >= default, name
+
+
 def test_every_service_of_ours_runs_a_real_component_after_migrations() -> None:
     services = compose()["services"]
     components = start_components()
