@@ -5,9 +5,10 @@ in half a second as real sites do). For a latency L > 0 it also prints the share
 reached: a pool of C threads can finish at most C / L jobs per second.
 
 - scrapejobs: writer, beat and ``BENCH_E2E_WORKERS`` (4) worker processes sharing the pool's
-  threads (scrapejobs/processes.py command lines) on a throwaway database, analysed before the
-  run. Jobs are submitted with ``job_create`` in a loop from one process (the same single INSERT
-  the API makes, without HTTP: the intake benchmark measures HTTP), then published by the outbox
+  threads (scrapejobs/processes.py command lines) on a throwaway database holding a day of another
+  tenant's final jobs (``HISTORY``), analysed before the run. Jobs are submitted with
+  ``job_create`` in a loop from one process (the same single INSERT the API makes, without HTTP:
+  the intake benchmark measures HTTP), then published by the outbox
   publisher, claimed, fetched, stored, and recorded through the writer. Measured from the first
   submit to the moment the last job is final in the database, seen through one held connection
   whose backend's CPU counts on no side.
@@ -46,6 +47,7 @@ from __future__ import annotations
 import importlib
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -80,6 +82,14 @@ if WORKERS < 1 or CONCURRENCY % WORKERS:
     raise SystemExit(f"BENCH_E2E_WORKERS={WORKERS} must divide BENCH_E2E_CONCURRENCY={CONCURRENCY}")
 BODY_BYTES = 4096
 TIMEOUT_S = 600
+# The ledger a live service has (NFR-11): this many final jobs of another tenant, with their
+# attempts, are in the database before each service round and analysed with it (``_history``).
+# On an empty ledger the plans PostgreSQL keeps per connection from a run's first seconds (the
+# claim's, the foreign-key check of the attempt's row) are made for a table of a few pages:
+# sequential scans, kept until the next ANALYZE, which autovacuum makes within minutes on a live
+# server and never within a run of seconds; every claim then read the whole table, more of it with
+# every job the run added (docs/benchmarks.md). 0: the empty ledger of a fresh install.
+HISTORY = int(os.environ.get("BENCH_E2E_HISTORY", "20000"))
 LATENCIES_MS = [int(x) for x in os.environ.get("BENCH_E2E_LATENCIES_MS", "0,500").split(",") if x.strip()]
 
 
@@ -183,6 +193,14 @@ def _scrapejobs(
             db, SCRAPEJOBS_WORKER_CONCURRENCY=str(CONCURRENCY), SCRAPEJOBS_RESULTS_DIR=str(results)
         )
         tenant_id, _token = create_tenant(env)
+        if HISTORY:
+            history_tenant, _ = create_tenant(env, "history")
+            subprocess.run(
+                [sys.executable, "-m", "bench.e2e", "history", history_tenant, str(HISTORY)],
+                env=env,
+                check=True,
+                capture_output=True,
+            )
         schedule = str(results / "celerybeat-schedule")
         # Each process's database sessions carry its name (libpq's PGAPPNAME), so that
         # PostgreSQL's CPU is split by whose statements it ran (``_PgClients``).
@@ -203,7 +221,7 @@ def _scrapejobs(
         with _pg_connect(db) as poll:
             poll.execute("ANALYZE")  # the planner's statistics, as a live database has them
             poll_pid = poll.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
-            finals = _Finals(poll)
+            finals = _Finals(poll, tenant_id)
             clients = _PgClients(poll)
             try:
                 with running(*procs) as (writer, _beat, *workers_up):
@@ -246,8 +264,14 @@ def _scrapejobs(
                     meter.__exit__()
             finally:
                 shutil.rmtree(results, ignore_errors=True)
-            counts = dict(poll.execute("SELECT status, count(*) FROM jobs_job GROUP BY status").fetchall())
-            counts.update(_pool_use(poll, latency_ms=latency_ms, started=started, ended=started + elapsed))
+            counts = dict(
+                poll.execute(
+                    "SELECT status, count(*) FROM jobs_job WHERE tenant_id = %s GROUP BY status", [tenant_id]
+                ).fetchall()
+            )
+            counts.update(
+                _pool_use(poll, tenant_id, latency_ms=latency_ms, started=started, ended=started + elapsed)
+            )
             counts["submit_s"] = submitted - started
     for client, used in clients.split(meter.by_pid("postgres")).items():
         counts[f"postgres_cpu_s_for_{client}"] = used
@@ -286,19 +310,23 @@ class _PgClients:
 
 
 class _Finals:
-    """The count of final jobs, read on the held connection: the poll for the run's end."""
+    """The count of the run's final jobs (its tenant's: the ledger's history is another's), read
+    on the held connection: the poll for the run's end."""
 
-    QUERY = "SELECT count(*) FROM jobs_job WHERE status IN ('succeeded', 'failed', 'cancelled')"
+    QUERY = "SELECT count(*) FROM jobs_job WHERE tenant_id = %s AND status IN ('succeeded', 'failed', 'cancelled')"
 
-    def __init__(self, conn: Any):
+    def __init__(self, conn: Any, tenant_id: str):
         self.conn = conn
+        self.tenant_id = tenant_id
 
     def sample(self) -> int:
-        return int(self.conn.execute(self.QUERY).fetchone()[0])
+        return int(self.conn.execute(self.QUERY, [self.tenant_id]).fetchone()[0])
 
 
-def _pool_use(conn: Any, *, latency_ms: int, started: float, ended: float) -> dict[str, float]:
-    """From the ledger, after the run: where the pool's thread time went (``CONCURRENCY`` threads
+def _pool_use(
+    conn: Any, tenant_id: str, *, latency_ms: int, started: float, ended: float
+) -> dict[str, float]:
+    """From the ledger, after the run (the jobs of ``tenant_id``, the run's): where the pool's thread time went (``CONCURRENCY`` threads
     from ``started`` to ``ended``, wall-clock seconds), and the median attempt's length past the
     target's latency. A thread is busy from its attempt's claim (``started_at``, the database's
     clock) to the attempt's end (``finished_at``, the worker's, on this machine); a job waits
@@ -315,11 +343,15 @@ def _pool_use(conn: Any, *, latency_ms: int, started: float, ended: float) -> di
     start to the moment every thread was first in an attempt; ``fold_lag_s``: from the last
     attempt's end to the run's end (the last receipt folded and seen by the poll)."""
     attempts = conn.execute(
-        "SELECT extract(epoch FROM started_at)::float8, extract(epoch FROM finished_at)::float8"
-        " FROM jobs_attempt WHERE finished_at IS NOT NULL"
+        "SELECT extract(epoch FROM a.started_at)::float8, extract(epoch FROM a.finished_at)::float8"
+        " FROM jobs_attempt AS a JOIN jobs_job AS j ON j.id = a.job_id"
+        " WHERE a.finished_at IS NOT NULL AND j.tenant_id = %s",
+        [tenant_id],
     ).fetchall()
     jobs = conn.execute(
-        "SELECT extract(epoch FROM created_at)::float8, extract(epoch FROM started_at)::float8 FROM jobs_job"
+        "SELECT extract(epoch FROM created_at)::float8, extract(epoch FROM started_at)::float8"
+        " FROM jobs_job WHERE tenant_id = %s",
+        [tenant_id],
     ).fetchall()
     events: list[tuple[float, int, int]] = []  # (time, change in busy threads, change in waiting jobs)
     for began, finished in attempts:
@@ -486,8 +518,50 @@ def _submit(tenant_id: str, target: str, n: int, latency_ms: int) -> None:
     print(started, time.time(), flush=True)
 
 
+# ``_history``'s rows: copies of one job, each final with one attempt, over the day before the
+# run. Their finals count as already published (no webhook or end-of-job work waits for them),
+# and their results as expired (no stored body to sweep).
+_HISTORY_JOBS_SQL = """
+    INSERT INTO jobs_job
+    SELECT (jsonb_populate_record(j, jsonb_build_object(
+               'id', gen_random_uuid(), 'url', j.url || '?n=' || n, 'status', 'succeeded',
+               'attempts', 1, 'created_at', at, 'published_at', at, 'started_at', at,
+               'finished_at', at, 'final_published_at', at, 'updated_at', at))).*
+      FROM jobs_job AS j,
+           LATERAL (SELECT n, now() - interval '1 day' + n * interval '1 day' / %(n)s AS at
+                      FROM generate_series(1, %(n)s) AS n) AS s
+     WHERE j.id = %(template)s
+"""
+_HISTORY_ATTEMPTS_SQL = """
+    INSERT INTO jobs_attempt (job_id, number, worker, started_at, finished_at, outcome, http_status, duration_ms)
+    SELECT id, 1, 'history', started_at, finished_at, 'succeeded', 200, 500
+      FROM jobs_job WHERE tenant_id = %(tenant)s AND status = 'succeeded'
+"""
+
+
+def _history(tenant_id: str, n: int) -> None:
+    """``python -m bench.e2e history TENANT N`` (run by ``_scrapejobs`` with the benchmark's env,
+    before the service starts): N final jobs of ``TENANT`` and their attempts (``HISTORY``)."""
+    import django
+
+    django.setup()
+    from django.db import connection
+
+    from apps.jobs.intake import job_create
+
+    template, _ = job_create(
+        tenant_id=uuid.UUID(tenant_id), url="http://history.invalid/", domain="history.invalid"
+    )
+    with connection.cursor() as cur:
+        cur.execute(_HISTORY_JOBS_SQL, {"n": n, "template": template.id})
+        cur.execute("DELETE FROM jobs_job WHERE id = %s", [template.id])
+        cur.execute(_HISTORY_ATTEMPTS_SQL, {"tenant": tenant_id})
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["submit"]:
         _submit(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+    elif sys.argv[1:2] == ["history"]:
+        _history(sys.argv[2], int(sys.argv[3]))
     else:
         run()

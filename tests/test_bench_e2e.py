@@ -9,6 +9,8 @@ import pytest
 
 from bench import e2e
 
+TENANT = "7d3c6a86-0e0b-4bd4-9a4e-2f5b6f3f9b10"
+
 
 class _Ledger:
     """Answers the two reads of ``_pool_use`` with fixed rows (epoch seconds)."""
@@ -17,7 +19,8 @@ class _Ledger:
         self.attempts = attempts
         self.jobs = jobs
 
-    def execute(self, sql: str) -> Any:
+    def execute(self, sql: str, params: list[Any]) -> Any:
+        assert params == [TENANT]  # only the run's tenant: the ledger's history is another's
         rows = self.attempts if "jobs_attempt" in sql else self.jobs
         return type("Rows", (), {"fetchall": lambda _self: rows})()
 
@@ -32,7 +35,7 @@ def test_a_thread_between_attempts_with_a_job_waiting_is_idle_and_a_folded_recei
         attempts=[(100.0, 101.0), (100.0, 102.0), (101.5, 102.5)],
         jobs=[(100.0, 100.0), (100.0, 100.0), (100.0, 101.5)],
     )
-    use = e2e._pool_use(ledger, latency_ms=500, started=100.0, ended=102.5)
+    use = e2e._pool_use(ledger, TENANT, latency_ms=500, started=100.0, ended=102.5)
     assert use["idle_slot_share"] == pytest.approx(0.5 / (2 * 2.5))
     assert use["attempt_overhead_ms"] == pytest.approx(1000 - 500)  # attempts of 1, 2 and 1 s
     # The first thread idles from 2 with nothing left to take: the run's drain, not the dispatcher.
@@ -47,7 +50,7 @@ def test_a_full_pool_or_no_waiting_job_is_no_idle_time(monkeypatch: pytest.Monke
     # One thread: the second job waits while the first runs (the pool is full), and the thread
     # idles after the last job with nothing waiting. Times before the run's start count from it.
     ledger = _Ledger(attempts=[(99.0, 101.0), (101.0, 102.0)], jobs=[(99.0, 99.0), (99.5, 101.0)])
-    use = e2e._pool_use(ledger, latency_ms=0, started=100.0, ended=104.0)
+    use = e2e._pool_use(ledger, TENANT, latency_ms=0, started=100.0, ended=104.0)
     assert use["idle_slot_share"] == 0.0
     assert use["attempt_overhead_ms"] == pytest.approx(1500)
     assert use["drain_share"] == pytest.approx(2 / 4)  # 102 to 104, every job submitted
@@ -62,7 +65,7 @@ def test_a_thread_with_no_job_submitted_yet_is_unfed_and_the_pool_is_full_once_e
     # nothing to take (the intake's pace, not the dispatcher's), then the first thread idles for
     # the last 0.4 s (the drain). Every thread is in an attempt from 100.4.
     ledger = _Ledger(attempts=[(100.0, 101.0), (100.4, 101.4)], jobs=[(100.0, 100.0), (100.4, 100.4)])
-    use = e2e._pool_use(ledger, latency_ms=1000, started=100.0, ended=101.5)
+    use = e2e._pool_use(ledger, TENANT, latency_ms=1000, started=100.0, ended=101.5)
     assert use["idle_slot_share"] == 0.0
     assert use["unfed_share"] == pytest.approx(0.4 / (2 * 1.5))
     assert use["drain_share"] == pytest.approx((0.4 + 2 * 0.1) / (2 * 1.5))
@@ -128,3 +131,31 @@ def test_the_four_sides_alternate_and_the_layout_is_compared_round_by_round(
     )
     assert figures["e2e_500ms_cpu_per_job_to_one_process_ratio"] == pytest.approx(1.0)
     assert figures["e2e_500ms_scrapejobs_one_process_share_of_littles_law"] > 0
+
+
+@pytest.mark.django_db
+def test_the_history_is_final_jobs_of_another_tenant_with_their_attempts_over_the_day_before(
+    tenant: Any,
+) -> None:
+    """``BENCH_E2E_HISTORY``: the ledger a live service has, made before a service round (the
+    plans PostgreSQL keeps from a run's first seconds are then made for a table of that size):
+    final jobs, each with its one attempt, whose finals and results need nothing from the run."""
+    from datetime import timedelta
+
+    from django.db.models import Max, Min
+    from django.utils import timezone
+
+    from apps.jobs.models import Attempt, Job
+
+    e2e._history(str(tenant.id), 50)
+
+    jobs = Job.objects.filter(tenant=tenant)
+    assert jobs.count() == 50 and set(jobs.values_list("status", flat=True)) == {"succeeded"}
+    assert not jobs.filter(final_published_at__isnull=True).exists()  # no end-of-job work waits
+    assert not jobs.exclude(result_key=None).exists()  # no stored body to sweep
+    assert len(set(jobs.values_list("url", flat=True))) == 50
+    span = jobs.aggregate(first=Min("created_at"), last=Max("created_at"))
+    assert timezone.now() - span["first"] < timedelta(days=1)
+    assert span["last"] - span["first"] > timedelta(hours=23)
+    attempts = Attempt.objects.filter(job__tenant=tenant)
+    assert attempts.count() == 50 and set(attempts.values_list("number", "outcome")) == {(1, "succeeded")}

@@ -32,6 +32,7 @@ SMALL = {
     "BENCH_E2E_ROUNDS": "1",
     "BENCH_E2E_WORKERS": "2",  # four sides' worker processes each start: the run, not the layout
     "BENCH_E2E_LATENCIES_MS": "50",  # one latency, not two: a slow target's figures (Little's law) too
+    "BENCH_E2E_HISTORY": "500",  # a ledger with another tenant's jobs: the run's figures count its own
     "BENCH_BUDGET_JOBS": "10",
     "BENCH_BUDGET_PUBLISH_BATCH": "10",
     "BENCH_BUDGET_WRITER_BATCH": "10",
@@ -130,5 +131,10 @@ def test_make_bench_runs_every_benchmark_to_the_end(tmp_path: Path, half: int) -
         assert result["figures"] or (name.startswith("browser") and not Path("/usr/bin/chromium").exists()), (
             name
         )
+    if "e2e" in names:
+        # Every job of the run and no more: the history's 500 of another tenant are not the run's.
+        e2e = json.loads((tmp_path / "results" / "e2e.json").read_text())["figures"]
+        assert e2e["e2e_50ms_scrapejobs_succeeded"] == 40, e2e
+        assert e2e["e2e_50ms_scrapejobs_one_process_succeeded"] == 40, e2e
     if "browser-soak" in names and Path("/usr/bin/chromium").exists():
         assert (tmp_path / "browser-soak.png").exists()
