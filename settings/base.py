@@ -221,7 +221,9 @@ DATABASES["default"].setdefault("OPTIONS", {}).update(
 # reaches leaves those alone prepared (Django's own queries bind client-side and are never
 # prepared). Off: for a pooler that drops prepared statements (PgBouncer before 1.21, or without
 # max_prepared_statements; docs/settings.md).
-if env.bool("SCRAPEJOBS_DB_PREPARED_STATEMENTS", default=True):
+# With them on, the claim is also planned once per connection (its generic plan, apps/jobs/claims.py).
+SCRAPEJOBS_DB_PREPARED_STATEMENTS = env.bool("SCRAPEJOBS_DB_PREPARED_STATEMENTS", default=True)
+if SCRAPEJOBS_DB_PREPARED_STATEMENTS:
     DATABASES["default"]["OPTIONS"]["prepare_threshold"] = 2**31 - 1
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import threading
 import uuid
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -241,11 +242,37 @@ class ClaimBatcher:
             first[job_id].row = row
 
 
+# The claim is planned once per connection (NFR-11). PostgreSQL's plan cache weighs a prepared
+# statement's generic plan against the custom plans made for the values it is given; the claim's
+# generic plan is costed for arrays of unknown length (a hundred rows), its custom ones for the
+# one to a few jobs of a batch, so the cache kept planning the claim anew on every execution: a
+# quarter of a millisecond of the database's CPU each time, about half of what a claim of one job
+# cost it (docs/design/dispatch.md). Its plan does not depend on the arrays' contents (one probe by key
+# per job), so before the first claim on a connection ``_planned_once`` sets the session's
+# plan_cache_mode to force_generic_plan: the claim is planned at its first execution there, and
+# again whenever the ledger's statistics change (ANALYZE invalidates cached plans). The setting
+# reaches only statements bound server-side, which are the hot path's prepared ones (the claim,
+# the single-flight read, the writer's fold, which sets it for its own transaction anyway):
+# Django's queries bind client-side (settings/base.py). A plan made while the ledger is a few
+# pages reads it sequentially until the next ANALYZE (a fresh install's first minutes; the
+# foreign-key check of the attempt's row is planned that way already). Without prepared
+# statements (a pooler that drops them) nothing is set: each execution is planned anyway.
+_PLANNED_ONCE: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def _planned_once(conn: Any) -> None:
+    if not settings.SCRAPEJOBS_DB_PREPARED_STATEMENTS or conn in _PLANNED_ONCE:
+        return
+    conn.execute("SELECT set_config('plan_cache_mode', 'force_generic_plan', false)")
+    _PLANNED_ONCE.add(conn)
+
+
 def _claim_rows(requests: Sequence[tuple[uuid.UUID, str, str | None]]) -> dict[uuid.UUID, tuple[Any, ...]]:
     """``CLAIM_SQL`` for ``(job id, worker, fetch key)`` requests, one per job, on this thread's
     connection: the claimed jobs' rows (without the id) by job id."""
     ordered = sorted(requests, key=lambda r: r[0])
     connection.ensure_connection()
+    _planned_once(connection.connection)
     with psycopg.Cursor(connection.connection) as cur:
         cur.execute(
             CLAIM_SQL,

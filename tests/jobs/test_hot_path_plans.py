@@ -135,3 +135,47 @@ def test_the_read_still_decides_only_a_job_the_claim_could_take(tenant) -> None:
         decision = job_fetch_decide(job_id=job.id)
         assert (decision.kind, decision.key) == ("fetch", None), change
     assert job_fetch_decide(job_id=uuid.uuid4()).key is None  # no such job
+
+
+@pytest.mark.parametrize("jobs", [1, 5], ids=["one-claim", "batch-of-five"])
+def test_the_claims_generic_plan_reads_its_jobs_by_key_too(tenant, jobs: int) -> None:
+    """The plan a worker's connection keeps (apps/jobs/claims.py ``_planned_once``): planned once,
+    without the arrays' contents, on the same stale statistics and backlog, it still reads each
+    row by key."""
+    ids = _burst_on_stale_statistics(tenant)
+    with connection.cursor() as cur:
+        cur.execute("UPDATE jobs_job SET published_at = now() WHERE id = ANY(%s)", [ids[:400]])
+    picked = sorted(ids[5 : 5 + jobs])
+    generic = (
+        CLAIM_SQL.replace("%(ids)s", "$1")
+        .replace("%(workers)s", "$2")
+        .replace("%(fetch_keys)s", "$3")
+        .replace("%(lease_s)s", "$4")
+    )
+    assert "%(" not in generic
+    with connection.cursor() as cur:
+        cur.execute("SET plan_cache_mode = force_generic_plan")
+        cur.execute(f"PREPARE claim_generic(uuid[], text[], text[], float8) AS {generic}")
+        try:
+            cur.execute(
+                "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE claim_generic(%s, %s, %s, 60.0)",
+                [picked, ["w:1:1"] * jobs, [None] * jobs],
+            )
+            (doc,) = cur.fetchone()
+            cur.execute("SELECT generic_plans FROM pg_prepared_statements WHERE name = 'claim_generic'")
+            assert cur.fetchone()[0] == 1
+        finally:
+            cur.execute("DEALLOCATE claim_generic")
+            cur.execute("RESET plan_cache_mode")
+    plan = (json.loads(doc) if isinstance(doc, str) else doc)[0]["Plan"]
+    assert not [
+        n for n in _nodes(plan) if n["Node Type"] == "Seq Scan" and n.get("Relation Name") == "jobs_job"
+    ]
+    scans = [n for n in _nodes(plan) if n.get("Relation Name") == "jobs_job" and "Index" in n["Node Type"]]
+    assert len(scans) == 2, json.dumps(plan, indent=1)  # the claim's and the put-back's
+    for scan in scans:
+        assert re.search(r"\(id = r(_\d+)?\.id\)", scan.get("Index Cond", "")), json.dumps(plan, indent=1)
+        assert scan["Shared Hit Blocks"] + scan.get("Shared Read Blocks", 0) <= 8 * jobs, json.dumps(
+            plan, indent=1
+        )
+    assert Job.objects.filter(id__in=picked, status="running").count() == jobs
