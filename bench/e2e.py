@@ -5,7 +5,7 @@ in half a second as real sites do). For a latency L > 0 it also prints the share
 reached: a pool of C threads can finish at most C / L jobs per second.
 
 - scrapejobs: writer, beat and ``BENCH_E2E_WORKERS`` (4) worker processes sharing the pool's
-  threads (scrapejobs/processes.py command lines) on a throwaway database holding a day of another
+  threads (scrapejobs/processes.py command lines) on a throwaway database holding a week of another
   tenant's final jobs (``HISTORY``), analysed before the run. Jobs are submitted with
   ``job_create`` in a loop from one process (the same single INSERT the API makes, without HTTP:
   the intake benchmark measures HTTP), then published by the outbox
@@ -83,7 +83,8 @@ if WORKERS < 1 or CONCURRENCY % WORKERS:
 BODY_BYTES = 4096
 TIMEOUT_S = 600
 # The ledger a live service has (NFR-11): this many final jobs of another tenant, with their
-# attempts, are in the database before each service round and analysed with it (``_history``).
+# attempts, over the week before, are in the database before each service round and analysed
+# with it (``_history``).
 # On an empty ledger the plans PostgreSQL keeps per connection from a run's first seconds (the
 # claim's, the foreign-key check of the attempt's row) are made for a table of a few pages:
 # sequential scans, kept until the next ANALYZE, which autovacuum makes within minutes on a live
@@ -194,9 +195,8 @@ def _scrapejobs(
         )
         tenant_id, _token = create_tenant(env)
         if HISTORY:
-            history_tenant, _ = create_tenant(env, "history")
             subprocess.run(
-                [sys.executable, "-m", "bench.e2e", "history", history_tenant, str(HISTORY)],
+                [sys.executable, "-m", "bench.e2e", "history", str(HISTORY)],
                 env=env,
                 check=True,
                 capture_output=True,
@@ -326,9 +326,9 @@ class _Finals:
 def _pool_use(
     conn: Any, tenant_id: str, *, latency_ms: int, started: float, ended: float
 ) -> dict[str, float]:
-    """From the ledger, after the run (the jobs of ``tenant_id``, the run's): where the pool's thread time went (``CONCURRENCY`` threads
-    from ``started`` to ``ended``, wall-clock seconds), and the median attempt's length past the
-    target's latency. A thread is busy from its attempt's claim (``started_at``, the database's
+    """From the ledger, after the run (the jobs of ``tenant_id``, the run's): where the pool's
+    thread time went (``CONCURRENCY`` threads from ``started`` to ``ended``, wall-clock seconds),
+    and the median attempt's length past the target's latency. A thread is busy from its attempt's claim (``started_at``, the database's
     clock) to the attempt's end (``finished_at``, the worker's, on this machine); a job waits
     from its intake to its first claim. A thread out of an attempt is idle, and its time is:
 
@@ -518,50 +518,23 @@ def _submit(tenant_id: str, target: str, n: int, latency_ms: int) -> None:
     print(started, time.time(), flush=True)
 
 
-# ``_history``'s rows: copies of one job, each final with one attempt, over the day before the
-# run. Their finals count as already published (no webhook or end-of-job work waits for them),
-# and their results as expired (no stored body to sweep).
-_HISTORY_JOBS_SQL = """
-    INSERT INTO jobs_job
-    SELECT (jsonb_populate_record(j, jsonb_build_object(
-               'id', gen_random_uuid(), 'url', j.url || '?n=' || n, 'status', 'succeeded',
-               'attempts', 1, 'created_at', at, 'published_at', at, 'started_at', at,
-               'finished_at', at, 'final_published_at', at, 'updated_at', at))).*
-      FROM jobs_job AS j,
-           LATERAL (SELECT n, now() - interval '1 day' + n * interval '1 day' / %(n)s AS at
-                      FROM generate_series(1, %(n)s) AS n) AS s
-     WHERE j.id = %(template)s
-"""
-_HISTORY_ATTEMPTS_SQL = """
-    INSERT INTO jobs_attempt (job_id, number, worker, started_at, finished_at, outcome, http_status, duration_ms)
-    SELECT id, 1, 'history', started_at, finished_at, 'succeeded', 200, 500
-      FROM jobs_job WHERE tenant_id = %(tenant)s AND status = 'succeeded'
-"""
-
-
-def _history(tenant_id: str, n: int) -> None:
-    """``python -m bench.e2e history TENANT N`` (run by ``_scrapejobs`` with the benchmark's env,
-    before the service starts): N final jobs of ``TENANT`` and their attempts (``HISTORY``)."""
+def _history(n: int) -> None:
+    """``python -m bench.e2e history N`` (run by ``_scrapejobs`` with the benchmark's env, before
+    the service starts): ``HISTORY``, N final jobs of a tenant of their own with one attempt each,
+    over the week before (tests/support/big_ledger.py, settled: nothing in it for the service to
+    do), the tables then analysed."""
     import django
 
     django.setup()
-    from django.db import connection
+    from tests.support.big_ledger import ledger_build
 
-    from apps.jobs.intake import job_create
-
-    template, _ = job_create(
-        tenant_id=uuid.UUID(tenant_id), url="http://history.invalid/", domain="history.invalid"
-    )
-    with connection.cursor() as cur:
-        cur.execute(_HISTORY_JOBS_SQL, {"n": n, "template": template.id})
-        cur.execute("DELETE FROM jobs_job WHERE id = %s", [template.id])
-        cur.execute(_HISTORY_ATTEMPTS_SQL, {"tenant": tenant_id})
+    ledger_build(jobs=n, attempts_per_job=1, tenants=1, settled=True)
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["submit"]:
         _submit(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
     elif sys.argv[1:2] == ["history"]:
-        _history(sys.argv[2], int(sys.argv[3]))
+        _history(int(sys.argv[2]))
     else:
         run()

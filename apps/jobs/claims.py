@@ -247,8 +247,8 @@ class ClaimBatcher:
 # generic plan is costed for arrays of unknown length (a hundred rows), its custom ones for the
 # one to a few jobs of a batch, so the cache kept planning the claim anew on every execution: a
 # quarter of a millisecond of the database's CPU each time, about half of what a claim of one job
-# cost it (docs/design/dispatch.md). Its plan does not depend on the arrays' contents (one probe by key
-# per job), so before the first claim on a connection ``_planned_once`` sets the session's
+# cost it (docs/design/dispatch.md). Its plan does not depend on the arrays' contents (one probe
+# by key per job), so before the first claim on a connection ``_planned_once`` sets the session's
 # plan_cache_mode to force_generic_plan: the claim is planned at its first execution there, and
 # again whenever the ledger's statistics change (ANALYZE invalidates cached plans). The setting
 # reaches only statements bound server-side, which are the hot path's prepared ones (the claim,

@@ -69,9 +69,16 @@ def _text(value: object) -> str:
 
 
 def _rows(
-    *, jobs: int, attempts_per_job: int, tenant_ids: Sequence[uuid.UUID], domains: Sequence[str], seed: int
+    *,
+    jobs: int,
+    attempts_per_job: int,
+    tenant_ids: Sequence[uuid.UUID],
+    domains: Sequence[str],
+    seed: int,
+    settled: bool = False,
 ) -> Iterator[tuple[str, list[str]]]:
-    """(job line, attempt lines) for each job, oldest first, over the week before now."""
+    """(job line, attempt lines) for each job, oldest first, over the week before now; with
+    ``settled``, none of the last minutes' jobs is still queued or running."""
     rng = random.Random(seed)
     now = datetime.now(UTC)
     start = now - timedelta(days=7)
@@ -83,7 +90,7 @@ def _rows(
         tenant = tenant_ids[i % len(tenant_ids)]
         priority = rng.choices(("high", "normal", "low"), weights=(1, 6, 3))[0]
         roll = rng.random()
-        recent = now - created < timedelta(minutes=10)
+        recent = not settled and now - created < timedelta(minutes=10)
         status = "succeeded"
         if recent and roll < 0.5:
             status = "queued"
@@ -190,10 +197,13 @@ def ledger_build(
     tenants: int = 10,
     domains: int = 200,
     seed: int = 0,
+    settled: bool = False,
 ) -> Ledger:
     """Create ``tenants`` tenants and write ``jobs`` jobs with up to ``attempts_per_job`` attempts
-    each (every final job has exactly that many; queued ones none, running ones one). Returns what
-    was built. Runs on Django's default connection, in whatever transaction the caller holds."""
+    each (every final job has exactly that many; queued ones none, running ones one). ``settled``:
+    every job final, its final published, as a ledger whose service has caught up (a benchmark
+    that runs the service on it finds nothing of it to do). Returns what was built. Runs on
+    Django's default connection, in whatever transaction the caller holds."""
     from apps.tenants.services import tenant_create
 
     suffix = uuid.uuid4().hex[:8]
@@ -210,6 +220,7 @@ def ledger_build(
             tenant_ids=tenant_ids,
             domains=domain_names,
             seed=seed,
+            settled=settled,
         ):
             job_buf.append(job_line)
             attempt_buf.extend(attempt_lines)
