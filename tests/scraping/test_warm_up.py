@@ -1,6 +1,7 @@
 """A scrape worker warms its connections up before its first message (apps/scraping/warm_up.py,
 NFR-8, NFR-11): the claim prepared, the gate's script in Redis, the state Redis connections open;
-each step best effort, and none of them changes a job."""
+each step best effort, and none of them changes a job. A worker that starts while PostgreSQL or its
+Redis is away: tests/e2e/test_warm_up_outages.py (real servers behind a proxy that is cut)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,11 @@ import hashlib
 import threading
 from pathlib import Path
 
-import psycopg
 import pytest
-import redis
 from django.db import connection
 
 from apps.jobs.claims import job_claim
-from apps.jobs.models import Attempt, Job
+from apps.jobs.models import Attempt
 from apps.politeness import limiter
 from apps.redis_clients import state_redis
 from apps.scraping import warm_up
@@ -50,34 +49,6 @@ def test_the_warm_up_prepares_the_claim_loads_the_gate_script_and_opens_connecti
     assert Attempt.objects.count() == 0
     claimed = job_claim(job_id=job.id, worker="w:1:1")
     assert claimed is not None and claimed.attempt == 1
-
-
-@pytest.mark.django_db
-def test_a_database_away_at_the_warm_up_leaves_the_rest_of_it_done(monkeypatch) -> None:
-    def away() -> None:
-        raise psycopg.OperationalError("connection refused")
-
-    monkeypatch.setattr(warm_up, "claim_statement_prepare", away)
-    state_redis().script_flush()
-    assert worker_warm_up(threads=2) == {"statements": 0, "scripts": 1, "connections": 2}
-    assert state_redis().script_exists(_ACQUIRE_SHA) == [True]
-
-
-@pytest.mark.django_db
-def test_redis_away_at_the_warm_up_is_logged_not_raised(monkeypatch, caplog) -> None:
-    # A port on loopback that nothing listens on (the test's own: taken, then closed).
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    nobody = redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=1)
-    monkeypatch.setattr(warm_up, "state_redis", lambda: nobody)
-    monkeypatch.setattr(limiter, "state_redis", lambda: nobody)
-    monkeypatch.setattr(limiter, "_scripts", {})
-    assert worker_warm_up(threads=2) == {"statements": 1, "scripts": 0, "connections": 0}
-    assert "warm-up: Redis could not be reached" in caplog.text
-    assert Job.objects.count() == 0
 
 
 def test_a_worker_waits_for_a_stuck_warm_up_only_so_long(monkeypatch, caplog) -> None:
