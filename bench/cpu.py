@@ -6,6 +6,12 @@ process that starts meanwhile counts from zero; one that exits keeps what was la
 meter misses at most one sampling interval of it). ``classify(pid, cmdline, environ)`` names the
 kind of a process, or None to leave it out; the totals are per kind, in CPU seconds.
 
+With ``switches_of`` (kinds), the meter also counts how often those processes' threads left the
+CPU (``switches``): each thread's voluntary context switches (it blocked: on I/O, a lock, the
+interpreter lock) and involuntary ones (the kernel preempted it for another runnable task), from
+``/proc/<pid>/task/<tid>/status``. A thread that starts meanwhile counts from zero; one that exits
+keeps what was last seen.
+
 This is the "CPU profile" of issue 7 at the coarsest grain: how many milliseconds of CPU a job
 costs in the worker, the writer, beat, PostgreSQL (backends of the benchmark's own database) and
 the target, on a machine other people may be using at the same time.
@@ -47,6 +53,26 @@ def _memory_kib(pid: int) -> tuple[int, int] | None:
     return values["VmRSS"], values["VmHWM"]
 
 
+def _thread_switches(pid: int) -> dict[int, tuple[int, int]]:
+    """Per thread of ``pid``: (voluntary, involuntary) context switches so far."""
+    out: dict[int, tuple[int, int]] = {}
+    try:
+        tids = [int(entry.name) for entry in os.scandir(f"/proc/{pid}/task") if entry.name.isdigit()]
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            lines = Path(f"/proc/{pid}/task/{tid}/status").read_text().splitlines()
+        except OSError:
+            continue  # ended between the listing and the read
+        counts = {
+            k: int(v) for k, _, v in (line.partition(":") for line in lines) if k.endswith("ctxt_switches")
+        }
+        if len(counts) == 2:
+            out[tid] = (counts["voluntary_ctxt_switches"], counts["nonvoluntary_ctxt_switches"])
+    return out
+
+
 def _cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
@@ -64,9 +90,15 @@ def _environ(pid: int) -> dict[str, str]:
 
 
 class CpuMeter:
-    def __init__(self, classify: Classify, interval_s: float = 0.2):
+    def __init__(
+        self, classify: Classify, interval_s: float = 0.2, switches_of: frozenset[str] = frozenset()
+    ):
         self.classify = classify
         self.interval_s = interval_s
+        self.switches_of = switches_of
+        # Per (pid, tid): the (voluntary, involuntary) switches when first seen and when last seen.
+        self._switches_first: dict[tuple[int, int], tuple[int, int]] = {}
+        self._switches_last: dict[tuple[int, int], tuple[int, int]] = {}
         self._kinds: dict[int, str | None] = {}
         self._first: dict[int, float] = {}
         self._last: dict[int, float] = {}
@@ -97,6 +129,12 @@ class CpuMeter:
             if memory is not None:
                 self._rss_first.setdefault(pid, memory[0])
                 self._rss_peak[pid] = memory[1]
+            if self._kinds[pid] in self.switches_of:
+                for tid, counts in _thread_switches(pid).items():
+                    # A thread of a process that was running at the start, seen at the start: from
+                    # its counts then; any other thread started during the run: from zero.
+                    self._switches_first.setdefault((pid, tid), counts if initial else (0, 0))
+                    self._switches_last[(pid, tid)] = counts
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
@@ -131,6 +169,22 @@ class CpuMeter:
             for pid, last in self._last.items()
             if self._kinds.get(pid) == kind
         }
+
+    def switches(self) -> dict[str, tuple[int, int]]:
+        """Per kind of ``switches_of``: (voluntary, involuntary) context switches of its processes'
+        threads while the meter ran."""
+        out: dict[str, tuple[int, int]] = {kind: (0, 0) for kind in self.switches_of}
+        for key, (voluntary, involuntary) in self._switches_last.items():
+            kind = self._kinds.get(key[0])
+            if kind not in out:
+                continue
+            was_voluntary, was_involuntary = self._switches_first[key]
+            total = out[kind]
+            out[kind] = (
+                total[0] + max(0, voluntary - was_voluntary),
+                total[1] + max(0, involuntary - was_involuntary),
+            )
+        return out
 
     def totals(self) -> dict[str, float]:
         """CPU seconds per kind used while the meter ran."""

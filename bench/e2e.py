@@ -40,6 +40,8 @@ itself and the receipt fall outside it, in the idle share. CPU is counted per pr
 (bench/cpu.py): PostgreSQL's WAL writer, checkpointer and background writer count for scrapejobs,
 and its backends' CPU is also split by the process they served (``…_postgres_for_worker``,
 ``_control``, ``_intake``, ``_beat``: each process's sessions carry its name).
+``…_waits_per_job_<kind>`` and ``…_preemptions_per_job_<kind>``: each side's worker threads'
+voluntary and involuntary context switches per job (bench/cpu.py).
 """
 
 from __future__ import annotations
@@ -137,7 +139,7 @@ _classify = _classifier()
 _PG_BACKGROUND = ("walwriter", "checkpointer", "background writer")
 
 
-def _baseline(kind: str, target: str, latency_ms: int, *, workers: int) -> tuple[float, dict[str, float]]:
+def _baseline(kind: str, target: str, latency_ms: int, *, workers: int) -> tuple[float, CpuMeter]:
     """A bare Celery task's run: ``naive`` (bench/naive_app.py) or ``tuned`` (bench/tuned_app.py),
     same pool (threads) and concurrency, split among ``workers`` processes; from the first message
     published to the last file written. Completion is seen by listing a directory from this
@@ -160,7 +162,7 @@ def _baseline(kind: str, target: str, latency_ms: int, *, workers: int) -> tuple
         procs = [Proc(f"{kind}-worker", [*argv, "--hostname", f"{kind}{i}@%h"], env) for i in range(workers)]
         with running(*procs) as started_procs:
             wait_until(lambda: all(celery_ready(w) for w in started_procs), 60, f"the {kind} workers")
-            with CpuMeter(_classify) as meter:
+            with CpuMeter(_classify, switches_of=WORKER_KINDS) as meter:
                 started = time.time()
                 if kind == "naive":
                     for i in range(JOBS):  # a broker client and a message per call, as written
@@ -178,7 +180,7 @@ def _baseline(kind: str, target: str, latency_ms: int, *, workers: int) -> tuple
                     interval=0.05,
                 )
                 elapsed = time.time() - started
-            return JOBS / elapsed, meter.totals()
+            return JOBS / elapsed, meter
     finally:
         shutil.rmtree(out, ignore_errors=True)
 
@@ -230,7 +232,9 @@ def _scrapejobs(
                         60,
                         "writer and workers",
                     )
-                    meter = CpuMeter(_classifier(skip_pids=frozenset({poll_pid}))).__enter__()
+                    meter = CpuMeter(
+                        _classifier(skip_pids=frozenset({poll_pid})), switches_of=WORKER_KINDS
+                    ).__enter__()
                     submit = Proc(
                         "submit",
                         [
@@ -410,6 +414,8 @@ ROUNDS = int(os.environ.get("BENCH_E2E_ROUNDS", "3"))
 # The processes whose CPU a job costs each side, like for like (bench/cpu.py kinds), the
 # submitting one left out on all (NFR-11).
 _SERVICE_KINDS = ("worker", "writer", "beat", "postgres", "postgres_bg", "redis", "target")
+# The worker processes of each side, whose threads' context switches are counted.
+WORKER_KINDS = frozenset({"worker", "naive_worker", "tuned_worker"})
 KINDS = {
     "scrapejobs": _SERVICE_KINDS,
     "scrapejobs_one_process": _SERVICE_KINDS,
@@ -429,7 +435,6 @@ def _round(side: str, target: str, latency_ms: int) -> dict[str, float]:
     flush_redis()
     if side.startswith("scrapejobs"):
         rate, counts, meter = _scrapejobs(target, latency_ms, workers=_workers(side))
-        cpu = meter.totals()
         out = {"succeeded": float(counts.get("succeeded", 0))}
         out.update({key: counts[key] for key in _POOL_FIGURES})
         # PostgreSQL's share by whose statements it ran (part of cpu_ms_per_job_postgres).
@@ -439,14 +444,22 @@ def _round(side: str, target: str, latency_ms: int) -> dict[str, float]:
                     used * 1000 / JOBS
                 )
     else:
-        rate, cpu = _baseline(side, target, latency_ms, workers=_workers(side))
+        rate, meter = _baseline(side, target, latency_ms, workers=_workers(side))
         out = {}
+    cpu = meter.totals()
     out["jobs_per_s"] = rate
     for kind in KINDS[side]:
         out[f"cpu_ms_per_job_{kind}"] = cpu.get(kind, 0.0) * 1000 / JOBS
     # Only the side's own kinds count: another checkout's benchmark running on the machine
     # meanwhile may match the service's kinds.
     out["cpu_ms_per_job_service"] = sum(cpu.get(k, 0.0) for k in KINDS[side]) * 1000 / JOBS
+    # How often the worker processes' threads left the CPU per job: blocked (``waits``: I/O, a
+    # lock, the interpreter lock) or preempted for another runnable task (``preemptions``, the
+    # machine's CPU short); each is a wait for the CPU on a busy machine (docs/benchmarks.md).
+    for kind, (voluntary, involuntary) in meter.switches().items():
+        if kind in KINDS[side]:
+            out[f"waits_per_job_{kind}"] = voluntary / JOBS
+            out[f"preemptions_per_job_{kind}"] = involuntary / JOBS
     return out
 
 

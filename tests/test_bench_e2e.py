@@ -84,16 +84,23 @@ def test_the_four_sides_alternate_and_the_layout_is_compared_round_by_round(
     calls: list[tuple[str, int]] = []
     rates = {"naive": 100.0, "tuned": 200.0, "scrapejobs": 180.0, "scrapejobs_one_process": 150.0}
 
-    def baseline(kind: str, target: str, latency_ms: int, *, workers: int) -> tuple[float, dict[str, float]]:
+    def meter(totals: dict[str, float], switches: dict[str, tuple[int, int]]) -> Any:
+        return type("Meter", (), {"totals": lambda _self: totals, "switches": lambda _self: switches})()
+
+    def baseline(kind: str, target: str, latency_ms: int, *, workers: int) -> tuple[float, Any]:
         calls.append((kind, workers))
-        return rates[kind] * (1 + len(calls) / 100), {f"{kind}_worker": 1.0, "redis": 0.1, "target": 0.1}
+        used = meter(
+            {f"{kind}_worker": 1.0, "redis": 0.1, "target": 0.1},
+            {"worker": (0, 0), "naive_worker": (0, 0), "tuned_worker": (0, 0), f"{kind}_worker": (4000, 400)},
+        )
+        return rates[kind] * (1 + len(calls) / 100), used
 
     def scrapejobs(target: str, latency_ms: int, *, workers: int = 1) -> tuple[float, dict[str, float], Any]:
         side = "scrapejobs" if workers == e2e.WORKERS else "scrapejobs_one_process"
         calls.append((side, workers))
-        meter = type("Meter", (), {"totals": lambda _self: {"worker": 1.0, "postgres": 1.0}})()
+        used = meter({"worker": 1.0, "postgres": 1.0}, {"worker": (12000, 2000), "tuned_worker": (0, 0)})
         counts = {"succeeded": 40.0, **dict.fromkeys(e2e._POOL_FIGURES, 0.1)}
-        return rates[side] * (1 + len(calls) / 100), counts, meter
+        return rates[side] * (1 + len(calls) / 100), counts, used
 
     figures: dict[str, float] = {}
     monkeypatch.setattr(e2e, "LATENCIES_MS", [500])
@@ -131,6 +138,12 @@ def test_the_four_sides_alternate_and_the_layout_is_compared_round_by_round(
     )
     assert figures["e2e_500ms_cpu_per_job_to_one_process_ratio"] == pytest.approx(1.0)
     assert figures["e2e_500ms_scrapejobs_one_process_share_of_littles_law"] > 0
+    # Context switches per job of each side's own worker kind only (JOBS = 2,000).
+    assert figures["e2e_500ms_scrapejobs_waits_per_job_worker"] == 12000 / e2e.JOBS
+    assert figures["e2e_500ms_scrapejobs_preemptions_per_job_worker"] == 2000 / e2e.JOBS
+    assert figures["e2e_500ms_tuned_waits_per_job_tuned_worker"] == 4000 / e2e.JOBS
+    assert figures["e2e_500ms_naive_preemptions_per_job_naive_worker"] == 400 / e2e.JOBS
+    assert not any(name.startswith("e2e_500ms_scrapejobs_waits_per_job_tuned") for name in figures)
 
 
 @pytest.mark.django_db
@@ -156,3 +169,55 @@ def test_the_history_is_final_jobs_of_another_tenant_with_their_attempts_over_th
     span = jobs.aggregate(first=Min("created_at"), last=Max("created_at"))
     assert timedelta(days=6) < timezone.now() - span["first"] < timedelta(days=8)  # the week before
     assert timezone.now() - span["last"] < timedelta(minutes=10)  # the last minutes' jobs are final too
+
+
+def test_the_meter_counts_the_context_switches_of_the_threads_of_the_kinds_it_is_asked_for() -> None:
+    """bench/cpu.py: each thread that blocks (here: sleeps) leaves the CPU voluntarily; the threads
+    of a process of a counted kind, started while the meter runs, count from zero, and a process of
+    another kind is not counted."""
+    import subprocess
+    import sys
+
+    from bench.cpu import CpuMeter
+
+    sleeper = (
+        "import sys, threading, time\n"
+        "sys.stdin.readline()\n"
+        "slept, end = threading.Barrier(4), threading.Event()\n"
+        "def run():\n"
+        "    for _ in range(50):\n"
+        "        time.sleep(0.001)\n"
+        "    slept.wait()\n"
+        "    end.wait()\n"
+        "for _ in range(3):\n"
+        "    threading.Thread(target=run, daemon=True).start()\n"
+        "slept.wait()\n"
+        "print('done', flush=True)\n"
+        "sys.stdin.readline()\n"
+    )
+    procs = {
+        kind: subprocess.Popen(
+            [sys.executable, "-c", sleeper, kind], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        for kind in ("counted", "other")
+    }
+    pids = {p.pid: kind for kind, p in procs.items()}
+    try:
+        with CpuMeter(lambda pid, _cmd, _env: pids.get(pid), switches_of=frozenset({"counted"})) as meter:
+            for p in procs.values():
+                assert p.stdin is not None and p.stdout is not None
+                p.stdin.write("go\n")
+                p.stdin.flush()
+            for p in procs.values():
+                assert p.stdout is not None
+                assert p.stdout.readline() == "done\n"  # still alive: the meter's exit samples it
+        voluntary, involuntary = meter.switches()["counted"]
+        # 150 sleeps in threads started during the run (alive when the meter last sampled them),
+        # each a switch; the main thread waited on its pipe and on the threads (a few more).
+        assert 150 <= voluntary < 1000, voluntary
+        assert involuntary >= 0
+        assert set(meter.switches()) == {"counted"}
+    finally:
+        for p in procs.values():
+            p.kill()
+            p.wait()

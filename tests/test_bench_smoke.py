@@ -136,5 +136,8 @@ def test_make_bench_runs_every_benchmark_to_the_end(tmp_path: Path, half: int) -
         e2e = json.loads((tmp_path / "results" / "e2e.json").read_text())["figures"]
         assert e2e["e2e_50ms_scrapejobs_succeeded"] == 40, e2e
         assert e2e["e2e_50ms_scrapejobs_one_process_succeeded"] == 40, e2e
+        # The worker threads of each side were seen blocking: at least once per job (the fetch).
+        assert e2e["e2e_50ms_scrapejobs_waits_per_job_worker"] >= 1, e2e
+        assert e2e["e2e_50ms_tuned_waits_per_job_tuned_worker"] >= 1, e2e
     if "browser-soak" in names and Path("/usr/bin/chromium").exists():
         assert (tmp_path / "browser-soak.png").exists()
