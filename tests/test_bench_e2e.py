@@ -186,6 +186,7 @@ def test_the_meter_counts_the_context_switches_of_the_threads_of_the_kinds_it_is
         "slept, end = threading.Barrier(4), threading.Event()\n"
         "def run():\n"
         "    for _ in range(50):\n"
+        # time is not the subject: each sleep is a block, counted as one voluntary switch
         "        time.sleep(0.001)\n"
         "    slept.wait()\n"
         "    end.wait()\n"

@@ -109,14 +109,16 @@ def _answers(url: str) -> bool:
 @pytest.mark.parametrize("unit", ["a", "x-", "HTTP"])
 def test_masking_a_long_run_without_a_separator_is_linear(unit: str) -> None:
     """A request path or a reason phrase of one long word (no separator) is masked in time linear
-    in its length: ten times the text costs less than twenty times the time (the least of three
-    timings of each size; the figures themselves are make bench BENCH=hostile's)."""
+    in its length: ten times the text costs less than forty times the time, where a quadratic
+    masking costs a hundred (the least of five timings of each size: the suite runs four processes
+    on two cores, and a timing of the large text taken while another test held the CPU once came
+    out at 20.3 times; the figures themselves are make bench BENCH=hostile's)."""
     from apps.admin_mixins import error_readable
     from apps.runtime.logs import secrets_masked
 
     def least(text: str) -> float:
         timings = []
-        for _ in range(3):
+        for _ in range(5):
             started = time.perf_counter()
             secrets_masked(text)
             error_readable(text)
@@ -124,4 +126,4 @@ def test_masking_a_long_run_without_a_separator_is_linear(unit: str) -> None:
         return min(timings)
 
     small, large = unit * (100_000 // len(unit)), unit * (1_000_000 // len(unit))
-    assert least(large) < 20 * least(small)
+    assert least(large) < 40 * least(small)
