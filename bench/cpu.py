@@ -39,18 +39,24 @@ def _cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime
 
 
-def _memory_kib(pid: int) -> tuple[int, int] | None:
-    """(resident now, peak resident) of a process, in KiB: VmRSS and VmHWM of /proc/<pid>/status."""
+def _status_numbers(path: str, names: tuple[str, ...]) -> tuple[int, ...] | None:
+    """The leading numbers of the fields ``names`` of a ``/proc/…/status`` file, in that order;
+    None when the file is gone or lacks one of them."""
     try:
-        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+        lines = Path(path).read_text().splitlines()
     except OSError:
         return None
-    values = {
-        k: int(v.split()[0]) for k, _, v in (line.partition(":") for line in lines) if k in ("VmRSS", "VmHWM")
-    }
-    if len(values) < 2:
-        return None  # a zombie or a kernel thread
-    return values["VmRSS"], values["VmHWM"]
+    values = {k: int(v.split()[0]) for k, _, v in (line.partition(":") for line in lines) if k in names}
+    if len(values) < len(names):
+        return None
+    return tuple(values[name] for name in names)
+
+
+def _memory_kib(pid: int) -> tuple[int, int] | None:
+    """(resident now, peak resident) of a process, in KiB: VmRSS and VmHWM of /proc/<pid>/status
+    (None for a zombie or a kernel thread, which have neither)."""
+    values = _status_numbers(f"/proc/{pid}/status", ("VmRSS", "VmHWM"))
+    return (values[0], values[1]) if values is not None else None
 
 
 def _thread_switches(pid: int) -> dict[int, tuple[int, int]]:
@@ -61,15 +67,11 @@ def _thread_switches(pid: int) -> dict[int, tuple[int, int]]:
     except OSError:
         return out
     for tid in tids:
-        try:
-            lines = Path(f"/proc/{pid}/task/{tid}/status").read_text().splitlines()
-        except OSError:
-            continue  # ended between the listing and the read
-        counts = {
-            k: int(v) for k, _, v in (line.partition(":") for line in lines) if k.endswith("ctxt_switches")
-        }
-        if len(counts) == 2:
-            out[tid] = (counts["voluntary_ctxt_switches"], counts["nonvoluntary_ctxt_switches"])
+        counts = _status_numbers(
+            f"/proc/{pid}/task/{tid}/status", ("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")
+        )
+        if counts is not None:  # None: it ended between the listing and the read
+            out[tid] = (counts[0], counts[1])
     return out
 
 

@@ -332,9 +332,10 @@ def _pool_use(
 ) -> dict[str, float]:
     """From the ledger, after the run (the jobs of ``tenant_id``, the run's): where the pool's
     thread time went (``CONCURRENCY`` threads from ``started`` to ``ended``, wall-clock seconds),
-    and the median attempt's length past the target's latency. A thread is busy from its attempt's claim (``started_at``, the database's
-    clock) to the attempt's end (``finished_at``, the worker's, on this machine); a job waits
-    from its intake to its first claim. A thread out of an attempt is idle, and its time is:
+    and the median attempt's length past the target's latency. A thread is busy from its
+    attempt's claim (``started_at``, the database's clock) to the attempt's end (``finished_at``,
+    the worker's, on this machine); a job waits from its intake to its first claim. A thread out
+    of an attempt is idle, and its time is:
 
     - ``idle_slot_share``: idle while a job waited to start (the dispatcher's fault): the time
       integral of min(idle threads, waiting jobs);

@@ -215,8 +215,7 @@ def test_the_meter_counts_the_context_switches_of_the_threads_of_the_kinds_it_is
         voluntary, involuntary = meter.switches()["counted"]
         # 150 sleeps in threads started during the run (alive when the meter last sampled them),
         # each a switch; the main thread waited on its pipe and on the threads (a few more).
-        assert 150 <= voluntary < 1000, voluntary
-        assert involuntary >= 0
+        assert 150 <= voluntary < 1000, (voluntary, involuntary)
         assert set(meter.switches()) == {"counted"}
     finally:
         for p in procs.values():
